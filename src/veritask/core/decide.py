@@ -1,0 +1,316 @@
+"""The platform's decisions as pure functions of a snapshot, an observation and the time.
+
+The monitor, the reconciler and the scheduler are loops in :mod:`veritask.scheduling`; each of
+their decisions is taken here, so the same rules run in the loops, in the simulator and in the
+tests. Ids come from the caller (``next_id``), and so does the time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from veritask.core import judge
+from veritask.core.events import Event, EventKind
+from veritask.core.fold import AttemptView, InstanceSnapshot
+from veritask.core.jsontypes import JSONObject
+from veritask.core.policy import OnUnknown, TaskPolicy
+from veritask.core.states import AttemptState, EngineState, InstanceState
+
+NextId = Callable[[], str]
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What an engine said about an attempt, and where the answer came from."""
+
+    engine_state: EngineState
+    source: str
+    observed_at: datetime
+    exit_code: int | None = None
+    error_category: str | None = None
+    commit_marker: str | None = None
+    details: JSONObject = field(default_factory=dict)
+
+    def evidence(self) -> JSONObject:
+        return {
+            "engine_state": self.engine_state.value,
+            "source": self.source,
+            "exit_code": self.exit_code,
+            "error_category": self.error_category,
+            "commit_marker": self.commit_marker,
+            "engine_observed_at": self.observed_at.isoformat(),
+            "details": self.details,
+        }
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    """The events to record and what to ask of the engine."""
+
+    events: tuple[Event, ...] = ()
+    stop_engine: bool = False
+    """Ask the engine to stop the attempt (again), before anything replaces it."""
+    submit: bool = False
+    """Submit the opened attempt (idempotently): the engine does not have it yet."""
+    alert: str | None = None
+    """A sentence for an alert: the evidence stays inconclusive and the policy says wait."""
+
+
+def open_attempt(
+    snapshot: InstanceSnapshot, *, token_hash: str, now: datetime, event_id: str
+) -> Event | None:
+    """The scheduler's ``attempt_opened`` if the instance may open its next attempt now.
+
+    Dependencies and concurrency are the caller's to check; this checks the state and
+    ``retry_at``.
+    """
+    opening = judge.next_opening(snapshot)
+    if opening is None:
+        return None
+    if snapshot.retry_at is not None and now < snapshot.retry_at:
+        return None
+    reason, retry_index, resubmit_index = opening
+    return Event(
+        event_id=event_id,
+        instance_id=snapshot.instance_id,
+        attempt_no=snapshot.epoch + 1,
+        kind=EventKind.ATTEMPT_OPENED,
+        actor="scheduler",
+        event_time=now,
+        evidence={
+            "token_hash": token_hash,
+            "reason": reason.value,
+            "retry_index": retry_index,
+            "resubmit_index": resubmit_index,
+        },
+    )
+
+
+def monitor(
+    snapshot: InstanceSnapshot, policy: TaskPolicy, *, now: datetime, next_id: NextId
+) -> list[Event]:
+    """Leases and timeouts of the current attempt: ``lease_expired``, ``timeout_requested``."""
+    current = snapshot.current
+    if current is None or snapshot.override is not None:
+        return []
+    events: list[Event] = []
+    if current.state is AttemptState.RUNNING:
+        expires = lease_expiry(current, policy)
+        if expires is not None and now >= expires:
+            events.append(
+                _decision(
+                    snapshot,
+                    EventKind.LEASE_EXPIRED,
+                    "monitor",
+                    now,
+                    next_id,
+                    {
+                        "last_report_seq": current.max_report_seq,
+                        "lease_expires_at": expires.isoformat(),
+                        "last_report_at": _iso(current.last_report_at),
+                        "lease_seconds": policy.lease.total_seconds(),
+                    },
+                )
+            )
+    deadline = timeout_deadline(current, policy)
+    running = current.state in (AttemptState.QUEUED, AttemptState.RUNNING, AttemptState.LOST)
+    timeout = policy.timeout
+    if deadline and timeout and running and now >= deadline and current.stop_cause is None:
+        events.append(
+            _decision(
+                snapshot,
+                EventKind.TIMEOUT_REQUESTED,
+                "monitor",
+                now,
+                next_id,
+                {
+                    "timeout_seconds": timeout.total_seconds(),
+                    "started_at": _iso(current.started_at),
+                    "reason": "ran past its timeout",
+                },
+            )
+        )
+        # A timeout stops the attempt; a lease decision on the same snapshot would be moot.
+        return events[-1:]
+    return events
+
+
+def lease_expiry(attempt: AttemptView, policy: TaskPolicy) -> datetime | None:
+    """When the attempt's lease runs out, by the platform's clock."""
+    if attempt.last_report_observed_at is None:
+        return None
+    return attempt.last_report_observed_at + policy.lease
+
+
+def timeout_deadline(attempt: AttemptView, policy: TaskPolicy) -> datetime | None:
+    """When the attempt has run for its whole timeout."""
+    if policy.timeout is None or attempt.started_at is None:
+        return None
+    return attempt.started_at + policy.timeout
+
+
+def reconcile(
+    snapshot: InstanceSnapshot,
+    policy: TaskPolicy,
+    observation: Observation | None,
+    *,
+    now: datetime,
+    next_id: NextId,
+    unknown_since: datetime | None = None,
+) -> Reconciliation:
+    """Decide on the engine's evidence what became of the current attempt (design.md 5.5).
+
+    ``observation`` is None when the executor could not be asked at all. The evidence window
+    runs from ``unknown_since``, by default when the lease decision was recorded.
+    """
+    current = snapshot.current
+    if current is None or snapshot.override is not None:
+        return Reconciliation()
+    state = current.state
+    engine = observation.engine_state if observation else None
+    ended = engine in (EngineState.SUCCEEDED, EngineState.FAILED)
+
+    def record(kind: EventKind, evidence: JSONObject) -> Event:
+        return _decision(snapshot, kind, "reconciler", now, next_id, evidence)
+
+    if observation is not None and ended and state in _WATCHED:
+        return Reconciliation((record(EventKind.ENGINE_OBSERVED, observation.evidence()),))
+    if state is AttemptState.SCHEDULED:
+        if engine is EngineState.NOT_FOUND:
+            return Reconciliation(submit=True)
+        return Reconciliation()
+    never_had_it = engine is EngineState.NOT_FOUND and current.max_report_seq == 0
+    if state is AttemptState.QUEUED and never_had_it and observation:
+        return Reconciliation((record(EventKind.NEVER_RECEIVED, observation.evidence()),))
+    if state in (AttemptState.CANCELLING, AttemptState.CANCEL_FAILED):
+        return _reconcile_stop(snapshot, policy, current, observation, now, record)
+    if state is AttemptState.LOST:
+        facts = snapshot.facts.attempt(current.attempt_no)
+        lease = facts.lease_expired if facts else None
+        since = unknown_since or (lease.platform_time if lease else now)
+        return _reconcile_lost(policy, current, observation, now, since, record)
+    return Reconciliation()
+
+
+_WATCHED = frozenset(
+    {
+        AttemptState.QUEUED,
+        AttemptState.RUNNING,
+        AttemptState.LOST,
+        AttemptState.CANCELLING,
+        AttemptState.CANCEL_FAILED,
+    }
+)
+
+
+def _reconcile_stop(
+    snapshot: InstanceSnapshot,
+    policy: TaskPolicy,
+    current: AttemptView,
+    observation: Observation | None,
+    now: datetime,
+    record: Callable[[EventKind, JSONObject], Event],
+) -> Reconciliation:
+    if observation is not None and observation.engine_state is EngineState.NOT_FOUND:
+        return Reconciliation((record(EventKind.CANCEL_CONFIRMED, observation.evidence()),))
+    stop = snapshot.facts.attempt(current.attempt_no)
+    requested = stop.stop_requested if stop else None
+    window_closed = requested is not None and now >= requested.platform_time + policy.cancel_window
+    if current.state is AttemptState.CANCELLING and window_closed:
+        evidence: JSONObject = {
+            "engine_state": observation.engine_state.value if observation else "unreachable",
+            "window_seconds": policy.cancel_window.total_seconds(),
+        }
+        return Reconciliation((record(EventKind.CANCEL_UNCONFIRMED, evidence),), True)
+    return Reconciliation(stop_engine=True)
+
+
+def _reconcile_lost(
+    policy: TaskPolicy,
+    current: AttemptView,
+    observation: Observation | None,
+    now: datetime,
+    since: datetime,
+    record: Callable[[EventKind, JSONObject], Event],
+) -> Reconciliation:
+    if now < since + policy.evidence_window:
+        return Reconciliation()
+    gathered: JSONObject = {
+        "engine": observation.evidence() if observation else None,
+        "last_report_at": _iso(current.last_report_at),
+        "last_report_seq": current.max_report_seq,
+        "unknown_since": since.isoformat(),
+        "window_seconds": policy.evidence_window.total_seconds(),
+    }
+    if policy.on_unknown is OnUnknown.WAIT:
+        return Reconciliation(
+            alert=f"attempt {current.attempt_no} is LOST and the evidence stays inconclusive"
+        )
+    evidence: JSONObject = {
+        "reason": f"fate unknown after the {policy.evidence_window} evidence window",
+        "on_unknown": policy.on_unknown.value,
+        "gathered": gathered,
+    }
+    # Fencing keeps a stale attempt from committing; only a stop keeps two copies from
+    # running side by side, so the shell stops the old one first.
+    return Reconciliation((record(EventKind.FENCED, evidence),), stop_engine=True)
+
+
+def request_stop(
+    snapshot: InstanceSnapshot,
+    *,
+    actor: str,
+    reason: str,
+    now: datetime,
+    event_id: str,
+) -> Event | None:
+    """A cancel of the instance as the API or the scheduler records it, or None if illegal.
+
+    A timeout is the monitor's (:func:`monitor`), never a caller's.
+
+    With nothing running (CREATED, UP_FOR_RETRY) the cancel takes effect at once; otherwise it
+    asks the engine to stop the current attempt.
+    """
+    nothing_running = snapshot.state in (InstanceState.CREATED, InstanceState.UP_FOR_RETRY)
+    current = snapshot.current
+    if not nothing_running and (current is None or current.state not in _STOPPABLE):
+        return None
+    return Event(
+        event_id=event_id,
+        instance_id=snapshot.instance_id,
+        attempt_no=snapshot.epoch,
+        kind=EventKind.CANCEL_REQUESTED,
+        actor=actor,
+        event_time=now,
+        evidence={"reason": reason, "nothing_running": nothing_running},
+    )
+
+
+_STOPPABLE = frozenset(
+    {AttemptState.SCHEDULED, AttemptState.QUEUED, AttemptState.RUNNING, AttemptState.LOST}
+)
+
+
+def _decision(
+    snapshot: InstanceSnapshot,
+    kind: EventKind,
+    actor: str,
+    now: datetime,
+    next_id: NextId,
+    evidence: JSONObject,
+) -> Event:
+    return Event(
+        event_id=next_id(),
+        instance_id=snapshot.instance_id,
+        attempt_no=snapshot.epoch,
+        kind=kind,
+        actor=actor,
+        event_time=now,
+        evidence=evidence,
+    )
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None

@@ -1,0 +1,396 @@
+"""The fold: from the facts about an instance to the state a person sees (design.md 3.4).
+
+The snapshot is a pure function of the *set* of events (through :mod:`veritask.core.facts`)
+and the task's policy. Within the current attempt the strongest evidence decides:
+
+1. an operator override of this epoch;
+2. ``fenced`` (ABANDONED);
+3. completion facts — the worker's report or the engine's terminal answer, strongest first;
+4. the engine's confirmation of a stop (CANCELLED or TIMEOUT by cause);
+5. ``never_received`` (NOT_RECEIVED); ``submit_failed`` (START_FAILED) while no worker reported;
+6. ``cancel_unconfirmed`` (CANCEL_FAILED), then a stop request (CANCELLING);
+7. ``lease_expired`` with no report past what it saw (LOST);
+8. worker reports (RUNNING);
+9. the executor's acknowledgement (QUEUED), then the opening (SCHEDULED).
+
+The instance state follows from the current attempt, the retry policy and the instance-level
+decisions (skip, upstream failure, removal, a cancel while nothing runs, override).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from veritask.core.events import ErrorCategory, Event, EventKind, OpenReason, StopCause
+from veritask.core.facts import AttemptFacts, Completion, InstanceFacts, Mark, merge
+from veritask.core.jsontypes import JSONValue
+from veritask.core.policy import OnUnknown, TaskPolicy
+from veritask.core.states import AttemptState, EngineState, InstanceState
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the task said about how far it got."""
+
+    phase: str
+    done: int | None
+    total: int | None
+    message: str | None
+
+
+@dataclass(frozen=True)
+class AttemptView:
+    """One attempt as the fold sees it: its state, why, and its record."""
+
+    attempt_no: int
+    state: AttemptState
+    reason: str
+    open_reason: OpenReason | None
+    retry_index: int
+    resubmit_index: int
+    token_hash: str | None
+    executor: str | None
+    external_id: str | None
+    worker: str | None
+    scheduled_at: datetime | None
+    queued_at: datetime | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    ended_observed_at: datetime | None
+    last_report_at: datetime | None
+    last_report_observed_at: datetime | None
+    max_report_seq: int
+    exit_code: int | None
+    error_category: str | None
+    progress: Progress | None
+    commit_marker: str | None
+    stop_cause: StopCause | None
+    on_unknown: OnUnknown | None
+    retry_blocked: bool
+    conflict: bool
+    late: tuple[str, ...]
+
+    @property
+    def is_active(self) -> bool:
+        return not self.state.is_terminal
+
+
+@dataclass(frozen=True)
+class InstanceSnapshot:
+    """The state of one instance, derived from its facts."""
+
+    instance_id: str
+    state: InstanceState
+    reason: str
+    epoch: int
+    retry_at: datetime | None
+    attempts: tuple[AttemptView, ...]
+    override: Mark | None
+    facts: InstanceFacts
+
+    @property
+    def current(self) -> AttemptView | None:
+        """The attempt of the current epoch, if one was opened."""
+        for view in self.attempts:
+            if view.attempt_no == self.epoch:
+                return view
+        return None
+
+    def attempt(self, attempt_no: int) -> AttemptView | None:
+        for view in self.attempts:
+            if view.attempt_no == attempt_no:
+                return view
+        return None
+
+
+def empty(instance_id: str) -> InstanceFacts:
+    """The facts of an instance before any event."""
+    return InstanceFacts(instance_id)
+
+
+def fold(instance_id: str, events: Iterable[Event], policy: TaskPolicy) -> InstanceSnapshot:
+    """The snapshot of an instance from the set of its recorded events.
+
+    Events are merged in a canonical order for readability of traces only; the result does not
+    depend on it (see :mod:`veritask.core.facts`).
+    """
+    facts = empty(instance_id)
+    for event in sorted(events, key=Event.ordering_key):
+        facts = merge(facts, event)
+    return derive(facts, policy)
+
+
+def step(snapshot: InstanceSnapshot, event: Event, policy: TaskPolicy) -> InstanceSnapshot:
+    """Fold one more event into a snapshot."""
+    return derive(merge(snapshot.facts, event), policy)
+
+
+def derive(facts: InstanceFacts, policy: TaskPolicy) -> InstanceSnapshot:
+    """The snapshot that the facts and the policy imply."""
+    views = tuple(_view(a, policy) for a in facts.attempts if a.opened is not None)
+    epoch = facts.epoch
+    current = next((v for v in views if v.attempt_no == epoch), None)
+    override = facts.decision(epoch, EventKind.OVERRIDE)
+    state, reason, retry_at = _instance_state(facts, current, policy)
+    if override is not None:
+        to_state = InstanceState(str(override.evidence["to_state"]))
+        reason = (
+            f"overridden to {to_state} by {override.actor} ({override.evidence['reason']}); "
+            f"the evidence alone says {state}: {reason}"
+        )
+        state, retry_at = to_state, None
+    return InstanceSnapshot(
+        facts.instance_id, state, reason, epoch, retry_at, views, override, facts
+    )
+
+
+def _instance_state(
+    facts: InstanceFacts, current: AttemptView | None, policy: TaskPolicy
+) -> tuple[InstanceState, str, datetime | None]:
+    epoch = facts.epoch
+    removed = facts.decision(epoch, EventKind.REMOVED)
+    if removed is not None:
+        return InstanceState.REMOVED, "its task is not in the definition version", None
+    cancel = facts.decision(epoch, EventKind.CANCEL_REQUESTED)
+    if cancel is not None:
+        when = "before any attempt" if epoch == 0 else "while it waited to retry"
+        why = cancel.evidence["reason"]
+        return InstanceState.CANCELLED, f"cancelled by {cancel.actor} {when}: {why}", None
+    if current is None:
+        for kind, state in (
+            (EventKind.UPSTREAM_FAILED, InstanceState.UPSTREAM_FAILED),
+            (EventKind.SKIPPED, InstanceState.SKIPPED),
+        ):
+            mark = facts.decision(0, kind)
+            if mark is not None:
+                return state, f"trigger rule {mark.evidence['rule']}", None
+        return InstanceState.CREATED, "waiting for dependencies, concurrency or time", None
+    return _from_attempt(facts.instance_id, current, policy)
+
+
+_SAME_NAME = {
+    AttemptState.SCHEDULED: InstanceState.SCHEDULED,
+    AttemptState.QUEUED: InstanceState.QUEUED,
+    AttemptState.RUNNING: InstanceState.RUNNING,
+    AttemptState.LOST: InstanceState.LOST,
+    AttemptState.CANCELLING: InstanceState.CANCELLING,
+    AttemptState.CANCEL_FAILED: InstanceState.CANCEL_FAILED,
+    AttemptState.SUCCESS: InstanceState.SUCCESS,
+    AttemptState.SKIPPED: InstanceState.SKIPPED,
+    AttemptState.CANCELLED: InstanceState.CANCELLED,
+    AttemptState.FAILED: InstanceState.FAILED,
+    AttemptState.START_FAILED: InstanceState.START_FAILED,
+    AttemptState.TIMEOUT: InstanceState.TIMEOUT,
+}
+
+
+def _from_attempt(
+    instance_id: str, a: AttemptView, policy: TaskPolicy
+) -> tuple[InstanceState, str, datetime | None]:
+    label = f"attempt {a.attempt_no}: {a.reason}"
+    ended = a.ended_observed_at or a.ended_at
+    if a.state is AttemptState.NOT_RECEIVED:
+        if a.resubmit_index < policy.max_resubmits and ended is not None:
+            return InstanceState.UP_FOR_RETRY, f"{label}; resubmitting at once", ended
+        limit = f"the engine never received it {a.resubmit_index + 1} times"
+        return InstanceState.START_FAILED, f"{label}; {limit}", None
+    if a.state is AttemptState.ABANDONED:
+        if a.on_unknown is OnUnknown.RETRY and ended is not None:
+            if a.retry_index < policy.retry.max_retries:
+                return InstanceState.UP_FOR_RETRY, f"{label}; opening the next attempt", ended
+            return InstanceState.FAILED, f"{label}; no retries left", None
+        return InstanceState.FAILED, f"{label}; on_unknown=fail", None
+    state = _SAME_NAME[a.state]
+    if a.state not in policy.retry.retry_on or ended is None:
+        return state, label, None
+    if a.stop_cause is StopCause.CANCEL:
+        return state, f"{label}; no retry after a cancel", None
+    if a.state is AttemptState.START_FAILED and a.retry_blocked:
+        return state, f"{label}; the engine says retrying cannot help", None
+    if a.retry_index >= policy.retry.max_retries:
+        return state, f"{label}; no retries left ({policy.retry.max_retries} allowed)", None
+    number = a.retry_index + 1
+    delay = policy.retry.delay_before(retry_number=number, seed=f"{instance_id}/{a.attempt_no}")
+    retry_at = ended + delay
+    return (
+        InstanceState.UP_FOR_RETRY,
+        f"{label}; retry {number} of {policy.retry.max_retries} at {retry_at.isoformat()}",
+        retry_at,
+    )
+
+
+def _view(a: AttemptFacts, policy: TaskPolicy) -> AttemptView:
+    opened = a.opened
+    if opened is None:
+        raise ValueError(f"attempt {a.attempt_no} was never opened")
+    state, reason, decisive = _attempt_state(a, policy)
+    best = a.completions[0] if a.completions else None
+    ended = decisive if state.is_terminal else None
+    started = a.started or a.first_report
+    ack = a.acknowledged
+    ev = opened.evidence
+    return AttemptView(
+        attempt_no=a.attempt_no,
+        state=state,
+        reason=reason,
+        open_reason=OpenReason(str(ev["reason"])),
+        retry_index=_int(ev["retry_index"]),
+        resubmit_index=_int(ev["resubmit_index"]),
+        token_hash=_str(ev.get("token_hash")),
+        executor=_str(ack.evidence.get("executor")) if ack else None,
+        external_id=_str(ack.evidence.get("external_id")) if ack else None,
+        worker=_str(a.started.evidence.get("worker")) if a.started else None,
+        scheduled_at=opened.event_time,
+        queued_at=ack.event_time if ack else None,
+        started_at=started.event_time if started else None,
+        ended_at=ended.event_time if ended else None,
+        ended_observed_at=ended.observed_at if ended else None,
+        last_report_at=a.last_report.event_time if a.last_report else None,
+        last_report_observed_at=a.last_report.platform_time if a.last_report else None,
+        max_report_seq=a.max_report_seq,
+        exit_code=best.exit_code if best else None,
+        error_category=best.category.value if best and best.category else None,
+        progress=_progress(a.progress),
+        commit_marker=_commit_marker(a),
+        stop_cause=_stop_cause(a),
+        on_unknown=OnUnknown(str(a.fenced.evidence["on_unknown"])) if a.fenced else None,
+        retry_blocked=bool(a.submit_failed and a.submit_failed.evidence.get("retryable") is False),
+        conflict=len({_completion_state(c, a, policy)[0] for c in a.completions}) > 1,
+        late=_late_notes(a, state, policy),
+    )
+
+
+def _attempt_state(a: AttemptFacts, policy: TaskPolicy) -> tuple[AttemptState, str, Mark | None]:
+    """The attempt's state by precedence, a sentence why, and the event that decided it."""
+    stop = a.stop_requested
+    if a.fenced is not None:
+        return AttemptState.ABANDONED, f"fenced: {a.fenced.evidence['reason']}", a.fenced
+    if a.completions:
+        best = a.completions[0]
+        state, why = _completion_state(best, a, policy)
+        if len({_completion_state(c, a, policy)[0] for c in a.completions}) > 1:
+            why += "; other completion evidence disagrees (conflict, strongest evidence wins)"
+        if stop is not None and state not in (AttemptState.CANCELLED, AttemptState.TIMEOUT):
+            why += f"; the {_cause_word(stop)} lost the race"
+        return state, why, best.mark
+    if a.cancel_confirmed is not None:
+        state = (
+            AttemptState.TIMEOUT if _stop_cause(a) is StopCause.TIMEOUT else AttemptState.CANCELLED
+        )
+        source = a.cancel_confirmed.evidence["source"]
+        return state, f"the engine confirmed the stop ({source})", a.cancel_confirmed
+    if a.never_received is not None:
+        return AttemptState.NOT_RECEIVED, "the engine never received it", a.never_received
+    if a.submit_failed is not None and a.max_report_seq == 0:
+        error = a.submit_failed.evidence["error"]
+        return AttemptState.START_FAILED, f"the engine could not start it: {error}", a.submit_failed
+    if a.cancel_unconfirmed is not None:
+        return AttemptState.CANCEL_FAILED, "the engine did not confirm the stop", None
+    if stop is not None:
+        return AttemptState.CANCELLING, f"{_cause_word(stop)} requested by {stop.actor}", None
+    if a.lease_expired is not None and a.max_report_seq <= a.lease_basis:
+        expiry = a.lease_expired.evidence["lease_expires_at"]
+        return AttemptState.LOST, f"no report since its lease expired at {expiry}", None
+    if a.max_report_seq > 0:
+        return AttemptState.RUNNING, "the worker reports it running", None
+    if a.acknowledged is not None:
+        return AttemptState.QUEUED, "the executor acknowledged it", None
+    return AttemptState.SCHEDULED, "opened, not yet acknowledged by the executor", None
+
+
+def _completion_state(
+    c: Completion, a: AttemptFacts, policy: TaskPolicy
+) -> tuple[AttemptState, str]:
+    """What one completion fact proves, given the stop requests and the policy."""
+    who = (
+        "the worker"
+        if c.mark.kind is EventKind.COMPLETED
+        else f"the engine ({c.mark.evidence['source']})"
+    )
+    exit_text = f"exit {c.exit_code}" if c.exit_code is not None else "no exit code"
+    stopped_by_us = _stop_cause(a)
+    category = c.category
+    if category is None:
+        category = ErrorCategory.NONE if c.engine_state is EngineState.SUCCEEDED else None
+    if category is ErrorCategory.NONE:
+        if policy.requires_commit and not (c.commit_marker or a.committed):
+            return AttemptState.FAILED, f"{who} reported {exit_text} but no output commit marker"
+        return AttemptState.SUCCESS, f"{who} reported {exit_text}"
+    if category is ErrorCategory.SKIPPED:
+        return AttemptState.SKIPPED, f"{who} reported that the task skipped itself ({exit_text})"
+    if category is ErrorCategory.TIMEOUT:
+        return AttemptState.TIMEOUT, f"{who} stopped it at its timeout"
+    if category is ErrorCategory.START_ERROR:
+        return AttemptState.START_FAILED, f"{who} could not start the task"
+    if category in (ErrorCategory.CANCELLED, ErrorCategory.KILLED, None):
+        if stopped_by_us is StopCause.TIMEOUT:
+            return AttemptState.TIMEOUT, f"{who} confirmed it stopped at our timeout ({exit_text})"
+        if stopped_by_us is StopCause.CANCEL:
+            return AttemptState.CANCELLED, f"{who} confirmed it stopped on request ({exit_text})"
+        if category is None:
+            return AttemptState.FAILED, f"{who} reported failure ({exit_text})"
+        return AttemptState.FAILED, f"{who} reported it killed by a signal nobody here sent"
+    return AttemptState.FAILED, f"{who} reported {exit_text}"
+
+
+def completion_result(c: Completion, a: AttemptFacts, policy: TaskPolicy) -> AttemptState:
+    """The attempt state that one completion fact proves on its own."""
+    return _completion_state(c, a, policy)[0]
+
+
+def _stop_cause(a: AttemptFacts) -> StopCause | None:
+    stop = a.stop_requested
+    if stop is None:
+        return None
+    return StopCause.TIMEOUT if stop.kind is EventKind.TIMEOUT_REQUESTED else StopCause.CANCEL
+
+
+def _cause_word(stop: Mark) -> str:
+    return "timeout" if stop.kind is EventKind.TIMEOUT_REQUESTED else "cancel"
+
+
+def _late_notes(a: AttemptFacts, state: AttemptState, policy: TaskPolicy) -> tuple[str, ...]:
+    """Facts kept on the record that arrived after a decision closed the attempt."""
+    notes: list[str] = []
+    if state in (AttemptState.ABANDONED, AttemptState.NOT_RECEIVED):
+        for c in a.completions:
+            result, _ = _completion_state(c, a, policy)
+            notes.append(
+                f"{result.lower()} late, after it was {state.lower()} (event {c.mark.event_id})"
+            )
+        if a.max_report_seq > 0 and not a.completions and state is AttemptState.NOT_RECEIVED:
+            notes.append("the worker reported after the engine was judged not to have it")
+    return tuple(notes)
+
+
+def _commit_marker(a: AttemptFacts) -> str | None:
+    for c in a.completions:
+        if c.commit_marker:
+            return c.commit_marker
+    return _str(a.committed.evidence.get("marker")) if a.committed else None
+
+
+def _progress(mark: Mark | None) -> Progress | None:
+    if mark is None:
+        return None
+    ev = mark.evidence
+    return Progress(
+        str(ev["phase"]),
+        _opt_int(ev.get("done")),
+        _opt_int(ev.get("total")),
+        _str(ev.get("message")),
+    )
+
+
+def _int(value: JSONValue) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _opt_int(value: JSONValue) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: JSONValue) -> str | None:
+    return value if isinstance(value, str) else None

@@ -1,0 +1,183 @@
+"""Per-task policies: retries, timeouts, leases and what to do when evidence stays unknown.
+
+Policies are frozen and validated when built, so a bad value is refused where it is written,
+not when the first retry needs it. Jitter is a pure function of the instance and the retry
+number, so every fold computes the same ``retry_at``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
+
+from veritask.core.errors import InvalidPolicy
+from veritask.core.jsontypes import JSONObject
+from veritask.core.states import AttemptState
+
+
+class Backoff(StrEnum):
+    """How the delay grows between retries."""
+
+    FIXED = "fixed"
+    """Every retry waits ``delay``."""
+    EXPONENTIAL = "exponential"
+    """Retry k waits ``delay * 2**(k-1)``, capped at ``max_delay``."""
+
+
+class OnUnknown(StrEnum):
+    """What the reconciler does when the evidence window closes with the fate still unknown."""
+
+    RETRY = "retry"
+    """Fence the old attempt and open the next one (counts as a retry)."""
+    FAIL = "fail"
+    """Fence the old attempt and fail the instance."""
+    WAIT = "wait"
+    """Stay LOST and keep the alert open until evidence or an operator decides."""
+
+
+#: End states that a retry may follow unless the policy says otherwise; CANCELLED never.
+DEFAULT_RETRYABLE = frozenset(
+    {AttemptState.FAILED, AttemptState.START_FAILED, AttemptState.TIMEOUT}
+)
+_NEVER_RETRYABLE = frozenset({AttemptState.CANCELLED, AttemptState.SUCCESS, AttemptState.SKIPPED})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How many retries an instance gets and how long each waits."""
+
+    max_retries: int = 0
+    backoff: Backoff = Backoff.EXPONENTIAL
+    delay: timedelta = timedelta(seconds=30)
+    max_delay: timedelta = timedelta(minutes=10)
+    jitter: float = 0.1
+    retry_on: frozenset[AttemptState] = DEFAULT_RETRYABLE
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise InvalidPolicy(f"retry.max_retries: must be 0 or more, got {self.max_retries}")
+        if self.delay < timedelta(0):
+            raise InvalidPolicy(f"retry.delay: must not be negative, got {self.delay}")
+        if self.max_delay < self.delay:
+            raise InvalidPolicy(
+                f"retry.max_delay: {self.max_delay} is shorter than delay {self.delay}"
+            )
+        if not 0.0 <= self.jitter <= 1.0:
+            raise InvalidPolicy(f"retry.jitter: must be between 0 and 1, got {self.jitter}")
+        forbidden = self.retry_on & _NEVER_RETRYABLE
+        if forbidden:
+            names = ", ".join(sorted(forbidden))
+            raise InvalidPolicy(f"retry.retry_on: {names} can never be retried")
+
+    def delay_before(self, *, retry_number: int, seed: str) -> timedelta:
+        """The wait before retry ``retry_number`` (1 for the first retry).
+
+        The base grows as the backoff says and is capped at ``max_delay``; the jitter then
+        moves it by at most ``jitter`` of itself, in a direction fixed by ``seed``.
+        """
+        if retry_number < 1:
+            raise InvalidPolicy(f"retry_number: must be 1 or more, got {retry_number}")
+        if self.backoff is Backoff.EXPONENTIAL:
+            # Cap the exponent too, so a large retry number cannot overflow timedelta.
+            base = self.delay * (2 ** min(retry_number - 1, 40))
+        else:
+            base = self.delay
+        base = min(base, self.max_delay)
+        digest = hashlib.sha256(f"{seed}/{retry_number}".encode()).digest()
+        unit = int.from_bytes(digest[:8], "big") / 2**64  # in [0, 1)
+        factor = 1.0 + self.jitter * (2.0 * unit - 1.0)
+        return timedelta(microseconds=round(base / timedelta(microseconds=1) * factor))
+
+
+@dataclass(frozen=True)
+class TaskPolicy:
+    """Everything the fold and the loops need to know about one task's behaviour."""
+
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    timeout: timedelta | None = None
+    lease: timedelta = timedelta(seconds=60)
+    evidence_window: timedelta = timedelta(minutes=5)
+    cancel_window: timedelta = timedelta(minutes=2)
+    on_unknown: OnUnknown = OnUnknown.RETRY
+    max_resubmits: int = 3
+    requires_commit: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("lease", "evidence_window", "cancel_window"):
+            value: timedelta = getattr(self, name)
+            if value <= timedelta(0):
+                raise InvalidPolicy(f"{name}: must be positive, got {value}")
+        if self.timeout is not None and self.timeout <= timedelta(0):
+            raise InvalidPolicy(f"timeout: must be positive, got {self.timeout}")
+        if self.max_resubmits < 0:
+            raise InvalidPolicy(f"max_resubmits: must be 0 or more, got {self.max_resubmits}")
+
+    def to_json(self) -> JSONObject:
+        """The policy as stored beside the instance."""
+        r = self.retry
+        return {
+            "retry": {
+                "max_retries": r.max_retries,
+                "backoff": r.backoff.value,
+                "delay": r.delay.total_seconds(),
+                "max_delay": r.max_delay.total_seconds(),
+                "jitter": r.jitter,
+                "retry_on": [s.value for s in sorted(r.retry_on)],
+            },
+            "timeout": None if self.timeout is None else self.timeout.total_seconds(),
+            "lease": self.lease.total_seconds(),
+            "evidence_window": self.evidence_window.total_seconds(),
+            "cancel_window": self.cancel_window.total_seconds(),
+            "on_unknown": self.on_unknown.value,
+            "max_resubmits": self.max_resubmits,
+            "requires_commit": self.requires_commit,
+        }
+
+    @classmethod
+    def from_json(cls, data: JSONObject) -> TaskPolicy:
+        """Read a policy written by :meth:`to_json`."""
+        r = data["retry"]
+        if not isinstance(r, dict):
+            raise InvalidPolicy("retry: expected an object")
+        timeout = data.get("timeout")
+        return cls(
+            retry=RetryPolicy(
+                max_retries=_int(r["max_retries"]),
+                backoff=Backoff(str(r["backoff"])),
+                delay=_seconds(r["delay"]),
+                max_delay=_seconds(r["max_delay"]),
+                jitter=_float(r["jitter"]),
+                retry_on=frozenset(AttemptState(str(s)) for s in _list(r["retry_on"])),
+            ),
+            timeout=None if timeout is None else _seconds(timeout),
+            lease=_seconds(data["lease"]),
+            evidence_window=_seconds(data["evidence_window"]),
+            cancel_window=_seconds(data["cancel_window"]),
+            on_unknown=OnUnknown(str(data["on_unknown"])),
+            max_resubmits=_int(data["max_resubmits"]),
+            requires_commit=bool(data["requires_commit"]),
+        )
+
+
+def _seconds(value: object) -> timedelta:
+    return timedelta(seconds=_float(value))
+
+
+def _float(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidPolicy(f"expected a number, got {value!r}")
+    return float(value)
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidPolicy(f"expected an integer, got {value!r}")
+    return value
+
+
+def _list(value: object) -> list[object]:
+    if not isinstance(value, list):
+        raise InvalidPolicy(f"expected a list, got {value!r}")
+    return list(value)

@@ -1,0 +1,49 @@
+"""The coarse vocabulary of ``/api/v1`` (design.md 3.5): four values, always with ``raw_state``.
+
+Older clients and reports know only these four. The mapping is this one table; the API and
+the docs read it, and a test checks that every instance state has exactly one coarse value.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from veritask.core.states import InstanceState
+
+
+class CoarseState(StrEnum):
+    """What ``/api/v1`` shows."""
+
+    WAITING = "WAITING"
+    """Not running yet: waiting for dependencies, the executor or a retry."""
+    RUNNING = "RUNNING"
+    """Running, or its fate is being established (lost, stopping)."""
+    SUCCESS = "SUCCESS"
+    """Succeeded or was skipped."""
+    FAILED = "FAILED"
+    """Ended without success for any reason."""
+
+
+V1_STATE: dict[InstanceState, CoarseState] = {
+    InstanceState.CREATED: CoarseState.WAITING,
+    InstanceState.SCHEDULED: CoarseState.WAITING,
+    InstanceState.QUEUED: CoarseState.WAITING,
+    InstanceState.UP_FOR_RETRY: CoarseState.WAITING,
+    InstanceState.RUNNING: CoarseState.RUNNING,
+    InstanceState.LOST: CoarseState.RUNNING,
+    InstanceState.CANCELLING: CoarseState.RUNNING,
+    InstanceState.CANCEL_FAILED: CoarseState.RUNNING,
+    InstanceState.SUCCESS: CoarseState.SUCCESS,
+    InstanceState.SKIPPED: CoarseState.SUCCESS,
+    InstanceState.FAILED: CoarseState.FAILED,
+    InstanceState.START_FAILED: CoarseState.FAILED,
+    InstanceState.TIMEOUT: CoarseState.FAILED,
+    InstanceState.CANCELLED: CoarseState.FAILED,
+    InstanceState.UPSTREAM_FAILED: CoarseState.FAILED,
+    InstanceState.REMOVED: CoarseState.FAILED,
+}
+
+
+def to_v1(state: InstanceState) -> dict[str, str]:
+    """The v1 view of a state: the coarse value and the raw one, so nothing is lost."""
+    return {"state": V1_STATE[state].value, "raw_state": state.value}
