@@ -46,6 +46,7 @@ class Outcome(StrEnum):
 class Verdict:
     """What the ledger should do with an event, and why."""
 
+    event: Event
     outcome: Outcome
     reason: str
     before: InstanceSnapshot
@@ -78,7 +79,7 @@ def judge(
     already recorded under the same id, if there is one."""
 
     def verdict(outcome: Outcome, reason: str, after: InstanceSnapshot = snapshot) -> Verdict:
-        return Verdict(outcome, reason, snapshot, after)
+        return Verdict(event, outcome, reason, snapshot, after)
 
     if known_fingerprint is not None:
         if known_fingerprint == fingerprint(event):
