@@ -35,7 +35,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.ledger
 
 docs: $(STAMP)
-	$(BIN)/python -m veritask.core.diagram > docs/state-machine.md
+	$(BIN)/python -m veritask.docgen
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

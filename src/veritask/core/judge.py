@@ -307,5 +307,5 @@ def _conflict(
 
 def _describe(before: InstanceSnapshot, after: InstanceSnapshot, event: Event) -> str:
     if before.state is not after.state:
-        return f"{before.state} -> {after.state}: {after.reason}"
+        return after.reason
     return f"recorded {event.kind}; the instance stays {after.state}"
