@@ -55,6 +55,7 @@ class Scenario:
     cancel_at: int | None
     override_at_end: bool
     seed: int
+    requires_commit: bool = False
     steps: int = 160
 
 
@@ -127,6 +128,7 @@ def policy_for(scenario: Scenario) -> TaskPolicy:
         cancel_window=timedelta(seconds=6),
         on_unknown=scenario.on_unknown,
         max_resubmits=2,
+        requires_commit=scenario.requires_commit,
     )
 
 
@@ -226,10 +228,16 @@ def _world_step(sim: Simulation, now: int, ids: Iterator[str], emit: Send) -> No
         if elapsed >= a.duration and a.fate in (Fate.SUCCEED, Fate.FAIL, Fate.SKIP):
             code = {Fate.SUCCEED: 0, Fate.FAIL: 1, Fate.SKIP: 99}[a.fate]
             category = {0: "none", 1: "task_error", 99: "skipped"}[code]
+            if code == 0 and sim.scenario.requires_commit:
+                marker: JSONObject = {"marker": f"partition-{a.attempt_no}"}
+                emit(_report(ids, a, EventKind.OUTPUT_COMMITTED, now, marker), now)
             _finish(a, now, code, category)
             emit(_completion(ids, a, now), now)
             continue
         if a.fate is Fate.SILENT_THEN_SUCCEED and elapsed >= 2 * a.duration:
+            if sim.scenario.requires_commit:
+                marker = {"marker": f"partition-{a.attempt_no}"}
+                emit(_report(ids, a, EventKind.OUTPUT_COMMITTED, now, marker), now)
             _finish(a, now, 0, "none")
             emit(_completion(ids, a, now), now)
             continue

@@ -41,6 +41,7 @@ scenarios = st.builds(
     override_at_end=st.booleans(),
     seed=st.integers(min_value=0, max_value=2**32 - 1),
     steps=st.just(100),
+    requires_commit=st.booleans(),
 )
 
 

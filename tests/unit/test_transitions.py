@@ -232,6 +232,18 @@ def test_rule_stronger_completion_overrules() -> None:
     assert_edge(verdict, I.FAILED, I.SUCCESS, "stronger_completion_overrules")
 
 
+def test_rule_late_commit_marker_completes_the_success() -> None:
+    story = Story(TaskPolicy(requires_commit=True))
+    story.open()
+    story.ack()
+    story.start()
+    committed = story.make(EventKind.OUTPUT_COMMITTED, 1, "worker", {"marker": "part=2026-03-01"})
+    story.complete(0)
+    assert story.state is I.FAILED  # exit 0 without the marker it requires, so far
+    verdict = story.record(committed)
+    assert_edge(verdict, I.FAILED, I.SUCCESS, "late_commit_marker_completes_the_success")
+
+
 def test_rule_worker_report_beats_a_submit_failure() -> None:
     story = Story(RETRY_ONCE)
     story.open()

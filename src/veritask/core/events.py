@@ -378,9 +378,10 @@ def malformation(event: Event) -> str | None:
         return "event_time: must carry a time zone"
     if not event.event_id:
         return "event_id: must not be empty"
-    instance_cancel = event.kind is EventKind.CANCEL_REQUESTED and event.evidence.get(
-        "nothing_running"
-    )
+    nothing_running = event.evidence.get("nothing_running", False)
+    if event.kind is EventKind.CANCEL_REQUESTED and not isinstance(nothing_running, bool):
+        return f"evidence.nothing_running: expected bool, got {type(nothing_running).__name__}"
+    instance_cancel = event.kind is EventKind.CANCEL_REQUESTED and nothing_running is True
     if rule.level is Level.ATTEMPT and event.attempt_no < 1 and not instance_cancel:
         return f"attempt_no: {event.kind} names an attempt, 1 or more; got {event.attempt_no}"
     if event.attempt_no < 0:

@@ -66,6 +66,7 @@ class AttemptView:
     error_category: str | None
     progress: Progress | None
     commit_marker: str | None
+    log_location: str | None
     stop_cause: StopCause | None
     on_unknown: OnUnknown | None
     retry_blocked: bool
@@ -254,6 +255,7 @@ def _view(a: AttemptFacts, policy: TaskPolicy) -> AttemptView:
         error_category=best.category.value if best and best.category else None,
         progress=_progress(a.progress),
         commit_marker=_commit_marker(a),
+        log_location=_log_location(a),
         stop_cause=_stop_cause(a),
         on_unknown=OnUnknown(str(a.fenced.evidence["on_unknown"])) if a.fenced else None,
         retry_blocked=bool(a.submit_failed and a.submit_failed.evidence.get("retryable") is False),
@@ -354,14 +356,13 @@ def _cause_word(stop: Mark) -> str:
 def _late_notes(a: AttemptFacts, state: AttemptState, policy: TaskPolicy) -> tuple[str, ...]:
     """Facts kept on the record that arrived after a decision closed the attempt."""
     notes: list[str] = []
-    if state in (AttemptState.ABANDONED, AttemptState.NOT_RECEIVED):
+    if state is AttemptState.ABANDONED:
         for c in a.completions:
             result, _ = _completion_state(c, a, policy)
-            notes.append(
-                f"{result.lower()} late, after it was {state.lower()} (event {c.mark.event_id})"
-            )
-        if a.max_report_seq > 0 and not a.completions and state is AttemptState.NOT_RECEIVED:
-            notes.append("the worker reported after the engine was judged not to have it")
+            notes.append(f"{result.lower()} late, after it was abandoned (event {c.mark.event_id})")
+    if state is AttemptState.NOT_RECEIVED and a.max_report_seq > 0:
+        # A completion would outrank the decision; a report without one only adds this note.
+        notes.append("the worker reported after the engine was judged not to have it")
     return tuple(notes)
 
 
@@ -370,6 +371,14 @@ def _commit_marker(a: AttemptFacts) -> str | None:
         if c.commit_marker:
             return c.commit_marker
     return _str(a.committed.evidence.get("marker")) if a.committed else None
+
+
+def _log_location(a: AttemptFacts) -> str | None:
+    """Where the worker keeps the attempt's log, from its start or its completion report."""
+    for mark in (a.started, *(c.mark for c in a.completions)):
+        if mark is not None and isinstance(mark.evidence.get("log_path"), str):
+            return _str(mark.evidence["log_path"])
+    return None
 
 
 def _progress(mark: Mark | None) -> Progress | None:

@@ -168,7 +168,7 @@ def _decision_problem(snapshot: InstanceSnapshot, event: Event) -> str | None:
             if attempt_state not in (AttemptState.QUEUED, AttemptState.RUNNING, AttemptState.LOST):
                 return f"{now}; only a queued, running or lost attempt can time out"
         case EventKind.CANCEL_REQUESTED:
-            if event.evidence.get("nothing_running"):
+            if is_instance_cancel(event):
                 if state not in (InstanceState.CREATED, InstanceState.UP_FOR_RETRY):
                     return f"{now}; a cancel with nothing running needs CREATED or UP_FOR_RETRY"
             elif attempt_state not in _RUNNABLE_STOP:

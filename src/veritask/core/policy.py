@@ -79,12 +79,11 @@ class RetryPolicy:
         """
         if retry_number < 1:
             raise InvalidPolicy(f"retry_number: must be 1 or more, got {retry_number}")
-        if self.backoff is Backoff.EXPONENTIAL:
-            # Cap the exponent too, so a large retry number cannot overflow timedelta.
-            base = self.delay * (2 ** min(retry_number - 1, 40))
-        else:
-            base = self.delay
-        base = min(base, self.max_delay)
+        # Grow in float seconds, capped before it becomes a timedelta: 2**(k-1) days of delay
+        # would overflow timedelta long before the cap applies.
+        growth = 2.0 ** min(retry_number - 1, 1000) if self.backoff is Backoff.EXPONENTIAL else 1.0
+        seconds = min(self.delay.total_seconds() * growth, self.max_delay.total_seconds())
+        base = timedelta(seconds=seconds)
         digest = hashlib.sha256(f"{seed}/{retry_number}".encode()).digest()
         unit = int.from_bytes(digest[:8], "big") / 2**64  # in [0, 1)
         factor = 1.0 + self.jitter * (2.0 * unit - 1.0)

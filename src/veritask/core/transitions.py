@@ -227,6 +227,14 @@ INSTANCE_RULES: tuple[Rule[InstanceState], ...] = (
         "late completion evidence outranks what decided before (a conflict when it disagrees)",
     ),
     _rule(
+        "late_commit_marker_completes_the_success",
+        [I.FAILED, I.UP_FOR_RETRY],
+        [I.SUCCESS],
+        [K.OUTPUT_COMMITTED],
+        "worker",
+        "with requires_commit, the marker arrived after the exit 0 it belongs to",
+    ),
+    _rule(
         "worker_report_beats_a_submit_failure",
         [I.START_FAILED, I.UP_FOR_RETRY],
         [I.RUNNING],
@@ -265,6 +273,7 @@ ATTEMPT_RULES: tuple[Rule[AttemptState], ...] = (
         "worker / reconciler",
         "",
     ),
+    _rule("late_commit_marker", [A.FAILED], [A.SUCCESS], [K.OUTPUT_COMMITTED], "worker", ""),
     _rule("lease_expired", [A.RUNNING], [A.LOST], [K.LEASE_EXPIRED], "monitor", ""),
     _rule("reported_after_lost", [A.LOST], [A.RUNNING], REPORTS, "worker", ""),
     _rule(

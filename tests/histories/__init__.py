@@ -1,0 +1,1 @@
+"""Golden histories: recorded event logs and what their fold must say (see format.py)."""
