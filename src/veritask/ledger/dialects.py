@@ -1,0 +1,172 @@
+"""The few places where SQLite and PostgreSQL differ, and the one place that picks between them.
+
+Everything else in the ledger is dialect-neutral SQLAlchemy Core. The database is chosen by
+its URL here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Final
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine, ExceptionContext
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from veritask.ledger import errors
+
+#: How long a SQLite writer waits for the write lock before the ledger reports ``LedgerBusy``.
+SQLITE_BUSY_TIMEOUT_MS: Final = 30_000
+DEFAULT_HOME: Final = ".veritask"
+DATABASE_FILE: Final = "veritask.db"
+
+#: Execution option: this connection's transactions only read. On SQLite they then begin
+#: DEFERRED and never take the write lock (WAL readers do not block the writer).
+READ_ONLY_OPTION: Final = "veritask_read_only"
+
+
+def default_database_url() -> str:
+    """``VERITASK_DATABASE_URL``, else a SQLite file in ``VERITASK_HOME`` (``./.veritask``)."""
+    configured = os.environ.get("VERITASK_DATABASE_URL")
+    if configured:
+        return configured
+    home = Path(os.environ.get("VERITASK_HOME", DEFAULT_HOME)).expanduser().resolve()
+    return f"sqlite:///{home / DATABASE_FILE}"
+
+
+def normalize_url(url: str | sa.URL) -> sa.URL:
+    """Parse the URL and pin the drivers we ship: ``postgresql://`` means psycopg 3."""
+    parsed = sa.make_url(url)
+    if parsed.get_backend_name() == "postgresql" and parsed.drivername != "postgresql+psycopg":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def create_engine(url: str | sa.URL, *, echo: bool = False) -> Engine:
+    """An engine for the URL, configured for the ledger, that raises ``LedgerError``s.
+
+    SQLite: WAL, ``synchronous=NORMAL``, foreign keys on, a busy timeout, and real
+    transactions that begin IMMEDIATE (they take the write lock up front, so two writers queue
+    on the busy timeout instead of failing on a lock upgrade); read-only transactions, see
+    ``read_transaction``, begin DEFERRED. PostgreSQL: psycopg 3.
+    """
+    parsed = normalize_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        engine = _create_sqlite_engine(parsed, echo=echo)
+    elif backend == "postgresql":
+        engine = sa.create_engine(parsed, echo=echo)
+    else:
+        raise ValueError(f"unsupported database {backend!r}; use sqlite:/// or postgresql://")
+    sa.event.listen(engine, "handle_error", _translate_driver_error)
+    return engine
+
+
+def _create_sqlite_engine(url: sa.URL, *, echo: bool) -> Engine:
+    if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
+        Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(
+        url, echo=echo, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+    )
+    sa.event.listen(engine, "connect", _configure_sqlite_connection)
+    sa.event.listen(engine, "begin", _begin_sqlite_transaction)
+    return engine
+
+
+def _configure_sqlite_connection(
+    dbapi_connection: sqlite3.Connection, connection_record: ConnectionPoolEntry
+) -> None:
+    # The documented SQLAlchemy recipe: stop the sqlite3 module from emitting its own BEGIN
+    # (it skips it before SELECT and DDL), so that the "begin" hook below makes transactions
+    # real.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+    finally:
+        cursor.close()
+
+
+def _begin_sqlite_transaction(connection: Connection) -> None:
+    if connection.get_execution_options().get(READ_ONLY_OPTION):
+        connection.exec_driver_sql("BEGIN DEFERRED")
+    else:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _translate_driver_error(context: ExceptionContext) -> BaseException | None:
+    # Driver errors become LedgerErrors here, once, for every statement, commit and connect;
+    # SQLAlchemy raises the returned exception ``from`` the driver's.
+    if context.sqlalchemy_exception is None or not isinstance(
+        context.sqlalchemy_exception, sa.exc.DBAPIError
+    ):
+        return None
+    return errors.translate(context.sqlalchemy_exception, is_disconnect=context.is_disconnect)
+
+
+@contextmanager
+def read_transaction(engine: Engine) -> Iterator[Connection]:
+    """A transaction that only reads: on SQLite it does not take the write lock."""
+    with engine.connect() as connection:
+        connection.execution_options(**{READ_ONLY_OPTION: True})
+        with connection.begin():
+            yield connection
+
+
+def insert_ignoring_conflict(
+    connection: Connection,
+    table: sa.Table,
+    values: Mapping[str, object],
+    *,
+    conflict_columns: Sequence[str],
+) -> bool:
+    """INSERT … ON CONFLICT (columns) DO NOTHING; True if the row was inserted.
+
+    Concurrent callers with the same key insert exactly one row: on PostgreSQL the loser waits
+    for the winner's commit, on SQLite writers are serialized by BEGIN IMMEDIATE.
+    """
+    # No columns: any unique or primary key conflict is ignored.
+    targets = list(conflict_columns) or None
+    name = connection.dialect.name
+    statement: sa.Insert
+    if name == "postgresql":
+        pg_statement = postgresql.insert(table).values(dict(values))
+        statement = pg_statement.on_conflict_do_nothing(index_elements=targets)
+    elif name == "sqlite":
+        lite_statement = sqlite.insert(table).values(dict(values))
+        statement = lite_statement.on_conflict_do_nothing(index_elements=targets)
+    else:
+        raise ValueError(f"unsupported dialect {name!r}")
+    # RETURNING rather than rowcount: the drivers' rowcount for an ignored INSERT differs.
+    key = next(iter(table.primary_key.columns))
+    return connection.execute(statement.returning(key)).first() is not None
+
+
+@contextmanager
+def purge_permitted(
+    connection: Connection, *, permit_table: sa.Table, setting: str
+) -> Iterator[None]:
+    """Within the caller's transaction, lift the append-only triggers for deletes only.
+
+    PostgreSQL: a transaction-local setting (``SET LOCAL``) that the trigger reads. SQLite: the
+    one-row permit table that its trigger checks, inserted and removed in this transaction.
+    If the body raises, nothing is undone here: the caller's rollback undoes the permit too.
+    """
+    if not connection.in_transaction():
+        raise errors.LedgerError("a purge must run inside a transaction")
+    if connection.dialect.name == "postgresql":
+        connection.execute(sa.select(sa.func.set_config(setting, "on", True)))
+        yield
+        connection.execute(sa.select(sa.func.set_config(setting, "off", True)))
+    else:
+        connection.execute(permit_table.insert().values(id=1))
+        yield
+        connection.execute(permit_table.delete())

@@ -1,0 +1,566 @@
+"""``apply(event)``: record an event once, fold it, and write the snapshot with compare-and-set.
+
+One code path for SQLite and PostgreSQL. In one transaction the ledger reads the instance's
+snapshot (its facts, version and policy), classifies the event with the pure ``judge``, inserts
+the event row (``ON CONFLICT (event_id) DO NOTHING`` tells a duplicate), and writes the new
+snapshot with ``UPDATE … WHERE id = :id AND version = :expected``. Zero rows updated means
+another writer moved the instance first: the transaction rolls back and the event is read,
+folded and classified again (bounded) — never overwritten, never retried blindly.
+
+Decisions pass the version of the snapshot they were based on (``expected_version``); if the
+instance moved since, :class:`StaleDecision` is raised and nothing is recorded, so the decider
+re-reads and decides again (design.md 3.4).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+
+from veritask.core import codec, decide, judge
+from veritask.core.events import Event, EventKind, fingerprint
+from veritask.core.fold import AttemptView, InstanceSnapshot, derive, empty
+from veritask.core.jsontypes import JSONObject
+from veritask.core.judge import Outcome
+from veritask.core.policy import TaskPolicy
+from veritask.core.states import InstanceState
+from veritask.ledger import dialects, errors, runs, schema
+
+Clock = Callable[[], datetime]
+
+#: Snapshots kept decoded between transactions (see ``Ledger._snapshots``).
+_SNAPSHOT_CACHE = 10_000
+#: How many times a lost compare-and-set race is re-read and re-classified before giving up.
+MAX_RACES = 64
+
+
+class StaleDecision(errors.LedgerConflict):
+    """The snapshot moved since the decision was taken; re-read and decide again."""
+
+    retryable = True
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What became of one event."""
+
+    event_id: str
+    outcome: Outcome
+    reason: str
+    snapshot: InstanceSnapshot | None
+    version: int | None
+    #: For a duplicate: the outcome the event got when it was first recorded.
+    original_outcome: Outcome | None = None
+
+    @property
+    def state(self) -> InstanceState | None:
+        return None if self.snapshot is None else self.snapshot.state
+
+
+@dataclass
+class _Loaded:
+    """An instance as read in this transaction, and as folded since."""
+
+    run_id: str
+    version: int
+    policy: TaskPolicy
+    base: InstanceSnapshot
+    snapshot: InstanceSnapshot
+    dirty: bool = False
+    #: The version this transaction wrote, once it did.
+    written: int | None = None
+
+
+@dataclass(frozen=True)
+class _Known:
+    """An event already recorded under the same id."""
+
+    fingerprint: str
+    outcome: str
+    reason: str | None
+
+
+class _LostRace(Exception):
+    """A compare-and-set matched no row: roll back and classify again."""
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Ledger:
+    """The durable event log and the snapshots folded from it."""
+
+    def __init__(self, engine: Engine, *, clock: Clock = utc_now) -> None:
+        self.engine = engine
+        self.clock = clock
+        self._policies: dict[str, TaskPolicy] = {}
+        # The snapshot this process last wrote, by instance: a row still at that version
+        # need not be decoded and derived again. Bounded; a miss only costs the decode.
+        self._snapshots: dict[str, tuple[int, InstanceSnapshot]] = {}
+
+    # -- creation --------------------------------------------------------------------------
+
+    def create_instance(
+        self,
+        *,
+        run_id: str,
+        task_key: str,
+        policy: TaskPolicy,
+        event_id: str,
+        map_index: int = runs.UNMAPPED,
+        instance_id: str | None = None,
+        event_time: datetime | None = None,
+    ) -> tuple[str, bool]:
+        """Create the instance with its ``instance_created`` event; idempotent on its key."""
+        now = self.clock()
+        with self.engine.begin() as connection:
+            created_id, created = runs.create_instance(
+                connection,
+                run_id=run_id,
+                task_key=task_key,
+                state=InstanceState.CREATED,
+                policy=policy.to_json(),
+                map_index=map_index,
+                instance_id=instance_id,
+                observed_at=now,
+            )
+            if created:
+                event = Event(
+                    event_id,
+                    created_id,
+                    0,
+                    EventKind.INSTANCE_CREATED,
+                    "scheduler",
+                    event_time or now,
+                    {"task_key": task_key, "map_index": map_index, "run_id": run_id},
+                    observed_at=now,
+                )
+                blank = derive(empty(created_id), policy)
+                loaded = _Loaded(run_id, 0, policy, blank, blank)
+                self._record(connection, loaded, event, expected_version=None)
+                self._write_snapshot(connection, created_id, loaded)
+        return created_id, created
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def snapshot(self, instance_id: str) -> tuple[InstanceSnapshot, int] | None:
+        """The instance's snapshot and its version, or None if there is no such instance."""
+        with dialects.read_transaction(self.engine) as connection:
+            loaded = self._load(connection, instance_id)
+        return None if loaded is None else (loaded.snapshot, loaded.version)
+
+    def recorded_events(self, instance_id: str) -> list[Event]:
+        """The instance's recorded events (rejected ones are not), as the fold takes them."""
+        e = schema.events.c
+        statement = (
+            sa.select(
+                e.event_id,
+                e.attempt_no,
+                e.kind,
+                e.actor,
+                e.event_time,
+                e.observed_at,
+                e.evidence,
+                e.seq,
+            )
+            .where(e.instance_id == instance_id)
+            .order_by(e.position)
+        )
+        with dialects.read_transaction(self.engine) as connection:
+            rows = connection.execute(statement).all()
+        return [
+            Event(
+                event_id=row.event_id,
+                instance_id=instance_id,
+                attempt_no=row.attempt_no or 0,
+                kind=EventKind(row.kind),
+                actor=row.actor,
+                event_time=row.event_time,
+                evidence=row.evidence,
+                seq=row.seq,
+                observed_at=row.observed_at,
+            )
+            for row in rows
+        ]
+
+    def refresh_lease(self, instance_id: str, attempt_no: int, view: AttemptView) -> None:
+        """Write an attempt's live lease and last heartbeat into its row (a cache column)."""
+        policy = self.policy_of(instance_id) or TaskPolicy()
+        with self.engine.begin() as connection:
+            connection.execute(
+                schema.attempts.update()
+                .where(
+                    schema.attempts.c.instance_id == instance_id,
+                    schema.attempts.c.attempt_no == attempt_no,
+                )
+                .values(
+                    lease_expires_at=decide.lease_expiry(view, policy) if view.is_active else None,
+                    last_heartbeat_at=view.last_report_at,
+                )
+            )
+
+    def policy_of(self, instance_id: str) -> TaskPolicy | None:
+        """The task policy stored with the instance."""
+        with dialects.read_transaction(self.engine) as connection:
+            loaded = self._load(connection, instance_id)
+        return None if loaded is None else loaded.policy
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def apply(self, event: Event, *, expected_version: int | None = None) -> Applied:
+        """Record, fold and classify one event in one transaction."""
+        for _ in range(MAX_RACES):
+            touched: dict[str, _Loaded | None] = {}
+            try:
+                with self.engine.begin() as connection:
+                    applied = self._apply_one(connection, event, expected_version, touched)
+            except _LostRace:
+                continue
+            self._remember(touched)
+            return applied
+        raise errors.LedgerConflict(
+            f"instance {event.instance_id}: lost {MAX_RACES} compare-and-set races in a row"
+        )
+
+    def apply_batch(self, events: Sequence[Event]) -> list[Applied]:
+        """Apply many events in one transaction, in the order given, for high-rate callers.
+
+        Each instance is read once and written once per batch; a lost race anywhere rolls the
+        whole batch back and it is classified again.
+        """
+        for _ in range(MAX_RACES):
+            touched: dict[str, _Loaded | None] = {}
+            try:
+                with self.engine.begin() as connection:
+                    applied = self._apply_many(connection, events, touched)
+            except _LostRace:
+                continue
+            self._remember(touched)
+            return applied
+        raise errors.LedgerConflict(f"a batch of {len(events)} lost {MAX_RACES} races in a row")
+
+    # -- the transaction's steps -----------------------------------------------------------
+
+    def _remember(self, touched: dict[str, _Loaded | None]) -> None:
+        """Keep what a committed transaction wrote, to skip decoding it next time."""
+        if len(self._snapshots) >= _SNAPSHOT_CACHE:
+            self._snapshots.clear()
+        for instance_id, loaded in touched.items():
+            if loaded is not None and loaded.written is not None:
+                self._snapshots[instance_id] = (loaded.written, loaded.snapshot)
+
+    def _apply_one(
+        self,
+        connection: Connection,
+        event: Event,
+        expected_version: int | None,
+        touched: dict[str, _Loaded | None],
+    ) -> Applied:
+        stamped = replace(event, observed_at=self.clock())
+        loaded = touched[event.instance_id] = self._load(connection, event.instance_id)
+        if loaded is None:
+            return self._reject(
+                connection, stamped, f"instance_id: no instance {event.instance_id}"
+            )
+        applied = self._record(connection, loaded, stamped, expected_version=expected_version)
+        self._write_snapshot(connection, event.instance_id, loaded)
+        return applied
+
+    def _apply_many(
+        self,
+        connection: Connection,
+        events: Sequence[Event],
+        loaded_by_id: dict[str, _Loaded | None],
+    ) -> list[Applied]:
+        now = self.clock()
+        results = []
+        for event in events:
+            stamped = replace(event, observed_at=now)
+            if event.instance_id not in loaded_by_id:
+                loaded_by_id[event.instance_id] = self._load(connection, event.instance_id)
+            loaded = loaded_by_id[event.instance_id]
+            if loaded is None:
+                reason = f"instance_id: no instance {event.instance_id}"
+                results.append(self._reject(connection, stamped, reason))
+            else:
+                results.append(self._record(connection, loaded, stamped, expected_version=None))
+        for instance_id, loaded in loaded_by_id.items():
+            if loaded is not None:
+                self._write_snapshot(connection, instance_id, loaded)
+        return results
+
+    def _load(self, connection: Connection, instance_id: str) -> _Loaded | None:
+        row = connection.execute(_SELECT_INSTANCE, {"id": instance_id}).first()
+        if row is None:
+            return None
+        policy = self._policy(row.policy)
+        cached = self._snapshots.get(instance_id)
+        if cached is not None and cached[0] == row.version:
+            snapshot = cached[1]
+        else:
+            fold = row.fold
+            facts = codec.facts_from_json(fold) if fold else empty(instance_id)
+            snapshot = derive(facts, policy)
+        return _Loaded(row.run_id, row.version, policy, snapshot, snapshot)
+
+    def _policy(self, data: JSONObject) -> TaskPolicy:
+        key = json.dumps(data, sort_keys=True)
+        policy = self._policies.get(key)
+        if policy is None:
+            policy = self._policies[key] = TaskPolicy.from_json(data)
+        return policy
+
+    def _record(
+        self,
+        connection: Connection,
+        loaded: _Loaded,
+        event: Event,
+        *,
+        expected_version: int | None,
+    ) -> Applied:
+        """Classify the event and insert it; the caller writes the snapshot."""
+        verdict = judge.judge(loaded.snapshot, event, loaded.policy)
+        if verdict.outcome is Outcome.REJECTED:
+            known = self._known(connection, event.event_id)
+            if known is None:
+                return self._reject(connection, event, verdict.reason, loaded)
+            return self._as_known(connection, loaded, event, known)
+        if expected_version is not None and expected_version != loaded.version:
+            raise StaleDecision(
+                f"instance {event.instance_id} is at version {loaded.version}, the decision "
+                f"{event.kind} was taken on version {expected_version}"
+            )
+        row = _event_row(event, loaded.run_id, verdict)
+        inserted = connection.execute(_statements(connection).insert_event, row).first()
+        if inserted is None:
+            known = self._known(connection, event.event_id)
+            if known is None:  # deleted by a purge between the two statements
+                raise _LostRace
+            return self._as_known(connection, loaded, event, known)
+        loaded.snapshot = verdict.after
+        loaded.dirty = True
+        return Applied(
+            event.event_id,
+            verdict.outcome,
+            verdict.reason,
+            verdict.after,
+            loaded.version + 1,
+        )
+
+    def _known(self, connection: Connection, event_id: str) -> _Known | None:
+        row = connection.execute(_SELECT_KNOWN, {"event_id": event_id}).first()
+        return None if row is None else _Known(row.fingerprint, row.outcome, row.reason)
+
+    def _as_known(
+        self,
+        connection: Connection,
+        loaded: _Loaded,
+        event: Event,
+        known: _Known,
+    ) -> Applied:
+        verdict = judge.judge(
+            loaded.snapshot, event, loaded.policy, known_fingerprint=known.fingerprint
+        )
+        if verdict.outcome is Outcome.DUPLICATE:
+            return Applied(
+                event.event_id,
+                Outcome.DUPLICATE,
+                known.reason or verdict.reason,
+                loaded.snapshot,
+                loaded.version,
+                original_outcome=Outcome(known.outcome),
+            )
+        return self._reject(connection, event, verdict.reason, loaded)
+
+    def _reject(
+        self,
+        connection: Connection,
+        event: Event,
+        reason: str,
+        loaded: _Loaded | None = None,
+    ) -> Applied:
+        connection.execute(
+            schema.rejected_events.insert(),
+            {
+                "event_id": event.event_id,
+                "subject_type": "instance",
+                "subject_id": event.instance_id,
+                "run_id": loaded.run_id if loaded else None,
+                "instance_id": event.instance_id,
+                "attempt_no": event.attempt_no,
+                "kind": event.kind.value,
+                "actor": event.actor,
+                "event_time": event.event_time,
+                "observed_at": event.observed_at or self.clock(),
+                "payload": _payload(event),
+                "reason": reason,
+            },
+        )
+        return Applied(
+            event.event_id,
+            Outcome.REJECTED,
+            reason,
+            loaded.snapshot if loaded else None,
+            loaded.version if loaded else None,
+        )
+
+    def _write_snapshot(self, connection: Connection, instance_id: str, loaded: _Loaded) -> None:
+        """Compare-and-set the instance row, then the attempt rows that changed."""
+        if not loaded.dirty:
+            return
+        after = loaded.snapshot
+        result = connection.execute(
+            _UPDATE_INSTANCE,
+            {
+                "b_id": instance_id,
+                "b_expected": loaded.version,
+                "b_state": after.state.value,
+                "b_epoch": after.epoch,
+                "b_retry_at": after.retry_at,
+                "b_fold": codec.facts_to_json(after.facts),
+                "b_updated_observed_at": self.clock(),
+            },
+        )
+        if result.rowcount != 1:
+            raise _LostRace
+        loaded.written = loaded.version + 1
+        before = {view.attempt_no: view for view in loaded.base.attempts}
+        for view in after.attempts:
+            previous = before.get(view.attempt_no)
+            if previous is None or _projected(previous) != _projected(view):
+                _upsert_attempt(connection, instance_id, view, loaded.policy)
+
+
+_instances = schema.task_instances
+_SELECT_INSTANCE = sa.select(
+    _instances.c.run_id, _instances.c.version, _instances.c.policy, _instances.c.fold
+).where(_instances.c.id == sa.bindparam("id"))
+_SELECT_KNOWN = sa.select(
+    schema.events.c.fingerprint, schema.events.c.outcome, schema.events.c.reason
+).where(schema.events.c.event_id == sa.bindparam("event_id"))
+_UPDATE_INSTANCE = (
+    _instances.update()
+    .where(
+        _instances.c.id == sa.bindparam("b_id"),
+        _instances.c.version == sa.bindparam("b_expected"),
+    )
+    .values(
+        state=sa.bindparam("b_state"),
+        epoch=sa.bindparam("b_epoch"),
+        retry_at=sa.bindparam("b_retry_at", type_=_instances.c.retry_at.type),
+        fold=sa.bindparam("b_fold", type_=_instances.c.fold.type),
+        updated_observed_at=sa.bindparam(
+            "b_updated_observed_at", type_=_instances.c.updated_observed_at.type
+        ),
+        version=_instances.c.version + 1,
+    )
+)
+
+
+def _event_row(event: Event, run_id: str, verdict: judge.Verdict) -> dict[str, object]:
+    return {
+        "event_id": event.event_id,
+        "subject_type": "instance",
+        "subject_id": event.instance_id,
+        "run_id": run_id,
+        "instance_id": event.instance_id,
+        "attempt_no": event.attempt_no,
+        "kind": event.kind.value,
+        "actor": event.actor,
+        "seq": event.seq,
+        "from_state": verdict.before.state.value,
+        "to_state": verdict.after.state.value,
+        "event_time": event.event_time,
+        "observed_at": event.observed_at,
+        "evidence": event.evidence,
+        "outcome": verdict.outcome.value,
+        "reason": verdict.reason,
+        "fingerprint": fingerprint(event),
+    }
+
+
+def _payload(event: Event) -> JSONObject:
+    """What a rejected event said (never its token)."""
+    return {
+        "event_id": event.event_id,
+        "instance_id": event.instance_id,
+        "attempt_no": event.attempt_no,
+        "kind": event.kind.value,
+        "actor": event.actor,
+        "event_time": event.event_time.isoformat(),
+        "seq": event.seq,
+        "evidence": event.evidence,
+    }
+
+
+def _projected(view: AttemptView) -> AttemptView:
+    """The attempt without its liveness fields.
+
+    A heartbeat only moves the last report and so the lease; writing the attempt row for it
+    would double the cost of the most frequent event. The row's ``lease_expires_at`` may
+    therefore lag behind: it is never later than the real expiry (reports only push it
+    forward), so the monitor's query still finds every expired lease, re-derives the real
+    expiry from the snapshot and refreshes the row (``Ledger.refresh_lease``).
+    """
+    return replace(view, last_report_at=None, last_report_observed_at=None, max_report_seq=0)
+
+
+def _upsert_attempt(
+    connection: Connection, instance_id: str, view: AttemptView, policy: TaskPolicy
+) -> None:
+    progress = view.progress
+    values: dict[str, object] = {
+        "state": view.state.value,
+        "executor": view.executor,
+        "external_id": view.external_id,
+        "worker": view.worker,
+        "token_hash": view.token_hash,
+        "lease_expires_at": decide.lease_expiry(view, policy) if view.is_active else None,
+        "last_heartbeat_at": view.last_report_at,
+        "queued_at": view.queued_at,
+        "started_at": view.started_at,
+        "ended_at": view.ended_at,
+        "exit_code": view.exit_code,
+        "error_category": view.error_category,
+        "log_location": view.log_location,
+        "progress_phase": progress.phase if progress else None,
+        "progress_done": progress.done if progress else None,
+        "progress_total": progress.total if progress else None,
+        "progress_message": progress.message if progress else None,
+    }
+    row = {"instance_id": instance_id, "attempt_no": view.attempt_no, **values}
+    connection.execute(_statements(connection).upsert_attempt, row)
+
+
+@dataclass(frozen=True)
+class _Statements:
+    """Statements built once per dialect, so SQLAlchemy compiles each of them once."""
+
+    insert_event: sa.Insert
+    upsert_attempt: sa.Insert
+
+
+_ATTEMPT_COLUMNS = [c.name for c in schema.attempts.columns if not c.primary_key]
+_BUILT: dict[str, _Statements] = {}
+
+
+def _statements(connection: Connection) -> _Statements:
+    name = connection.dialect.name
+    built = _BUILT.get(name)
+    if built is None:
+        insert = postgresql.insert if name == "postgresql" else sqlite.insert
+        events = insert(schema.events).on_conflict_do_nothing(index_elements=["event_id"])
+        attempts = insert(schema.attempts)
+        upsert = attempts.on_conflict_do_update(
+            index_elements=["instance_id", "attempt_no"],
+            set_={column: attempts.excluded[column] for column in _ATTEMPT_COLUMNS},
+        )
+        built = _BUILT[name] = _Statements(events.returning(schema.events.c.position), upsert)
+    return built

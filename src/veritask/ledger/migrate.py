@@ -1,0 +1,55 @@
+"""Upgrade, downgrade and inspect the ledger's schema from Python, without an alembic.ini.
+
+The migrations ship inside the package (``veritask/ledger/migrations``); the configuration is
+built here in code.
+"""
+
+from __future__ import annotations
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from veritask.ledger import dialects
+
+SCRIPT_LOCATION = "veritask.ledger:migrations"
+
+
+def alembic_config(url: str) -> Config:
+    """An Alembic configuration for the database at ``url`` (no file on disk)."""
+    config = Config()
+    config.set_main_option("script_location", SCRIPT_LOCATION)
+    config.set_main_option("path_separator", "os")
+    # Passed as an attribute, not a main option: configparser would read "%" in a password
+    # as interpolation.
+    config.attributes["url"] = url
+    return config
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Migrate the database at ``url`` up to ``revision`` (the newest by default)."""
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str) -> None:
+    """Migrate the database at ``url`` down to ``revision`` (``"base"`` removes every table)."""
+    command.downgrade(alembic_config(url), revision)
+
+
+def current(url: str) -> str | None:
+    """The revision the database at ``url`` is at, or None if it was never migrated."""
+    engine = dialects.create_engine(url)
+    try:
+        with dialects.read_transaction(engine) as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+    finally:
+        engine.dispose()
+
+
+def head() -> str:
+    """The newest revision that ships with this version of Veritask."""
+    revision = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    if revision is None:
+        raise RuntimeError("the package ships no migrations")
+    return revision

@@ -1,0 +1,330 @@
+"""The reads that the scheduler, the monitor and the API need, each backed by an index.
+
+Every function takes a connection (use ``dialects.read_transaction`` when only reading) and
+returns typed rows from ``ledger.rows``. Queries that a partial index serves repeat the index's
+predicate verbatim (``schema.*_PREDICATE``): SQLite uses a partial index only then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime
+from typing import Final
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from veritask.core import states
+from veritask.ledger import pagination, schema, vocabulary
+from veritask.ledger.rows import (
+    AlertRow,
+    AttemptRow,
+    DefinitionRow,
+    DefinitionVersionRow,
+    EventRow,
+    InstanceProgress,
+    InstanceRow,
+    RunRow,
+)
+
+DEFAULT_LIMIT: Final = 1000
+ACTIVE_INSTANCE_STATES: Final = frozenset(
+    set(states.InstanceState) - states.TERMINAL_INSTANCE_STATES
+)
+
+_instances = schema.task_instances.c
+_attempts = schema.attempts.c
+_runs = schema.runs.c
+_events = schema.events.c
+
+
+def _literal_states(values: Collection[str]) -> sa.BindParameter[list[str]]:
+    # Rendered into the SQL text rather than bound: planners match index predicates and pick
+    # plans against literal state names, and the state vocabulary is small and closed.
+    return sa.bindparam(
+        "state_names", sorted(str(value) for value in values), expanding=True, literal_execute=True
+    )
+
+
+# -- definitions ---------------------------------------------------------------------------
+
+
+def get_definition(connection: Connection, *, name: str) -> DefinitionRow | None:
+    """The definition called ``name``, whatever its lifecycle."""
+    row = connection.execute(
+        sa.select(schema.definitions).where(schema.definitions.c.name == name)
+    ).first()
+    return DefinitionRow.from_row(row) if row else None
+
+
+def get_definition_version(
+    connection: Connection, *, definition_id: str, version: int
+) -> DefinitionVersionRow | None:
+    """One saved version of a definition."""
+    versions = schema.definition_versions.c
+    row = connection.execute(
+        sa.select(schema.definition_versions).where(
+            versions.definition_id == definition_id, versions.version == version
+        )
+    ).first()
+    return DefinitionVersionRow.from_row(row) if row else None
+
+
+def list_definitions(
+    connection: Connection, *, lifecycles: Collection[states.DefinitionLifecycle] | None = None
+) -> list[DefinitionRow]:
+    """Definitions by name, optionally only those in the given lifecycle steps."""
+    statement = sa.select(schema.definitions).order_by(schema.definitions.c.name)
+    if lifecycles is not None:
+        statement = statement.where(
+            schema.definitions.c.lifecycle.in_([lifecycle.value for lifecycle in lifecycles])
+        )
+    return [DefinitionRow.from_row(row) for row in connection.execute(statement)]
+
+
+# -- snapshots by id -----------------------------------------------------------------------
+
+
+def get_run(connection: Connection, run_id: str) -> RunRow | None:
+    """A run's snapshot."""
+    row = connection.execute(sa.select(schema.runs).where(_runs.id == run_id)).first()
+    return RunRow.from_row(row) if row else None
+
+
+def get_instance(connection: Connection, instance_id: str) -> InstanceRow | None:
+    """An instance's snapshot."""
+    row = connection.execute(
+        sa.select(schema.task_instances).where(_instances.id == instance_id)
+    ).first()
+    return InstanceRow.from_row(row) if row else None
+
+
+def instances_of_run(connection: Connection, run_id: str) -> list[InstanceRow]:
+    """The instances of a run, by task key and map index."""
+    statement = (
+        sa.select(schema.task_instances)
+        .where(_instances.run_id == run_id)
+        .order_by(_instances.task_key, _instances.map_index)
+    )
+    return [InstanceRow.from_row(row) for row in connection.execute(statement)]
+
+
+def attempts_of(connection: Connection, instance_id: str) -> list[AttemptRow]:
+    """Every attempt of an instance, first to last; earlier ones are never rewritten."""
+    statement = (
+        sa.select(schema.attempts)
+        .where(_attempts.instance_id == instance_id)
+        .order_by(_attempts.attempt_no)
+    )
+    return [AttemptRow.from_row(row) for row in connection.execute(statement)]
+
+
+# -- the scheduler's and the monitor's scans ------------------------------------------------
+
+
+def active_instances(
+    connection: Connection,
+    *,
+    instance_states: Collection[states.InstanceState] | None = None,
+    after_id: str | None = None,
+    limit: int = DEFAULT_LIMIT,
+) -> list[InstanceRow]:
+    """Unfinished instances (or those in ``instance_states``), by id, one page at a time."""
+    wanted = ACTIVE_INSTANCE_STATES if instance_states is None else frozenset(instance_states)
+    if not wanted:
+        return []
+    statement = (
+        sa.select(schema.task_instances)
+        .where(_instances.state.in_(_literal_states(wanted)))
+        .order_by(_instances.id)
+        .limit(limit)
+    )
+    if after_id is not None:
+        statement = statement.where(_instances.id > after_id)
+    return [InstanceRow.from_row(row) for row in connection.execute(statement)]
+
+
+def due_retries(
+    connection: Connection, *, now: datetime, limit: int = DEFAULT_LIMIT
+) -> list[InstanceRow]:
+    """UP_FOR_RETRY instances whose ``retry_at`` has come, earliest first."""
+    statement = (
+        sa.select(schema.task_instances)
+        .where(sa.text(schema.DUE_RETRY_PREDICATE), _instances.retry_at <= now)
+        .order_by(_instances.retry_at, _instances.id)
+        .limit(limit)
+    )
+    return [InstanceRow.from_row(row) for row in connection.execute(statement)]
+
+
+def expired_leases(
+    connection: Connection, *, now: datetime, limit: int = DEFAULT_LIMIT
+) -> list[AttemptRow]:
+    """Attempts a worker holds whose lease ran out before ``now``, longest silent first."""
+    statement = (
+        sa.select(schema.attempts)
+        .where(sa.text(schema.LEASED_ATTEMPT_PREDICATE), _attempts.lease_expires_at < now)
+        .order_by(_attempts.lease_expires_at, _attempts.instance_id, _attempts.attempt_no)
+        .limit(limit)
+    )
+    return [AttemptRow.from_row(row) for row in connection.execute(statement)]
+
+
+def runs_by_logical_time(
+    connection: Connection,
+    *,
+    definition_id: str,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    limit: int = DEFAULT_LIMIT,
+) -> list[RunRow]:
+    """Runs of a definition with a logical time in ``[start, end)``, in logical-time order."""
+    statement = (
+        sa.select(schema.runs)
+        .where(_runs.definition_id == definition_id, _runs.logical_time.is_not(None))
+        .order_by(_runs.logical_time, _runs.id)
+        .limit(limit)
+    )
+    if start is not None:
+        statement = statement.where(_runs.logical_time >= start)
+    if end is not None:
+        statement = statement.where(_runs.logical_time < end)
+    return [RunRow.from_row(row) for row in connection.execute(statement)]
+
+
+# -- histories -------------------------------------------------------------------------------
+
+
+def history(
+    connection: Connection,
+    *,
+    subject_type: vocabulary.SubjectType,
+    subject_id: str,
+    after_position: int | None = None,
+    limit: int | None = None,
+) -> list[EventRow]:
+    """An object's events in the order the ledger recorded them.
+
+    A run's history holds its own events and those of its instances; an instance's holds
+    those of the instance and its attempts; a definition's, its versions and lifecycle.
+    """
+    match subject_type:
+        case vocabulary.SubjectType.RUN:
+            subject = _events.run_id == subject_id
+        case vocabulary.SubjectType.INSTANCE:
+            subject = _events.instance_id == subject_id
+        case vocabulary.SubjectType.DEFINITION:
+            subject = sa.and_(
+                _events.subject_type == vocabulary.SubjectType.DEFINITION.value,
+                _events.subject_id == subject_id,
+            )
+    statement = sa.select(schema.events).where(subject).order_by(_events.position)
+    if after_position is not None:
+        statement = statement.where(_events.position > after_position)
+    if limit is not None:
+        statement = statement.limit(limit)
+    return [EventRow.from_row(row) for row in connection.execute(statement)]
+
+
+# -- listings and search --------------------------------------------------------------------
+
+
+def list_runs(
+    connection: Connection,
+    *,
+    definition_id: str | None = None,
+    execution_states: Collection[states.RunExecutionState] | None = None,
+    after: pagination.Cursor | None = None,
+    limit: int = 50,
+    newest_first: bool = True,
+) -> pagination.Page[RunRow]:
+    """Runs, newest first by default, one keyset page at a time."""
+    statement = (
+        sa.select(schema.runs)
+        .order_by(*pagination.order(_runs.created_at, _runs.id, newest_first=newest_first))
+        .limit(limit + 1)
+    )
+    if definition_id is not None:
+        statement = statement.where(_runs.definition_id == definition_id)
+    if execution_states is not None:
+        statement = statement.where(_runs.execution_state.in_(_literal_states(execution_states)))
+    if after is not None:
+        statement = statement.where(
+            pagination.after(_runs.created_at, _runs.id, after, newest_first=newest_first)
+        )
+    rows = [RunRow.from_row(row) for row in connection.execute(statement)]
+    if len(rows) <= limit:
+        return pagination.Page(items=rows, next_cursor=None)
+    last = rows[limit - 1]
+    return pagination.Page(
+        items=rows[:limit], next_cursor=pagination.Cursor(created_at=last.created_at, id=last.id)
+    )
+
+
+def search_instances(
+    connection: Connection,
+    *,
+    definition_id: str | None = None,
+    run_id: str | None = None,
+    instance_id: str | None = None,
+    instance_states: Collection[states.InstanceState] | None = None,
+    limit: int = 100,
+) -> list[InstanceProgress]:
+    """Instances with their current attempt's progress, by definition, run or instance."""
+    current = schema.attempts.alias("current_attempt")
+    statement = (
+        sa.select(
+            schema.task_instances,
+            _runs.definition_id,
+            *[column.label(f"attempt__{column.name}") for column in current.c],
+        )
+        .join(schema.runs, _runs.id == _instances.run_id)
+        .outerjoin(
+            current,
+            sa.and_(
+                current.c.instance_id == _instances.id, current.c.attempt_no == _instances.epoch
+            ),
+        )
+        .order_by(_instances.run_id, _instances.task_key, _instances.map_index)
+        .limit(limit)
+    )
+    if definition_id is not None:
+        statement = statement.where(_runs.definition_id == definition_id)
+    if run_id is not None:
+        statement = statement.where(_instances.run_id == run_id)
+    if instance_id is not None:
+        statement = statement.where(_instances.id == instance_id)
+    if instance_states is not None:
+        statement = statement.where(_instances.state.in_(_literal_states(instance_states)))
+    found = []
+    for row in connection.execute(statement):
+        mapping = row._mapping
+        attempt = None
+        if mapping["attempt__instance_id"] is not None:
+            attempt = AttemptRow.from_mapping(
+                {column.name: mapping[f"attempt__{column.name}"] for column in current.c}
+            )
+        found.append(
+            InstanceProgress(
+                instance=InstanceRow.from_row(row),
+                definition_id=str(mapping["definition_id"]),
+                current_attempt=attempt,
+            )
+        )
+    return found
+
+
+def unresolved_alerts(
+    connection: Connection, *, category: str | None = None, limit: int = DEFAULT_LIMIT
+) -> list[AlertRow]:
+    """Open and acknowledged alerts, oldest first, optionally of one owner category."""
+    alerts = schema.alerts.c
+    statement = (
+        sa.select(schema.alerts)
+        .where(sa.text(schema.UNRESOLVED_ALERT_PREDICATE))
+        .order_by(alerts.category, alerts.opened_at, alerts.id)
+        .limit(limit)
+    )
+    if category is not None:
+        statement = statement.where(alerts.category == category)
+    return [AlertRow.from_row(row) for row in connection.execute(statement)]

@@ -1,0 +1,332 @@
+"""The ledger's tables: SQLAlchemy Core metadata, the same on SQLite and PostgreSQL.
+
+The ``events`` table is the truth; ``runs``, ``task_instances`` and ``attempts`` are snapshots
+(caches of the fold) that can be rebuilt from it. That is why nothing in ``events`` has a
+foreign key to a snapshot: rebuilding a snapshot must not touch the log, and a purge of the
+log must not wait for the snapshots.
+
+The schema is created only by the migrations in ``ledger/migrations`` (they also install the
+append-only triggers); ``tests/migration`` proves that the migrated schema equals this
+metadata. Column and index names here are a contract with those migrations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+import sqlalchemy as sa
+
+from veritask.core import states
+from veritask.ledger import columns, vocabulary
+
+NAMING_CONVENTION: Final = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+#: State names are the core's StrEnum values; they are stored as plain strings.
+STATE_LENGTH: Final = 32
+#: Ids are chosen by callers (UUIDs, ``run_…`` strings); generous but bounded.
+ID_LENGTH: Final = 64
+
+#: The transaction-local PostgreSQL setting that lets the retention purge delete events.
+PURGE_SETTING: Final = "veritask.retention_purge"
+
+#: Attempt states in which a worker holds a lease that the monitor watches (design.md 3.2:
+#: "a lost heartbeat moves RUNNING, or QUEUED with a started worker, to LOST").
+LEASED_ATTEMPT_STATES: Final = (states.AttemptState.QUEUED, states.AttemptState.RUNNING)
+
+
+def sql_string_list(values: Iterable[str]) -> str:
+    """``'A', 'B'`` in sorted order, for index predicates that queries must repeat verbatim."""
+    return ", ".join(f"'{value}'" for value in sorted(values))
+
+
+def _one_of(column: str, values: Iterable[str]) -> str:
+    return f"{column} IN ({sql_string_list(values)})"
+
+
+def _id(name: str, *, primary_key: bool = False, nullable: bool = False) -> sa.Column[str]:
+    return sa.Column(name, sa.String(ID_LENGTH), primary_key=primary_key, nullable=nullable)
+
+
+def _state(name: str, *, nullable: bool = False) -> sa.Column[str]:
+    return sa.Column(name, sa.String(STATE_LENGTH), nullable=nullable)
+
+
+def _time(name: str, *, nullable: bool = True) -> sa.Column[object]:
+    return sa.Column(name, columns.UTCDateTime(), nullable=nullable)
+
+
+#: Instance states from which nothing moves without a new attempt or an operator.
+TERMINAL_INSTANCE_PREDICATE: Final = (
+    f"state NOT IN ({sql_string_list(states.TERMINAL_INSTANCE_STATES)})"
+)
+DUE_RETRY_PREDICATE: Final = f"state = '{states.InstanceState.UP_FOR_RETRY}'"
+LEASED_ATTEMPT_PREDICATE: Final = _one_of("state", LEASED_ATTEMPT_STATES)
+UNRESOLVED_ALERT_PREDICATE: Final = f"status <> '{vocabulary.AlertStatus.RESOLVED}'"
+
+definitions = sa.Table(
+    "definitions",
+    metadata,
+    _id("id", primary_key=True),
+    sa.Column("name", sa.String(128), nullable=False, unique=True),
+    sa.Column("current_version", sa.Integer, nullable=True),
+    sa.Column("lifecycle", sa.String(16), nullable=False),
+    sa.Column("owner", sa.String(128), nullable=True),
+    _time("created_at", nullable=False),
+    _time("updated_at", nullable=False),
+    sa.CheckConstraint(_one_of("lifecycle", states.DefinitionLifecycle), name="lifecycle"),
+)
+
+definition_versions = sa.Table(
+    "definition_versions",
+    metadata,
+    _id("definition_id", primary_key=True),
+    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("content_hash", sa.String(128), nullable=False),
+    sa.Column("spec", columns.json_column_type(), nullable=False),
+    sa.Column("source", sa.Text, nullable=False),
+    _time("created_at", nullable=False),
+    sa.ForeignKeyConstraint(["definition_id"], ["definitions.id"]),
+    sa.UniqueConstraint("definition_id", "content_hash"),
+    sa.CheckConstraint("version >= 1", name="version_positive"),
+)
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    _id("id", primary_key=True),
+    _id("definition_id", nullable=False),
+    sa.Column("definition_version", sa.Integer, nullable=False),
+    sa.Column("idempotency_key", sa.String(256), nullable=False, unique=True),
+    sa.Column("trigger_kind", sa.String(16), nullable=False),
+    _id("rerun_of", nullable=True),
+    _time("logical_time"),
+    _time("data_interval_start"),
+    _time("data_interval_end"),
+    sa.Column("parameters", columns.json_column_type(), nullable=False),
+    _state("execution_state"),
+    sa.Column("execution_reason", sa.Text, nullable=True),
+    _state("publication_state"),
+    sa.Column("publication_reason", sa.Text, nullable=True),
+    sa.Column("version", sa.Integer, nullable=False, server_default="0"),
+    _time("created_at", nullable=False),
+    _time("updated_observed_at"),
+    sa.Column("fold", columns.json_column_type(none_as_null=True), nullable=True),
+    sa.ForeignKeyConstraint(
+        ["definition_id", "definition_version"],
+        ["definition_versions.definition_id", "definition_versions.version"],
+    ),
+    sa.ForeignKeyConstraint(["rerun_of"], ["runs.id"]),
+    sa.CheckConstraint(_one_of("trigger_kind", states.TriggerKind), name="trigger_kind"),
+    # Runs of a definition by logical time: the schedule's catch-up and cross-pipeline waits.
+    sa.Index("ix_runs_definition_id_logical_time", "definition_id", "logical_time"),
+    # Keyset pagination of listings, newest first, globally and per definition.
+    sa.Index("ix_runs_created_at_id", "created_at", "id"),
+    sa.Index("ix_runs_definition_id_created_at_id", "definition_id", "created_at", "id"),
+)
+
+task_instances = sa.Table(
+    "task_instances",
+    metadata,
+    _id("id", primary_key=True),
+    _id("run_id", nullable=False),
+    sa.Column("task_key", sa.String(128), nullable=False),
+    sa.Column("map_index", sa.Integer, nullable=False, server_default="-1"),
+    _state("state"),
+    sa.Column("epoch", sa.Integer, nullable=False, server_default="0"),
+    _time("retry_at"),
+    sa.Column("policy", columns.json_column_type(), nullable=False),
+    sa.Column("version", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("fold", columns.json_column_type(none_as_null=True), nullable=True),
+    _time("updated_observed_at"),
+    sa.ForeignKeyConstraint(["run_id"], ["runs.id"]),
+    sa.UniqueConstraint("run_id", "task_key", "map_index"),
+    # The scheduler and monitor scan the few unfinished instances among millions of finished
+    # ones; PostgreSQL can keep only those in the index. SQLite's planner uses a partial index
+    # only when the query repeats its predicate verbatim, so there it is a plain index.
+    sa.Index(
+        "ix_task_instances_active_state",
+        "state",
+        "id",
+        postgresql_where=sa.text(TERMINAL_INSTANCE_PREDICATE),
+    ),
+    # Due retries: ``retry_at <= now`` among UP_FOR_RETRY instances. ``state`` leads so that
+    # SQLite's planner, which has no statistics, prefers it to the index above.
+    sa.Index(
+        "ix_task_instances_due_retry",
+        "state",
+        "retry_at",
+        postgresql_where=sa.text(DUE_RETRY_PREDICATE),
+        sqlite_where=sa.text(DUE_RETRY_PREDICATE),
+    ),
+)
+
+attempts = sa.Table(
+    "attempts",
+    metadata,
+    _id("instance_id", primary_key=True),
+    sa.Column("attempt_no", sa.Integer, primary_key=True),
+    _state("state"),
+    sa.Column("executor", sa.String(64), nullable=True),
+    sa.Column("external_id", sa.String(256), nullable=True),
+    sa.Column("worker", sa.String(256), nullable=True),
+    # Only the hash: the token itself is given to the worker and never stored.
+    sa.Column("token_hash", sa.String(128), nullable=True),
+    _time("lease_expires_at"),
+    _time("last_heartbeat_at"),
+    _time("queued_at"),
+    _time("started_at"),
+    _time("ended_at"),
+    sa.Column("exit_code", sa.Integer, nullable=True),
+    sa.Column("error_category", sa.String(32), nullable=True),
+    sa.Column("log_location", sa.Text, nullable=True),
+    sa.Column("progress_phase", sa.String(128), nullable=True),
+    sa.Column("progress_done", sa.BigInteger, nullable=True),
+    sa.Column("progress_total", sa.BigInteger, nullable=True),
+    sa.Column("progress_message", sa.Text, nullable=True),
+    sa.ForeignKeyConstraint(["instance_id"], ["task_instances.id"]),
+    sa.CheckConstraint("attempt_no >= 1", name="attempt_no_positive"),
+    # Expired leases: ``lease_expires_at < now`` among attempts a worker holds.
+    sa.Index(
+        "ix_attempts_leased_expiry",
+        "lease_expires_at",
+        postgresql_where=sa.text(LEASED_ATTEMPT_PREDICATE),
+        sqlite_where=sa.text(LEASED_ATTEMPT_PREDICATE),
+    ),
+    # The reconciler maps an engine's answer back to its attempt.
+    sa.Index("ix_attempts_executor_external_id", "executor", "external_id"),
+)
+
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("position", columns.PositionType, primary_key=True, autoincrement=True),
+    sa.Column("event_id", sa.String(128), nullable=False, unique=True),
+    sa.Column("subject_type", sa.String(16), nullable=False),
+    _id("subject_id", nullable=False),
+    _id("run_id", nullable=True),
+    _id("instance_id", nullable=True),
+    sa.Column("attempt_no", sa.Integer, nullable=True),
+    sa.Column("kind", sa.String(64), nullable=False),
+    sa.Column("actor", sa.String(160), nullable=False),
+    # The worker's report sequence number (core ``Event.seq``); kept so that the fold can be
+    # rebuilt from this table alone.
+    sa.Column("seq", sa.BigInteger, nullable=True),
+    _state("from_state", nullable=True),
+    _state("to_state", nullable=True),
+    _time("event_time", nullable=False),
+    _time("observed_at", nullable=False),
+    sa.Column("evidence", columns.json_column_type(), nullable=False),
+    sa.Column("outcome", sa.String(16), nullable=False),
+    sa.Column("reason", sa.Text, nullable=True),
+    sa.Column("fingerprint", sa.String(128), nullable=False),
+    sa.CheckConstraint(_one_of("subject_type", vocabulary.SubjectType), name="subject_type"),
+    sa.CheckConstraint(_one_of("outcome", vocabulary.EventOutcome), name="outcome"),
+    # Histories in position order: of an instance, of a run (run and instance events carry
+    # run_id), and of any subject (definitions).
+    sa.Index("ix_events_instance_id_position", "instance_id", "position"),
+    sa.Index("ix_events_run_id_position", "run_id", "position"),
+    sa.Index(
+        "ix_events_subject_type_subject_id_position", "subject_type", "subject_id", "position"
+    ),
+    # Positions are never reused after a purge (a reader's cursor stays meaningful).
+    sqlite_autoincrement=True,
+)
+
+rejected_events = sa.Table(
+    "rejected_events",
+    metadata,
+    sa.Column("position", columns.PositionType, primary_key=True, autoincrement=True),
+    # Not unique: a rejected event may reuse a known id (that can be why it was rejected).
+    sa.Column("event_id", sa.String(128), nullable=True, index=True),
+    sa.Column("subject_type", sa.String(16), nullable=True),
+    _id("subject_id", nullable=True),
+    _id("run_id", nullable=True),
+    _id("instance_id", nullable=True),
+    sa.Column("attempt_no", sa.Integer, nullable=True),
+    sa.Column("kind", sa.String(64), nullable=True),
+    sa.Column("actor", sa.String(160), nullable=True),
+    _time("event_time"),
+    _time("observed_at", nullable=False),
+    sa.Column("payload", columns.json_column_type(), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Index("ix_rejected_events_instance_id_position", "instance_id", "position"),
+    sa.Index("ix_rejected_events_run_id_position", "run_id", "position"),
+    sqlite_autoincrement=True,
+)
+
+alerts = sa.Table(
+    "alerts",
+    metadata,
+    sa.Column("id", columns.PositionType, primary_key=True, autoincrement=True),
+    sa.Column("category", sa.String(32), nullable=False),
+    _id("definition_id", nullable=True),
+    _id("run_id", nullable=True),
+    _id("instance_id", nullable=True),
+    sa.Column("attempt_no", sa.Integer, nullable=True),
+    sa.Column("owner", sa.String(128), nullable=True),
+    sa.Column("dedup_key", sa.String(256), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("evidence", columns.json_column_type(), nullable=False),
+    _time("opened_at", nullable=False),
+    _time("acknowledged_at"),
+    _time("resolved_at"),
+    sa.CheckConstraint(_one_of("category", vocabulary.AlertCategory), name="category"),
+    sa.CheckConstraint(_one_of("status", vocabulary.AlertStatus), name="status"),
+    # One unresolved alert per condition; a resolved one may be raised again.
+    sa.Index(
+        "uq_alerts_unresolved_dedup_key",
+        "dedup_key",
+        unique=True,
+        postgresql_where=sa.text(UNRESOLVED_ALERT_PREDICATE),
+        sqlite_where=sa.text(UNRESOLVED_ALERT_PREDICATE),
+    ),
+    sa.Index(
+        "ix_alerts_unresolved_category",
+        "category",
+        "opened_at",
+        postgresql_where=sa.text(UNRESOLVED_ALERT_PREDICATE),
+        sqlite_where=sa.text(UNRESOLVED_ALERT_PREDICATE),
+    ),
+)
+
+api_tokens = sa.Table(
+    "api_tokens",
+    metadata,
+    _id("id", primary_key=True),
+    sa.Column("name", sa.String(128), nullable=False),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("token_hash", sa.String(128), nullable=False, unique=True),
+    _time("created_at", nullable=False),
+    _time("revoked_at"),
+    sa.CheckConstraint(_one_of("role", vocabulary.TokenRole), name="role"),
+)
+
+schedulers = sa.Table(
+    "schedulers",
+    metadata,
+    _id("id", primary_key=True),
+    sa.Column("host", sa.String(256), nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    _time("started_at", nullable=False),
+    _time("heartbeat_at", nullable=False),
+)
+
+#: SQLite has no transaction-local settings; the purge inserts this table's one row, deletes,
+#: and removes the row in the same transaction, so no other transaction ever sees it. Unused
+#: on PostgreSQL (which uses ``PURGE_SETTING``) but kept so that both schemas are equal.
+purge_permit = sa.Table(
+    "purge_permit",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.CheckConstraint("id = 1", name="single_row"),
+)

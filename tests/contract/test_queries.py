@@ -1,0 +1,317 @@
+"""The reads the scheduler, the monitor and the API rely on return what they should."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from tests.contract import builders
+from veritask.core import states
+from veritask.ledger import dialects, errors, pagination, queries, runs, schema, vocabulary
+
+T0 = builders.T0
+I = states.InstanceState  # noqa: E741
+A = states.AttemptState
+
+SubjectType = vocabulary.SubjectType
+
+
+def _set_instance(connection: Connection, instance_id: str, **values: object) -> None:
+    connection.execute(
+        schema.task_instances.update()
+        .where(schema.task_instances.c.id == instance_id)
+        .values(values)
+    )
+
+
+def _open_attempt(
+    connection: Connection, instance_id: str, attempt_no: int, state: A, lease: datetime | None
+) -> None:
+    runs.insert_attempt(connection, instance_id=instance_id, attempt_no=attempt_no, state=state)
+    connection.execute(
+        schema.attempts.update()
+        .where(
+            schema.attempts.c.instance_id == instance_id,
+            schema.attempts.c.attempt_no == attempt_no,
+        )
+        .values(lease_expires_at=lease, progress_phase="copying", progress_done=3)
+    )
+
+
+def test_aware_datetimes_round_trip_as_utc(engine: Engine) -> None:
+    shanghai = timezone(timedelta(hours=8))
+    local = datetime(2024, 5, 1, 10, 0, 0, 123456, tzinfo=shanghai)
+    with engine.begin() as connection:
+        definition = builders.a_definition(connection)
+        run_id = builders.a_run(connection, definition, key="k", logical_time=local)
+
+    with dialects.read_transaction(engine) as connection:
+        run = queries.get_run(connection, run_id)
+
+    assert run is not None
+    assert run.logical_time is not None
+    assert run.logical_time == local
+    assert run.logical_time.tzinfo is UTC
+    assert run.logical_time.isoformat() == "2024-05-01T02:00:00.123456+00:00"
+    assert run.created_at == T0
+    assert run.created_at.tzinfo is UTC
+
+
+def test_naive_datetimes_are_refused(engine: Engine) -> None:
+    with engine.begin() as connection:
+        definition = builders.a_definition(connection)
+        with pytest.raises(sa.exc.StatementError, match="naive datetime"):
+            builders.a_run(connection, definition, key="k", created_at=datetime(2024, 5, 1))
+
+
+def test_active_instances_and_due_retries(engine: Engine) -> None:
+    with engine.begin() as connection:
+        run_id = builders.a_run(connection, builders.a_definition(connection), key="r")
+        ids = {
+            key: builders.an_instance(connection, run_id, key, state=state)
+            for key, state in [
+                ("created", I.CREATED),
+                ("running", I.RUNNING),
+                ("done", I.SUCCESS),
+                ("due", I.UP_FOR_RETRY),
+                ("later", I.UP_FOR_RETRY),
+                ("skipped", I.SKIPPED),
+            ]
+        }
+        _set_instance(connection, ids["due"], retry_at=T0 + timedelta(minutes=1))
+        _set_instance(connection, ids["later"], retry_at=T0 + timedelta(hours=1))
+
+    with dialects.read_transaction(engine) as connection:
+        active = queries.active_instances(connection)
+        running = queries.active_instances(connection, instance_states=[I.RUNNING])
+        first_page = queries.active_instances(connection, limit=2)
+        rest = queries.active_instances(connection, after_id=first_page[-1].id)
+        due = queries.due_retries(connection, now=T0 + timedelta(minutes=5))
+
+    expected_active = {ids[key] for key in ("created", "running", "due", "later")}
+    assert {row.id for row in active} == expected_active
+    assert [row.id for row in running] == [ids["running"]]
+    assert [row.id for row in first_page + rest] == sorted(expected_active)
+    assert [row.id for row in due] == [ids["due"]]
+    assert due[0].retry_at == T0 + timedelta(minutes=1)
+    assert due[0].policy == builders.POLICY
+
+
+def test_expired_leases_only_of_attempts_a_worker_holds(engine: Engine) -> None:
+    with engine.begin() as connection:
+        run_id = builders.a_run(connection, builders.a_definition(connection), key="r")
+        expired = builders.an_instance(connection, run_id, "expired")
+        fresh = builders.an_instance(connection, run_id, "fresh")
+        ended = builders.an_instance(connection, run_id, "ended")
+        _open_attempt(connection, expired, 1, A.FAILED, T0 - timedelta(hours=1))
+        _open_attempt(connection, expired, 2, A.RUNNING, T0 - timedelta(seconds=1))
+        _open_attempt(connection, fresh, 1, A.RUNNING, T0 + timedelta(seconds=30))
+        _open_attempt(connection, ended, 1, A.SUCCESS, T0 - timedelta(hours=1))
+
+    with dialects.read_transaction(engine) as connection:
+        found = queries.expired_leases(connection, now=T0)
+
+    assert [(row.instance_id, row.attempt_no) for row in found] == [(expired, 2)]
+    assert found[0].lease_expires_at == T0 - timedelta(seconds=1)
+
+
+def test_runs_by_logical_time_and_pages(engine: Engine) -> None:
+    with engine.begin() as connection:
+        definition = builders.a_definition(connection)
+        other = builders.a_definition(connection, "other")
+        run_ids = [
+            builders.a_run(
+                connection,
+                definition,
+                key=f"daily@{day}",
+                logical_time=T0 + timedelta(days=day),
+                created_at=T0 + timedelta(minutes=day % 3),  # ties on created_at
+            )
+            for day in range(7)
+        ]
+        builders.a_run(connection, other, key="other", logical_time=T0)
+
+    with dialects.read_transaction(engine) as connection:
+        window = queries.runs_by_logical_time(
+            connection,
+            definition_id=definition[0],
+            start=T0 + timedelta(days=2),
+            end=T0 + timedelta(days=5),
+        )
+        pages: list[list[str]] = []
+        cursor: pagination.Cursor | None = None
+        while True:
+            page = queries.list_runs(connection, definition_id=definition[0], after=cursor, limit=3)
+            pages.append([run.id for run in page.items])
+            if page.next_cursor is None:
+                break
+            cursor = pagination.Cursor.decode(page.next_cursor.encode())
+
+    assert [run.id for run in window] == run_ids[2:5]
+    listed = [run_id for page_ids in pages for run_id in page_ids]
+    assert sorted(listed) == sorted(run_ids)
+    assert len(listed) == len(set(listed))
+    assert [len(page_ids) for page_ids in pages] == [3, 3, 1]
+
+
+def test_list_runs_filters_by_state_and_pages_oldest_first(engine: Engine) -> None:
+    with engine.begin() as connection:
+        definition = builders.a_definition(connection)
+        queued = builders.a_run(
+            connection, definition, key="q", execution_state=states.RunExecutionState.QUEUED
+        )
+        builders.a_run(connection, definition, key="r", created_at=T0 + timedelta(seconds=1))
+
+    with dialects.read_transaction(engine) as connection:
+        page = queries.list_runs(
+            connection, execution_states=[states.RunExecutionState.QUEUED], newest_first=False
+        )
+        everything = queries.list_runs(connection, newest_first=False)
+
+    assert [run.id for run in page.items] == [queued]
+    assert everything.items[0].id == queued
+    assert everything.next_cursor is None
+
+
+def test_histories_in_position_order(engine: Engine) -> None:
+    with engine.begin() as connection:
+        definition = builders.a_definition(connection)
+        run_id = builders.a_run(connection, definition, key="r")
+        other_run = builders.a_run(connection, definition, key="o")
+        instance_id = builders.an_instance(connection, run_id, "extract")
+        builders.an_event(connection, event_id="e3", run_id=run_id, kind="run_created")
+        builders.an_event(connection, event_id="e1", run_id=run_id, instance_id=instance_id)
+        builders.an_event(connection, event_id="e2", run_id=other_run)
+        builders.an_event(connection, event_id="e0", run_id=run_id, instance_id=instance_id)
+
+    with dialects.read_transaction(engine) as connection:
+        of_run = queries.history(connection, subject_type=SubjectType.RUN, subject_id=run_id)
+        of_instance = queries.history(
+            connection, subject_type=SubjectType.INSTANCE, subject_id=instance_id
+        )
+        tail = queries.history(
+            connection,
+            subject_type=SubjectType.RUN,
+            subject_id=run_id,
+            after_position=of_run[0].position,
+            limit=1,
+        )
+
+    assert [event.event_id for event in of_run] == ["e3", "e1", "e0"]
+    assert [event.event_id for event in of_instance] == ["e1", "e0"]
+    assert [event.event_id for event in tail] == ["e1"]
+    assert of_run[0].evidence == {"pid": 42}
+    assert of_run[0].observed_at.tzinfo is UTC
+
+
+def test_search_instances_with_their_current_attempt(engine: Engine) -> None:
+    with engine.begin() as connection:
+        definition = builders.a_definition(connection)
+        run_id = builders.a_run(connection, definition, key="r")
+        other_run = builders.a_run(connection, builders.a_definition(connection, "x"), key="x")
+        started = builders.an_instance(connection, run_id, "extract", state=I.RUNNING)
+        waiting = builders.an_instance(connection, run_id, "load")
+        builders.an_instance(connection, other_run, "extract")
+        _open_attempt(connection, started, 1, A.FAILED, None)
+        _open_attempt(connection, started, 2, A.RUNNING, T0)
+        _set_instance(connection, started, epoch=2)
+
+    with dialects.read_transaction(engine) as connection:
+        by_definition = queries.search_instances(connection, definition_id=definition[0])
+        by_state = queries.search_instances(connection, instance_states=[I.RUNNING])
+        by_id = queries.search_instances(connection, instance_id=waiting)
+
+    assert [found.instance.id for found in by_definition] == [started, waiting]
+    assert by_definition[0].current_attempt is not None
+    assert by_definition[0].current_attempt.attempt_no == 2
+    assert by_definition[0].current_attempt.progress_phase == "copying"
+    assert by_definition[0].definition_id == definition[0]
+    assert by_definition[1].current_attempt is None
+    assert [found.instance.id for found in by_state] == [started]
+    assert [found.instance.id for found in by_id] == [waiting]
+
+
+def test_definitions_and_instances_of_a_run(engine: Engine) -> None:
+    with engine.begin() as connection:
+        definition = builders.a_definition(connection)
+        run_id = builders.a_run(connection, definition, key="r")
+        builders.an_instance(connection, run_id, "b")
+        builders.an_instance(connection, run_id, "a", map_index=1)
+        builders.an_instance(connection, run_id, "a", map_index=0)
+
+    with dialects.read_transaction(engine) as connection:
+        found = queries.get_definition(connection, name="daily_user_sync")
+        version = queries.get_definition_version(
+            connection, definition_id=definition[0], version=definition[1]
+        )
+        active = queries.list_definitions(
+            connection, lifecycles=[states.DefinitionLifecycle.ACTIVE]
+        )
+        instances = queries.instances_of_run(connection, run_id)
+
+    assert found is not None
+    assert (found.current_version, found.lifecycle) == (1, "active")
+    assert version is not None
+    assert version.spec["name"] == "daily_user_sync"
+    assert [row.name for row in active] == ["daily_user_sync"]
+    assert [(row.task_key, row.map_index) for row in instances] == [("a", 0), ("a", 1), ("b", -1)]
+    with dialects.read_transaction(engine) as connection:
+        assert queries.get_definition(connection, name="missing") is None
+        assert queries.get_run(connection, "missing") is None
+        assert queries.get_instance(connection, "missing") is None
+
+
+def test_unresolved_alerts_by_category(engine: Engine) -> None:
+    with engine.begin() as connection:
+        for key, category, status in [
+            ("a", "reconciliation", "open"),
+            ("b", "reconciliation", "resolved"),
+            ("c", "engine", "acknowledged"),
+        ]:
+            connection.execute(
+                schema.alerts.insert().values(
+                    category=category,
+                    dedup_key=key,
+                    status=status,
+                    message=key,
+                    evidence={},
+                    opened_at=T0,
+                )
+            )
+
+    with dialects.read_transaction(engine) as connection:
+        everything = queries.unresolved_alerts(connection)
+        lost = queries.unresolved_alerts(connection, category="reconciliation")
+
+    assert [alert.dedup_key for alert in everything] == ["c", "a"]
+    assert [alert.dedup_key for alert in lost] == ["a"]
+
+
+def test_one_unresolved_alert_per_dedup_key(engine: Engine) -> None:
+    def raise_alert(connection: Connection, status: str) -> None:
+        connection.execute(
+            schema.alerts.insert().values(
+                category="engine",
+                dedup_key="cancel-failed:i1",
+                status=status,
+                message="m",
+                evidence={},
+                opened_at=T0,
+            )
+        )
+
+    with engine.begin() as connection:
+        raise_alert(connection, "resolved")
+        raise_alert(connection, "open")
+    with pytest.raises(errors.DuplicateKey), engine.begin() as connection:
+        raise_alert(connection, "acknowledged")
+
+
+def test_cursor_decoding_refuses_garbage() -> None:
+    with pytest.raises(ValueError, match="not a page cursor"):
+        pagination.Cursor.decode("not-a-cursor")
+    cursor = pagination.Cursor(created_at=T0, id="r1")
+    assert pagination.Cursor.decode(cursor.encode()) == cursor

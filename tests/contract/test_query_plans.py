@@ -1,0 +1,98 @@
+"""The scans that run every few seconds use their index on both databases.
+
+The tables are tiny here, so PostgreSQL is told not to prefer sequential scans: the test
+proves that the index is usable for the query as written (for a partial index, that the
+query implies its predicate), not that the planner would pick it on this data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from tests.contract import builders
+from veritask.core import states
+from veritask.ledger import queries, vocabulary
+
+Captured = list[tuple[str, Any]]
+
+SubjectType = vocabulary.SubjectType
+
+
+@contextmanager
+def _captured_statements(connection: Connection) -> Iterator[Captured]:
+    captured: Captured = []
+
+    def record(
+        conn: Connection, cursor: object, statement: str, parameters: Any, *args: object
+    ) -> None:
+        captured.append((statement, parameters))
+
+    sa.event.listen(connection, "before_cursor_execute", record)
+    try:
+        yield captured
+    finally:
+        sa.event.remove(connection, "before_cursor_execute", record)
+
+
+def _plan(connection: Connection, read: Callable[[Connection], object]) -> str:
+    with _captured_statements(connection) as captured:
+        read(connection)
+    (statement, parameters), *_ = captured
+    if connection.dialect.name == "postgresql":
+        connection.exec_driver_sql("SET LOCAL enable_seqscan = off")
+        explained = connection.exec_driver_sql(f"EXPLAIN {statement}", parameters)
+    else:
+        explained = connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters)
+    # PostgreSQL answers one line per row; SQLite's detail is the last column.
+    return "\n".join(str(row[-1]) for row in explained)
+
+
+READS: dict[str, tuple[Callable[[Connection], object], str]] = {
+    "due_retries": (
+        lambda c: queries.due_retries(c, now=builders.T0),
+        "ix_task_instances_due_retry",
+    ),
+    "expired_leases": (
+        lambda c: queries.expired_leases(c, now=builders.T0),
+        "ix_attempts_leased_expiry",
+    ),
+    "active_instances": (
+        lambda c: queries.active_instances(c, instance_states=[states.InstanceState.RUNNING]),
+        "ix_task_instances_active_state",
+    ),
+    "runs_by_logical_time": (
+        lambda c: queries.runs_by_logical_time(c, definition_id="d", start=builders.T0),
+        "ix_runs_definition_id_logical_time",
+    ),
+    "history_of_instance": (
+        lambda c: queries.history(c, subject_type=SubjectType.INSTANCE, subject_id="i"),
+        "ix_events_instance_id_position",
+    ),
+    "history_of_run": (
+        lambda c: queries.history(c, subject_type=SubjectType.RUN, subject_id="r"),
+        "ix_events_run_id_position",
+    ),
+    "history_of_definition": (
+        lambda c: queries.history(c, subject_type=SubjectType.DEFINITION, subject_id="d"),
+        "ix_events_subject_type_subject_id_position",
+    ),
+    "unresolved_alerts": (
+        lambda c: queries.unresolved_alerts(c, category="engine"),
+        "ix_alerts_unresolved_category",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(READS))
+def test_the_read_uses_its_index(engine: Engine, name: str) -> None:
+    read, index = READS[name]
+    with engine.begin() as connection:
+        plan = _plan(connection, read)
+        connection.rollback()
+    assert index in plan, plan
