@@ -1,0 +1,222 @@
+"""The Executor port: what the platform may ask of any execution engine (design.md 5.2).
+
+An executor adapts one engine (the embedded local supervisor, later Celery or Kubernetes). It
+submits attempts, describes what the engine knows about them, and asks it to stop or forget
+them. It returns observations with their evidence and never writes the ledger: deciding what an
+observation means is the reconciler's job.
+
+The engine states and error categories are the core's vocabulary (``veritask.core.states`` and
+``veritask.core.events``); this module re-exports them so that adapters need one import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Protocol, TypeAlias
+
+from veritask.core import events, jsontypes, states
+
+EngineState = states.EngineState
+ErrorCategory = events.ErrorCategory
+JSONValue = jsontypes.JSONValue
+
+#: The values an observation's details may hold: flat, so that they fit any evidence column.
+DetailValue: TypeAlias = str | int | float | bool | None
+
+#: The widest an instance id may be: it becomes a directory and a file-name part.
+MAX_INSTANCE_ID_LENGTH = 200
+
+
+class ObservationSource(StrEnum):
+    """Where an observation's answer came from. A new engine adds the sources it reads."""
+
+    EXIT_RECORD = "exit_record"
+    """The exit record the worker wrote when the task ended."""
+    PROCESS_TABLE = "process_table"
+    """The operating system's process table (/proc), checked by pid and start time."""
+    SUPERVISOR = "supervisor"
+    """The local supervisor's queue."""
+    ATTEMPT_DIR = "attempt_dir"
+    """The attempt directory on disk: its presence, its spec, its identity files."""
+
+
+@dataclass(frozen=True)
+class ShellCommand:
+    """A task that runs as ``/bin/sh -c <command>``."""
+
+    command: str
+
+    def __post_init__(self) -> None:
+        if not self.command.strip():
+            raise ValueError("ShellCommand.command must not be empty")
+
+
+@dataclass(frozen=True)
+class PythonCallable:
+    """A task that calls ``module:function(**params)`` in a child process.
+
+    The return value, when not None, is written as JSON to the file named by VERITASK_OUTPUT.
+    """
+
+    target: str
+    params: Mapping[str, JSONValue] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        module, sep, function = self.target.partition(":")
+        if not sep or not module or not function:
+            raise ValueError(
+                f"PythonCallable.target must be 'module:function', not {self.target!r}"
+            )
+
+    @property
+    def module(self) -> str:
+        return self.target.partition(":")[0]
+
+    @property
+    def function(self) -> str:
+        return self.target.partition(":")[2]
+
+
+TaskSpec: TypeAlias = ShellCommand | PythonCallable
+
+
+@dataclass(frozen=True)
+class HttpCallback:
+    """Events are POSTed to ``<base_url>/api/v2/callbacks/events`` with the attempt token."""
+
+    base_url: str
+    timeout: timedelta = timedelta(seconds=5)
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"HttpCallback.base_url must be an http(s) URL, not {self.base_url!r}")
+        if self.timeout <= timedelta(0):
+            raise ValueError("HttpCallback.timeout must be positive")
+
+
+@dataclass(frozen=True)
+class OutboxCallback:
+    """Events are files in ``directory``, drained by the platform (the local fast path).
+
+    Commits still need the platform's synchronous fencing check: ``commit_base_url`` is the
+    platform API that serves ``/api/v2/callbacks/commit``. Without it, ``commit_output`` fails.
+    """
+
+    directory: Path
+    commit_base_url: str | None = None
+
+
+CallbackTarget: TypeAlias = HttpCallback | OutboxCallback
+
+
+@dataclass(frozen=True)
+class AttemptSpec:
+    """Everything a worker needs to run one attempt, and nothing it would have to look up."""
+
+    instance_id: str
+    attempt_no: int
+    attempt_token: str
+    task: TaskSpec
+    callback: CallbackTarget
+    env: Mapping[str, str] = field(default_factory=dict)
+    timeout: timedelta | None = None
+    grace_period: timedelta = timedelta(seconds=10)
+    heartbeat_interval: timedelta = timedelta(seconds=10)
+    log_cap_bytes: int = 10 * 1024 * 1024
+    skip_exit_code: int = 99
+    workdir: Path | None = None
+    #: The longest pause between two delivery tries while the platform is unreachable.
+    delivery_retry_max: timedelta = timedelta(seconds=30)
+    #: How long a worker keeps trying to deliver after the task ended; the spool stays on disk.
+    delivery_deadline: timedelta = timedelta(hours=1)
+
+    def __post_init__(self) -> None:
+        check_instance_id(self.instance_id)
+        if self.attempt_no < 1:
+            raise ValueError(f"attempt_no must be 1 or more, not {self.attempt_no}")
+        if not self.attempt_token:
+            raise ValueError("attempt_token must not be empty")
+        if self.timeout is not None and self.timeout <= timedelta(0):
+            raise ValueError("timeout must be positive when given")
+        if self.grace_period < timedelta(0):
+            raise ValueError("grace_period must not be negative")
+        if self.heartbeat_interval <= timedelta(0):
+            raise ValueError("heartbeat_interval must be positive")
+        if self.log_cap_bytes < 1024:
+            raise ValueError("log_cap_bytes must be at least 1024")
+        if not 1 <= self.skip_exit_code <= 255:
+            raise ValueError("skip_exit_code must be an exit status between 1 and 255")
+        if self.delivery_retry_max <= timedelta(0):
+            raise ValueError("delivery_retry_max must be positive")
+
+
+def check_instance_id(instance_id: str) -> None:
+    """Refuse ids that cannot be a directory name: engines use them in paths and file names."""
+    if not instance_id or len(instance_id) > MAX_INSTANCE_ID_LENGTH:
+        raise ValueError(f"instance_id must have 1 to {MAX_INSTANCE_ID_LENGTH} characters")
+    if instance_id.startswith(".") or any(c in instance_id for c in "/\0\n"):
+        raise ValueError(f"instance_id {instance_id!r} must not start with '.' nor hold '/'")
+
+
+@dataclass(frozen=True)
+class Submission:
+    """The engine's acknowledgement of a submission."""
+
+    external_id: str
+    #: False when the attempt had been submitted before and nothing new was started.
+    created: bool
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the engine says about one attempt, with the evidence behind it."""
+
+    external_id: str
+    engine_state: states.EngineState
+    source: ObservationSource
+    #: The engine's own identity of the process (pid and start time, pod UID, …), if any.
+    engine_id: str | None = None
+    exit_code: int | None = None
+    error_category: events.ErrorCategory | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    details: Mapping[str, DetailValue] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, moment in (("started_at", self.started_at), ("ended_at", self.ended_at)):
+            if moment is not None and moment.utcoffset() is None:
+                raise ValueError(f"Observation.{name} must be timezone-aware")
+
+    @property
+    def ended(self) -> bool:
+        """The engine confirms that no process of this attempt runs any more."""
+        return self.engine_state in (states.EngineState.SUCCEEDED, states.EngineState.FAILED)
+
+
+class Executor(Protocol):
+    """One execution engine. Methods are synchronous and safe to call from several threads."""
+
+    def submit(self, *, spec: AttemptSpec) -> Submission:
+        """Hand the attempt to the engine. Idempotent per (instance_id, attempt_no): a second
+        call starts nothing and returns the same external id.
+
+        Raises ``ExecutorError`` when the engine refuses or cannot be reached (see ``retryable``).
+        """
+        ...
+
+    def describe(self, *, external_id: str) -> Observation:
+        """What the engine knows about the attempt now, and where that answer came from."""
+        ...
+
+    def cancel(self, *, external_id: str) -> None:
+        """Ask the engine to stop the attempt. Returns at once; the stop is confirmed only when
+        ``describe`` shows that the attempt ended. Calling it again repeats the request."""
+        ...
+
+    def cleanup(self, *, external_id: str) -> None:
+        """Forget an ended attempt and free its resources (files, pods). Idempotent."""
+        ...

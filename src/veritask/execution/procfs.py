@@ -1,0 +1,115 @@
+"""What the process table says, read from /proc (Linux only).
+
+A pid alone names nothing for long: the kernel reuses pids. A pid together with the process's
+start time (clock ticks since boot, field 22 of /proc/<pid>/stat) names one process for the
+machine's uptime, so every identity the execution layer records is the pair.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from dataclasses import dataclass
+from functools import cache
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    pid: int
+    #: R, S, D, Z (zombie: ended, not yet reaped), T, X, …
+    state: str
+    ppid: int
+    pgrp: int
+    session: int
+    start_ticks: int
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ("Z", "X", "x")
+
+
+def read_stat(pid: int) -> ProcStat | None:
+    """The process's stat line, or None when no process has this pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            line = stat_file.read().decode(errors="replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # The command name (field 2) is in parentheses and may itself hold spaces and ')'.
+    fields = line[line.rindex(")") + 2 :].split()
+    return ProcStat(
+        pid=pid,
+        state=fields[0],
+        ppid=int(fields[1]),
+        pgrp=int(fields[2]),
+        session=int(fields[3]),
+        start_ticks=int(fields[19]),
+    )
+
+
+def start_ticks(pid: int) -> int | None:
+    stat = read_stat(pid)
+    return None if stat is None else stat.start_ticks
+
+
+def is_running(pid: int, start_ticks: int) -> bool:
+    """True when the process with this pid and start time exists and has not ended."""
+    stat = read_stat(pid)
+    return stat is not None and stat.start_ticks == start_ticks and not stat.ended
+
+
+def group_members(pgid: int, *, started_since: int) -> list[int]:
+    """Live processes of group ``pgid`` started no earlier than ``started_since`` (ticks).
+
+    The start-time bound keeps a later, unrelated group that reused the id out of the answer
+    (its processes all started after ours ended; ours started at or after the leader).
+    """
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        stat = read_stat(int(entry))
+        if (
+            stat is not None
+            and stat.pgrp == pgid
+            and not stat.ended
+            and stat.start_ticks >= started_since
+        ):
+            members.append(stat.pid)
+    return members
+
+
+def signal_process(pid: int, start_ticks: int, signum: int) -> bool:
+    """Send ``signum`` to exactly that process; False when it no longer exists.
+
+    The pidfd pins the process between the identity check and the signal, so a reused pid
+    never receives it.
+    """
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    try:
+        if not is_running(pid, start_ticks):
+            return False
+        signal.pidfd_send_signal(pidfd, signum)
+        return True
+    except ProcessLookupError:
+        return False
+    finally:
+        os.close(pidfd)
+
+
+def signal_group(pgid: int, signum: int) -> bool:
+    """Signal a whole process group; False when the group no longer exists."""
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@cache
+def hostname() -> str:
+    return socket.gethostname()

@@ -1,0 +1,248 @@
+"""Starting the task's own process, and the capped log its output goes to.
+
+The task runs in its own process group, so that one signal reaches everything it started. A
+shell command runs as ``/bin/sh -c``; a Python callable runs in a child forked from the worker,
+which is fast (no new interpreter) at the price of inheriting the worker's loaded modules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import NoReturn
+
+from veritask.execution import layout, port, procfs, wire
+
+#: ``/bin/sh`` exits 127 when the command is not found and 126 when it cannot be executed.
+SHELL_START_ERROR_CODES = frozenset({126, 127})
+#: The worker's own lines in the task log are capped apart from the task's output.
+NOTE_BUDGET_BYTES = 64 * 1024
+
+
+class LogSink:
+    """The attempt's log: the task's stdout and stderr, then the worker's notes.
+
+    The task's output is capped at ``cap_bytes``: past it, one marker line is written and the
+    rest is read and dropped, so the task never blocks on a full pipe and keeps running. The
+    worker's notes (rejected events, delivery trouble) have a budget of their own, so that a
+    chatty task cannot hide them.
+    """
+
+    def __init__(self, path: Path, *, cap_bytes: int) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        self._cap = cap_bytes
+        # A restarted worker appends: what is already there counts against the cap.
+        self._written = os.fstat(self._fd).st_size
+        self._truncated = self._written >= cap_bytes
+        self._dropped = 0
+        self._notes_written = 0
+        self._lock = threading.Lock()
+
+    @property
+    def dropped_bytes(self) -> int:
+        return self._dropped
+
+    def write_output(self, data: bytes) -> None:
+        with self._lock:
+            if self._truncated:
+                self._dropped += len(data)
+                return
+            room = self._cap - self._written
+            if len(data) <= room:
+                self._write(data)
+                self._written += len(data)
+                return
+            self._write(data[:room])
+            self._written += room
+            self._dropped += len(data) - room
+            self._truncated = True
+            marker = f"\n[veritask-worker] log cap of {self._cap} bytes reached; "
+            self._write((marker + "further output is discarded\n").encode())
+
+    def note(self, text: str) -> None:
+        stamp = wire.format_time(wire.utc_now())
+        line = f"[veritask-worker {stamp}] {text[:1000]}\n".encode(errors="replace")
+        with self._lock:
+            if self._notes_written + len(line) > NOTE_BUDGET_BYTES:
+                return
+            self._notes_written += len(line)
+            self._write(line)
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class StartFailed(Exception):
+    """The task's process could not be created at all."""
+
+
+@dataclass
+class TaskProcess:
+    pid: int
+    pgid: int
+    start_ticks: int
+    started_at: datetime
+    #: Readable once the task's leader has ended (before it is reaped).
+    pidfd: int
+    #: The read end of the task's stdout and stderr, non-blocking.
+    output_fd: int
+    #: Callables only: receives b"S" once the target was imported and is about to be called.
+    confirmation_fd: int | None
+    #: Held so that subprocess never reaps the child behind the worker's back.
+    popen: subprocess.Popen[bytes] | None
+
+
+def start(
+    task: port.TaskSpec, *, env: Mapping[str, str], workdir: Path, output_path: Path
+) -> TaskProcess:
+    """Start the task in a new process group. Raises StartFailed when no process could be made.
+
+    The worker must be single-threaded when it calls this: a callable forks the worker.
+    """
+    read_fd, write_fd = os.pipe()
+    popen: subprocess.Popen[bytes] | None = None
+    confirmation_fd: int | None = None
+    try:
+        match task:
+            case port.ShellCommand(command=command):
+                try:
+                    popen = subprocess.Popen(
+                        ["/bin/sh", "-c", command],
+                        stdin=subprocess.DEVNULL,
+                        stdout=write_fd,
+                        stderr=write_fd,
+                        env=dict(env),
+                        cwd=workdir,
+                        process_group=0,
+                    )
+                except OSError as exc:
+                    os.close(read_fd)
+                    raise StartFailed(f"could not start /bin/sh in {workdir}: {exc}") from exc
+                pid = popen.pid
+            case port.PythonCallable():
+                confirmation_fd, confirm_write_fd = os.pipe()
+                pid = os.fork()
+                if pid == 0:
+                    _run_callable(task, env, workdir, output_path, write_fd, confirm_write_fd)
+                os.close(confirm_write_fd)
+                # Both sides set the group, so that a signal sent right now reaches the child.
+                with contextlib.suppress(PermissionError, ProcessLookupError):
+                    os.setpgid(pid, pid)
+    finally:
+        os.close(write_fd)
+    started_at = wire.utc_now()
+    pidfd = os.pidfd_open(pid)
+    os.set_blocking(read_fd, False)
+    # The child cannot be reaped before we wait for it, so its stat is there even if it ended.
+    ticks = procfs.start_ticks(pid) or 0
+    return TaskProcess(
+        pid=pid,
+        pgid=pid,
+        start_ticks=ticks,
+        started_at=started_at,
+        pidfd=pidfd,
+        output_fd=read_fd,
+        confirmation_fd=confirmation_fd,
+        popen=popen,
+    )
+
+
+def _run_callable(
+    task: port.PythonCallable,
+    env: Mapping[str, str],
+    workdir: Path,
+    output_path: Path,
+    output_fd: int,
+    confirm_fd: int,
+) -> NoReturn:
+    """The forked child: become a plain Python process for the task, call it, never return."""
+    status = 1
+    try:
+        os.setpgid(0, 0)
+        _reset_signals()
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(output_fd, 1)
+        os.dup2(output_fd, 2)
+        # Nothing of the worker's (spool, pidfds, the slot pipe, its lock) stays open in the task.
+        os.closerange(3, confirm_fd)
+        os.closerange(confirm_fd + 1, os.sysconf("SC_OPEN_MAX"))
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True)
+        os.chdir(workdir)
+        os.environ.clear()
+        os.environ.update(env)
+        # As a fresh interpreter would, honour the task's PYTHONPATH for its own modules.
+        sys.path[:0] = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+        importlib.invalidate_caches()
+        try:
+            module = importlib.import_module(task.module)
+            function = functools.reduce(getattr, task.function.split("."), module)
+            if not callable(function):
+                raise TypeError(f"{task.target} is not callable")
+        except BaseException:
+            traceback.print_exc()
+            raise SystemExit(1) from None
+        os.write(confirm_fd, b"S")
+        os.close(confirm_fd)
+        result = function(**task.params)
+        if result is not None:
+            layout.write_atomically(output_path, json.dumps(result).encode(), durable=False)
+        status = 0
+    except SystemExit as exc:
+        status = _exit_status(exc.code)
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                status = status or 1
+        os._exit(status)
+
+
+def _reset_signals() -> None:
+    """Undo what the worker (and the supervisor before it) set up, as a new interpreter has."""
+    signal.set_wakeup_fd(-1)
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGQUIT):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
+def _exit_status(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def decode_wait_status(status: int) -> tuple[int | None, int | None]:
+    """``(exit_code, signal)`` from a waitpid status: exactly one of them is set."""
+    if os.WIFSIGNALED(status):
+        return None, os.WTERMSIG(status)
+    return os.waitstatus_to_exitcode(status), None

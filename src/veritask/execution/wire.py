@@ -1,0 +1,208 @@
+"""The worker's events on the wire: one JSON object per event, a tagged union on ``kind``.
+
+Every event carries a fresh uuid4 ``event_id`` (the platform dedups by it), the attempt token
+(checked by the platform, never stored) and ``seq``, which numbers an attempt's events 1, 2, 3…
+across worker restarts. The platform rejects what it cannot parse, so this module is the one
+place that spells the fields.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Literal, TypeAlias, TypedDict, cast, overload
+
+from veritask.core import jsontypes
+
+WorkerEventKind: TypeAlias = Literal[
+    "started", "heartbeat", "progress", "completed", "output_committed"
+]
+WORKER_EVENT_KINDS: frozenset[str] = frozenset(
+    ("started", "heartbeat", "progress", "completed", "output_committed")
+)
+
+
+class StartedEvidence(TypedDict):
+    worker: str
+    """``<host>:<worker pid>``."""
+    host: str
+    pid: int
+    """The task's pid."""
+    pid_start_time: int
+    """The task's start time in clock ticks since boot, from /proc: pid + this is unique."""
+    pgid: int
+
+
+class HeartbeatEvidence(TypedDict):
+    pass
+
+
+class ProgressEvidence(TypedDict):
+    phase: str
+    done: int | None
+    total: int | None
+    message: str | None
+
+
+class CompletedEvidence(TypedDict):
+    exit_code: int | None
+    signal: int | None
+    error_category: str
+    """An ``ErrorCategory`` value."""
+    commit_marker: str | None
+    log_path: str
+    output: jsontypes.JSONValue
+    """The JSON the task left in VERITASK_OUTPUT, or null."""
+
+
+class OutputCommittedEvidence(TypedDict):
+    marker: str
+
+
+class _Envelope(TypedDict):
+    event_id: str
+    instance_id: str
+    attempt_no: int
+    actor: Literal["worker"]
+    event_time: str
+    seq: int
+    attempt_token: str
+
+
+class StartedEvent(_Envelope):
+    kind: Literal["started"]
+    evidence: StartedEvidence
+
+
+class HeartbeatEvent(_Envelope):
+    kind: Literal["heartbeat"]
+    evidence: HeartbeatEvidence
+
+
+class ProgressEvent(_Envelope):
+    kind: Literal["progress"]
+    evidence: ProgressEvidence
+
+
+class CompletedEvent(_Envelope):
+    kind: Literal["completed"]
+    evidence: CompletedEvidence
+
+
+class OutputCommittedEvent(_Envelope):
+    kind: Literal["output_committed"]
+    evidence: OutputCommittedEvidence
+
+
+WorkerEvent: TypeAlias = (
+    StartedEvent | HeartbeatEvent | ProgressEvent | CompletedEvent | OutputCommittedEvent
+)
+Evidence: TypeAlias = (
+    StartedEvidence
+    | HeartbeatEvidence
+    | ProgressEvidence
+    | CompletedEvidence
+    | OutputCommittedEvidence
+)
+
+_ENVELOPE_FIELDS: dict[str, type] = {
+    "event_id": str,
+    "instance_id": str,
+    "attempt_no": int,
+    "kind": str,
+    "actor": str,
+    "event_time": str,
+    "seq": int,
+    "attempt_token": str,
+    "evidence": dict,
+}
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def format_time(moment: datetime) -> str:
+    """ISO-8601 in UTC with its offset, as every event time on the wire."""
+    return moment.astimezone(UTC).isoformat()
+
+
+@overload
+def make_event(
+    *,
+    kind: Literal["completed"],
+    instance_id: str,
+    attempt_no: int,
+    attempt_token: str,
+    seq: int,
+    evidence: CompletedEvidence,
+    event_time: datetime | None = None,
+) -> CompletedEvent: ...
+
+
+@overload
+def make_event(
+    *,
+    kind: WorkerEventKind,
+    instance_id: str,
+    attempt_no: int,
+    attempt_token: str,
+    seq: int,
+    evidence: Evidence,
+    event_time: datetime | None = None,
+) -> WorkerEvent: ...
+
+
+def make_event(
+    *,
+    kind: WorkerEventKind,
+    instance_id: str,
+    attempt_no: int,
+    attempt_token: str,
+    seq: int,
+    evidence: Evidence,
+    event_time: datetime | None = None,
+) -> WorkerEvent:
+    """A new event with a fresh id. The caller owns ``seq``: the spool hands them out."""
+    event = {
+        "event_id": str(uuid.uuid4()),
+        "instance_id": instance_id,
+        "attempt_no": attempt_no,
+        "kind": kind,
+        "actor": "worker",
+        "event_time": format_time(event_time or utc_now()),
+        "seq": seq,
+        "attempt_token": attempt_token,
+        "evidence": evidence,
+    }
+    # The kind and the evidence were given together by the caller; the union cannot see that.
+    return cast(WorkerEvent, event)
+
+
+def encode(event: WorkerEvent) -> bytes:
+    return json.dumps(event, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode(data: bytes) -> WorkerEvent:
+    """Parse and check one event; raises ValueError when it is not a worker event."""
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    return validate(raw)
+
+
+def validate(raw: object) -> WorkerEvent:
+    """Check the envelope of a parsed event; raises ValueError when it is not a worker event."""
+    if not isinstance(raw, dict):
+        raise ValueError("an event is a JSON object")
+    for name, expected in _ENVELOPE_FIELDS.items():
+        value = raw.get(name)
+        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            raise ValueError(f"event field {name!r} must be a {expected.__name__}")
+    if raw["kind"] not in WORKER_EVENT_KINDS:
+        raise ValueError(f"unknown event kind {raw['kind']!r}")
+    if raw["actor"] != "worker":
+        raise ValueError("worker events have actor 'worker'")
+    return cast(WorkerEvent, raw)

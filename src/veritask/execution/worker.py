@@ -1,0 +1,543 @@
+"""The worker: the one program that runs every attempt on every engine (design.md 5.3).
+
+``veritask-worker <attempt dir>/spec.json`` (or ``python -m veritask.execution.worker``) runs
+the attempt whose spec it is given; the local supervisor forks it instead of executing it, and
+calls :func:`run_forked`. Either way it:
+
+1. takes the attempt's worker lock (one worker per attempt directory);
+2. starts the task in its own process group, output to the capped ``task.log``;
+3. sends ``started``, a ``heartbeat`` every ``heartbeat_interval``, the task's ``progress`` and
+   ``output_committed`` notices, and ``completed`` — every event spooled before it is sent;
+4. on SIGTERM, a ``stop`` answer from the platform or the timeout, sends SIGTERM to the task's
+   group, waits ``grace_period``, then SIGKILLs the group;
+5. writes the exit record (atomically, fsync-ed) before it sends ``completed``;
+6. keeps delivering until the spool is empty or ``delivery_deadline`` passes.
+
+Run again on a directory whose worker died, it starts nothing twice: it delivers what the spool
+still holds (and the exit record's completion, if the spool missed it) and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import selectors
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+from veritask.core import jsontypes
+from veritask.execution import (
+    delivery,
+    layout,
+    port,
+    procfs,
+    records,
+    spool,
+    task_process,
+    transports,
+    wire,
+)
+
+EXIT_SUCCEEDED = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_BUSY = 3
+"""Another worker holds the attempt."""
+
+#: How long to keep reading output after the task's leader ended (its group was killed then;
+#: only a process that left the group can still hold the pipe).
+OUTPUT_DRAIN_SECONDS = 1.0
+#: Output larger than this is not sent in the completed event (it stays in output.json).
+OUTPUT_EVENT_LIMIT_BYTES = 1024 * 1024
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class AttemptRun:
+    """One worker's run of one attempt. Not reusable."""
+
+    def __init__(self, attempt: layout.AttemptDir, spec: port.AttemptSpec, *, slot_fd: int | None):
+        self.attempt = attempt
+        self.spec = spec
+        self._slot_fd = slot_fd
+        self.log = task_process.LogSink(attempt.log, cap_bytes=spec.log_cap_bytes)
+        self.journal = spool.Spool(attempt.path)
+        self._transport = transports.make_transport(spec)
+        self._selector = selectors.DefaultSelector()
+        self._signal_r, self._signal_w = nonblocking_pipe()
+        self._notify_r, self._notify_w = nonblocking_pipe()
+        self._deliverer = delivery.Deliverer(
+            journal=self.journal,
+            transport=self._transport,
+            log=self.log,
+            retry_max=spec.delivery_retry_max.total_seconds(),
+            notify_fd=self._notify_w,
+        )
+        self._selector.register(self._notify_r, selectors.EVENT_READ, "notify")
+        self._task: task_process.TaskProcess | None = None
+        self._stop_cause: port.ErrorCategory | None = None
+        self._kill_at: float | None = None
+        self._commit_marker: str | None = None
+        self._channel_fd: int | None = None
+        self._channel_keepalive_fd: int | None = None
+        self._channel_buffer = b""
+
+    # --- the run ------------------------------------------------------------------------
+
+    def run(self) -> int:
+        try:
+            self._install_signal_handlers()
+            previous = records.read_exit_record(self.attempt)
+            if previous is not None:
+                return self._resume(previous)
+            if self.attempt.task_record.exists():
+                self.log.note(
+                    "an earlier worker started the task and ended without an exit record; "
+                    "not starting it again, only delivering what the spool holds"
+                )
+                return self._resume(None)
+            self._read_signals()
+            if self._stop_cause is None and self.attempt.cancel_request.exists():
+                self._stop_cause = port.ErrorCategory.CANCELLED
+            if self._stop_cause is not None:
+                self.log.note(f"stop requested before the task started ({self._stop_cause})")
+                return self._complete(None, started_at=None)
+            self._open_channel()
+            try:
+                self._task = task_process.start(
+                    self.spec.task,
+                    env=self._task_env(),
+                    workdir=self.spec.workdir or self.attempt.path,
+                    output_path=self.attempt.output,
+                )
+            except task_process.StartFailed as exc:
+                self.log.note(str(exc))
+                self._stop_cause = port.ErrorCategory.START_ERROR
+                return self._complete(None, started_at=None)
+            self._record_start(self._task)
+            status = self._supervise(self._task)
+            return self._complete(status, started_at=self._task.started_at)
+        finally:
+            self._close()
+
+    def _resume(self, previous: records.ExitRecord | None) -> int:
+        if previous is not None and not self.journal.holds(previous.completed["seq"]):
+            self.journal.append(previous.completed)
+        self._release_slot()
+        for spooled in self.journal.undelivered():
+            self._deliverer.push(spooled)
+        self._await_delivery()
+        if previous is None:
+            return EXIT_FAILED
+        return _worker_exit_status(previous.error_category)
+
+    def _supervise(self, task: task_process.TaskProcess) -> int:
+        """Pump output, relay the channel, beat, enforce stops; returns the wait status."""
+        selector = self._selector
+        selector.register(task.output_fd, selectors.EVENT_READ, "output")
+        selector.register(task.pidfd, selectors.EVENT_READ, "exit")
+        heartbeat = self.spec.heartbeat_interval.total_seconds()
+        now = time.monotonic()
+        next_heartbeat = now + heartbeat
+        deadline = None if self.spec.timeout is None else now + self.spec.timeout.total_seconds()
+        wait_status: int | None = None
+        output_open = True
+        drain_until = float("inf")
+        while wait_status is None or (output_open and time.monotonic() < drain_until):
+            timers = [drain_until if wait_status is not None else next_heartbeat]
+            if wait_status is None:
+                timers += [t for t in (deadline, self._kill_at) if t is not None]
+            for key, _ in selector.select(max(0.0, min(timers) - time.monotonic())):
+                match key.data:
+                    case "output":
+                        output_open = self._pump_output(task.output_fd)
+                    case "exit":
+                        selector.unregister(task.pidfd)
+                        wait_status = self._reap(task)
+                        drain_until = time.monotonic() + OUTPUT_DRAIN_SECONDS
+                    case "channel":
+                        self._read_channel()
+                    case "signal":
+                        self._read_signals()
+                    case "notify":
+                        self._read_notices()
+            if wait_status is not None:
+                continue
+            now = time.monotonic()
+            if now >= next_heartbeat:
+                self._emit("heartbeat", wire.HeartbeatEvidence())
+                next_heartbeat = now + heartbeat
+            if deadline is not None and now >= deadline:
+                self._request_stop(port.ErrorCategory.TIMEOUT)
+            if self._kill_at is not None and now >= self._kill_at:
+                self.log.note("grace period over: killing the task's process group")
+                procfs.signal_group(task.pgid, signal.SIGKILL)
+                self._kill_at = None
+        if output_open:
+            self.log.note("output still open after the task ended; a process left its group")
+            selector.unregister(task.output_fd)
+        if self._channel_fd is not None:
+            self._read_channel()  # the task's last notices were written before it exited
+            selector.unregister(self._channel_fd)
+        return wait_status
+
+    def _reap(self, task: task_process.TaskProcess) -> int:
+        # The leader ended. What is left of its group dies with it; killing it before the
+        # leader is reaped means its group id cannot have been reused by then.
+        procfs.signal_group(task.pgid, signal.SIGKILL)
+        _, status = os.waitpid(task.pid, 0)
+        if task.popen is not None:
+            task.popen.returncode = os.waitstatus_to_exitcode(status)
+        return status
+
+    def _request_stop(self, cause: port.ErrorCategory) -> None:
+        """The first stop wins: a timeout after a cancel is still a cancel."""
+        if self._stop_cause is not None:
+            return
+        self._stop_cause = cause
+        if self._task is None:
+            return
+        grace = self.spec.grace_period.total_seconds()
+        self.log.note(f"stopping the task ({cause}): SIGTERM to its group, SIGKILL after {grace}s")
+        if grace > 0:
+            procfs.signal_group(self._task.pgid, signal.SIGTERM)
+            self._kill_at = time.monotonic() + grace
+        else:
+            procfs.signal_group(self._task.pgid, signal.SIGKILL)
+
+    def _complete(self, wait_status: int | None, *, started_at: datetime | None) -> int:
+        exit_code, signum = (
+            (None, None) if wait_status is None else task_process.decode_wait_status(wait_status)
+        )
+        category = self._categorize(exit_code, signum)
+        ended_at = wire.utc_now()
+        evidence = wire.CompletedEvidence(
+            exit_code=exit_code,
+            signal=signum,
+            error_category=category.value,
+            commit_marker=self._commit_marker,
+            log_path=str(self.attempt.log),
+            output=self._read_output(),
+        )
+        event = wire.make_event(
+            kind="completed",
+            instance_id=self.spec.instance_id,
+            attempt_no=self.spec.attempt_no,
+            attempt_token=self.spec.attempt_token,
+            seq=self.journal.next_seq(),
+            evidence=evidence,
+            event_time=ended_at,
+        )
+        records.write_exit_record(
+            self.attempt,
+            records.ExitRecord(started_at=started_at, ended_at=ended_at, completed=event),
+        )
+        self._release_slot()
+        self._deliverer.push(self.journal.append(event))
+        if self.log.dropped_bytes:
+            self.log.note(f"{self.log.dropped_bytes} bytes of output dropped past the log cap")
+        self._await_delivery()
+        return _worker_exit_status(category)
+
+    def _categorize(self, exit_code: int | None, signum: int | None) -> port.ErrorCategory:
+        if self._stop_cause is not None:
+            return self._stop_cause
+        if signum is not None:
+            return port.ErrorCategory.KILLED
+        if not self._start_confirmed(exit_code):
+            return port.ErrorCategory.START_ERROR
+        if exit_code == 0:
+            return port.ErrorCategory.NONE
+        if exit_code == self.spec.skip_exit_code:
+            return port.ErrorCategory.SKIPPED
+        return port.ErrorCategory.TASK_ERROR
+
+    def _start_confirmed(self, exit_code: int | None) -> bool:
+        task = self._task
+        if task is None:
+            return False
+        if task.confirmation_fd is None:
+            return exit_code not in task_process.SHELL_START_ERROR_CODES
+        try:
+            return os.read(task.confirmation_fd, 1) == b"S"
+        except BlockingIOError:
+            return False
+
+    # --- events -------------------------------------------------------------------------
+
+    def _emit(self, kind: wire.WorkerEventKind, evidence: wire.Evidence) -> None:
+        event = wire.make_event(
+            kind=kind,
+            instance_id=self.spec.instance_id,
+            attempt_no=self.spec.attempt_no,
+            attempt_token=self.spec.attempt_token,
+            seq=self.journal.next_seq(),
+            evidence=evidence,
+        )
+        self._deliverer.push(self.journal.append(event))
+
+    def _await_delivery(self) -> None:
+        deliverer = self._deliverer
+        if deliverer.finish():
+            return
+        give_up_at = time.monotonic() + self.spec.delivery_deadline.total_seconds()
+        while (remaining := give_up_at - time.monotonic()) > 0:
+            for key, _ in self._selector.select(remaining):
+                if key.data == "signal" and self._drain(self._signal_r):
+                    self.log.note("stopped while delivering: the spool keeps the rest")
+                    deliverer.abort()
+                    return
+                if key.data == "notify" and delivery.NOTIFY_DRAINED in self._drain(key.fd):
+                    return
+        left = deliverer.undelivered_count
+        self.log.note(f"delivery deadline passed: {left} events stay in the spool")
+        deliverer.abort()
+
+    def _record_start(self, task: task_process.TaskProcess) -> None:
+        host = procfs.hostname()
+        records.write_process_record(
+            self.attempt.task_record,
+            records.ProcessRecord(
+                pid=task.pid,
+                start_ticks=task.start_ticks,
+                host=host,
+                started_at=task.started_at,
+                pgid=task.pgid,
+            ),
+        )
+        self._emit(
+            "started",
+            wire.StartedEvidence(
+                worker=f"{host}:{os.getpid()}",
+                host=host,
+                pid=task.pid,
+                pid_start_time=task.start_ticks,
+                pgid=task.pgid,
+            ),
+        )
+
+    # --- the task's side ----------------------------------------------------------------
+
+    def _task_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.spec.env)
+        env.update(
+            VERITASK_INSTANCE_ID=self.spec.instance_id,
+            VERITASK_ATTEMPT_NO=str(self.spec.attempt_no),
+            VERITASK_ATTEMPT_TOKEN=self.spec.attempt_token,
+            VERITASK_OUTPUT=str(self.attempt.output),
+            VERITASK_CALLBACK=transports.platform_base_url(self.spec.callback) or "",
+            VERITASK_CHANNEL=str(self.attempt.channel),
+            VERITASK_SKIP_EXIT_CODE=str(self.spec.skip_exit_code),
+        )
+        return env
+
+    def _open_channel(self) -> None:
+        path = self.attempt.channel
+        layout.remove_quietly(path)
+        os.mkfifo(path, 0o600)
+        self._channel_fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        # A writer of our own keeps the FIFO from reporting end-of-file between task writes.
+        self._channel_keepalive_fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        self._selector.register(self._channel_fd, selectors.EVENT_READ, "channel")
+
+    def _read_channel(self) -> None:
+        if self._channel_fd is None:
+            return
+        self._channel_buffer += self._drain(self._channel_fd)
+        *lines, self._channel_buffer = self._channel_buffer.split(b"\n")
+        for line in lines:
+            if line.strip():
+                self._relay_notice(line)
+
+    def _relay_notice(self, line: bytes) -> None:
+        try:
+            notice = json.loads(line)
+            if not isinstance(notice, dict):
+                raise TypeError("a notice is a JSON object")
+            match notice.get("kind"):
+                case "progress":
+                    self._emit("progress", _progress_evidence(notice))
+                case "output_committed":
+                    marker = notice.get("marker")
+                    if not isinstance(marker, str):
+                        raise TypeError("output_committed needs a string marker")
+                    self._commit_marker = marker
+                    self._emit("output_committed", wire.OutputCommittedEvidence(marker=marker))
+                case other:
+                    raise TypeError(f"unknown notice kind {other!r}")
+        except (ValueError, TypeError) as exc:
+            self.log.note(f"ignored a malformed notice from the task: {exc}")
+
+    def _read_output(self) -> jsontypes.JSONValue:
+        try:
+            size = self.attempt.output.stat().st_size
+            if size > OUTPUT_EVENT_LIMIT_BYTES:
+                self.log.note(f"output.json has {size} bytes; it is not sent with the event")
+                return None
+            value: jsontypes.JSONValue = json.loads(self.attempt.output.read_bytes())
+        except FileNotFoundError:
+            return None
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            self.log.note(f"output.json is not JSON, ignored: {exc}")
+            return None
+        return value
+
+    def _pump_output(self, fd: int) -> bool:
+        """Copy what the task wrote to the log; False at end of file."""
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return True
+        if chunk:
+            self.log.write_output(chunk)
+            return True
+        self._selector.unregister(fd)
+        return False
+
+    # --- signals and plumbing -----------------------------------------------------------
+
+    def _install_signal_handlers(self) -> None:
+        # The wakeup fd receives each signal's number; the handler itself needs to do nothing.
+        signal.set_wakeup_fd(self._signal_w)
+        for signum in _STOP_SIGNALS:
+            signal.signal(signum, ignore_signal)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        # The supervisor blocks stop signals across fork: one sent early is handled now.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, set(_STOP_SIGNALS))
+        self._selector.register(self._signal_r, selectors.EVENT_READ, "signal")
+
+    def _read_signals(self) -> None:
+        if self._drain(self._signal_r):
+            self._request_stop(port.ErrorCategory.CANCELLED)
+
+    def _read_notices(self) -> None:
+        if delivery.NOTIFY_STOP in self._drain(self._notify_r):
+            self.log.note("the platform answered stop: it no longer wants this attempt")
+            self._request_stop(port.ErrorCategory.CANCELLED)
+
+    @staticmethod
+    def _drain(fd: int) -> bytes:
+        data = b""
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                return data
+            if not chunk:
+                return data
+            data += chunk
+
+    def _release_slot(self) -> None:
+        """Tell the supervisor (by closing the pipe) that this attempt's task has ended."""
+        if self._slot_fd is not None:
+            os.close(self._slot_fd)
+            self._slot_fd = None
+
+    def _close(self) -> None:
+        self._deliverer.abort()
+        signal.set_wakeup_fd(-1)
+        self._selector.close()
+        self._transport.close()
+        self._release_slot()
+        task = self._task
+        fds: list[int | None] = [self._signal_r, self._signal_w, self._notify_r, self._notify_w]
+        fds += [self._channel_fd, self._channel_keepalive_fd]
+        if task is not None:
+            fds += [task.pidfd, task.output_fd, task.confirmation_fd]
+        for fd in fds:
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.log.close()
+
+
+def _progress_evidence(notice: dict[str, jsontypes.JSONValue]) -> wire.ProgressEvidence:
+    phase, message = notice.get("phase"), notice.get("message")
+    if not isinstance(phase, str):
+        raise TypeError("progress needs a string phase")
+    if message is not None and not isinstance(message, str):
+        raise TypeError("progress message must be a string or null")
+    return wire.ProgressEvidence(
+        phase=phase,
+        done=_optional_count(notice, "done"),
+        total=_optional_count(notice, "total"),
+        message=message,
+    )
+
+
+def _optional_count(notice: dict[str, jsontypes.JSONValue], name: str) -> int | None:
+    value = notice.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"progress {name} must be an integer or null")
+    return value
+
+
+def _worker_exit_status(category: port.ErrorCategory) -> int:
+    ok = (port.ErrorCategory.NONE, port.ErrorCategory.SKIPPED)
+    return EXIT_SUCCEEDED if category in ok else EXIT_FAILED
+
+
+def ignore_signal(signum: int, frame: object) -> None:
+    """A handler for loops that learn of signals from ``signal.set_wakeup_fd``."""
+
+
+def nonblocking_pipe() -> tuple[int, int]:
+    """A pipe for wakeups: neither a full nor an empty one may block a loop."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    os.set_blocking(write_fd, False)
+    return read_fd, write_fd
+
+
+def _lock_attempt(attempt: layout.AttemptDir) -> int | None:
+    """Lock the attempt directory for this process's life; None when another worker holds it."""
+    fd = os.open(attempt.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def run_forked(attempt_path: Path, *, slot_fd: int) -> int:
+    """The supervisor's entry: it forked this process and recorded its identity already."""
+    attempt = layout.AttemptDir(attempt_path)
+    if _lock_attempt(attempt) is None:
+        return EXIT_BUSY
+    return AttemptRun(attempt, records.read_spec(attempt), slot_fd=slot_fd).run()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="veritask-worker", description="Run one Veritask attempt from its spec file."
+    )
+    parser.add_argument("spec", type=Path, help="the attempt's spec.json, in its attempt directory")
+    args = parser.parse_args(argv)
+    attempt = layout.AttemptDir(args.spec.resolve().parent)
+    try:
+        spec = records.read_spec(attempt)
+    except (OSError, ValueError) as exc:
+        print(f"veritask-worker: cannot read {args.spec}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if _lock_attempt(attempt) is None:
+        print(f"veritask-worker: another worker holds {attempt.path}", file=sys.stderr)
+        return EXIT_BUSY
+    if not attempt.exit_record.exists() and not attempt.task_record.exists():
+        identity = records.ProcessRecord.of_worker(os.getpid())
+        records.write_process_record(attempt.worker_record, identity)
+    return AttemptRun(attempt, spec, slot_fd=None).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
