@@ -119,33 +119,58 @@ class Ledger:
         event_time: datetime | None = None,
     ) -> tuple[str, bool]:
         """Create the instance with its ``instance_created`` event; idempotent on its key."""
-        now = self.clock()
         with self.engine.begin() as connection:
-            created_id, created = runs.create_instance(
+            return self.create_instance_in(
                 connection,
                 run_id=run_id,
                 task_key=task_key,
-                state=InstanceState.CREATED,
-                policy=policy.to_json(),
+                policy=policy,
+                event_id=event_id,
                 map_index=map_index,
                 instance_id=instance_id,
+                event_time=event_time,
+            )
+
+    def create_instance_in(
+        self,
+        connection: Connection,
+        *,
+        run_id: str,
+        task_key: str,
+        policy: TaskPolicy,
+        event_id: str,
+        map_index: int = runs.UNMAPPED,
+        instance_id: str | None = None,
+        event_time: datetime | None = None,
+    ) -> tuple[str, bool]:
+        """:meth:`create_instance` inside the caller's transaction (a run and its instances
+        are created together)."""
+        now = self.clock()
+        created_id, created = runs.create_instance(
+            connection,
+            run_id=run_id,
+            task_key=task_key,
+            state=InstanceState.CREATED,
+            policy=policy.to_json(),
+            map_index=map_index,
+            instance_id=instance_id,
+            observed_at=now,
+        )
+        if created:
+            event = Event(
+                event_id,
+                created_id,
+                0,
+                EventKind.INSTANCE_CREATED,
+                "scheduler",
+                event_time or now,
+                {"task_key": task_key, "map_index": map_index, "run_id": run_id},
                 observed_at=now,
             )
-            if created:
-                event = Event(
-                    event_id,
-                    created_id,
-                    0,
-                    EventKind.INSTANCE_CREATED,
-                    "scheduler",
-                    event_time or now,
-                    {"task_key": task_key, "map_index": map_index, "run_id": run_id},
-                    observed_at=now,
-                )
-                blank = derive(empty(created_id), policy)
-                loaded = _Loaded(run_id, 0, policy, blank, blank)
-                self._record(connection, loaded, event, expected_version=None)
-                self._write_snapshot(connection, created_id, loaded)
+            blank = derive(empty(created_id), policy)
+            loaded = _Loaded(run_id, 0, policy, blank, blank)
+            self._record(connection, loaded, event, expected_version=None)
+            self._write_snapshot(connection, created_id, loaded)
         return created_id, created
 
     # -- reads -----------------------------------------------------------------------------

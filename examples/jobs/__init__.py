@@ -1,0 +1,1 @@
+"""Task code used by the example definitions (plain Python, imported by the worker)."""

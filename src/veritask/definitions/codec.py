@@ -1,0 +1,132 @@
+"""A definition as the JSON object the ledger stores, and its content hash.
+
+The object is itself a valid definition document, fully explicit: every task carries its
+resolved policy, durations are seconds, and ``tasks`` is a *list* of objects with a ``key``
+(JSONB, like other JSON stores, does not keep the order of an object's keys, and the task order
+is the one the author wrote). ``parse.definition_from_json`` reads it back through the same
+checks as YAML.
+
+The content hash is the SHA-256 of a canonical form: keys sorted, no whitespace, tasks as an
+object keyed by task (so their order does not count). Equal content gives an equal hash
+whatever the formatting, key order or spelling (``1h`` or ``3600``, a value written in
+``defaults`` or repeated in every task) of the source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from veritask.core.jsontypes import JSONObject, JSONValue
+from veritask.core.policy import TaskPolicy
+from veritask.definitions.durations import to_seconds
+from veritask.definitions.model import Definition, PublishSpec, Schedule, TaskSpec
+
+
+def definition_to_json(definition: Definition) -> JSONObject:
+    """The definition as stored: a JSON object that reads back to an equal definition."""
+    d = definition
+    return {
+        "name": d.name,
+        "description": d.description,
+        "owner": d.owner,
+        "schedule": _schedule(d.schedule),
+        "concurrency": d.concurrency.value,
+        "defaults": _policy(d.defaults),
+        "parameters": dict(d.parameters),
+        "queue": d.queue,
+        "tasks": [_task(task) for task in d.tasks.values()],
+        "publish": _publish(d.publish),
+        "wait_for": [
+            {
+                "definition": w.definition,
+                "published": w.published,
+                "timeout": None if w.timeout is None else to_seconds(w.timeout),
+            }
+            for w in d.wait_for
+        ],
+        "expected_finish": None if d.expected_finish is None else to_seconds(d.expected_finish),
+    }
+
+
+def canonical_json(definition: Definition) -> str:
+    """The text that :func:`content_hash` hashes."""
+    data = definition_to_json(definition)
+    data["tasks"] = {key: _task(task) for key, task in definition.tasks.items()}
+    return json.dumps(
+        data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def content_hash(definition: Definition) -> str:
+    """``sha256:<hex>`` of the canonical JSON: equal content, equal hash."""
+    digest = hashlib.sha256(canonical_json(definition).encode("utf-8")).hexdigest()
+    return f"sha256:{digest}"
+
+
+def _schedule(schedule: Schedule | None) -> JSONValue:
+    if schedule is None:
+        return None
+    return {
+        "cron": schedule.cron,
+        "timezone": schedule.timezone,
+        "catchup": {
+            "enabled": schedule.catchup.enabled,
+            "max_runs": schedule.catchup.max_runs,
+        },
+    }
+
+
+def _policy(policy: TaskPolicy) -> JSONObject:
+    retry = policy.retry
+    return {
+        "retry": {
+            "max_retries": retry.max_retries,
+            "backoff": retry.backoff.value,
+            "delay": to_seconds(retry.delay),
+            "max_delay": to_seconds(retry.max_delay),
+            "jitter": retry.jitter,
+        },
+        "timeout": None if policy.timeout is None else to_seconds(policy.timeout),
+        "lease": to_seconds(policy.lease),
+        "evidence_window": to_seconds(policy.evidence_window),
+        "on_unknown": policy.on_unknown.value,
+    }
+
+
+def _task(task: TaskSpec) -> JSONObject:
+    data: JSONObject = {"key": task.key}
+    if task.run is not None:
+        data["run"] = task.run
+    if task.call is not None:
+        data["call"] = task.call
+    data.update(
+        {
+            "with": dict(task.with_),
+            "after": list(task.after),
+            "trigger_rule": task.trigger_rule.value,
+            "role": task.role.value,
+            "decides_run": task.decides_run,
+            "skip_exit_code": task.skip_exit_code,
+            "queue": task.queue,
+            "executor": task.executor,
+            "requires_commit": task.requires_commit,
+        }
+    )
+    data.update(_policy(task.policy))
+    return data
+
+
+def _publish(publish: PublishSpec | None) -> JSONValue:
+    if publish is None:
+        return None
+    checks: list[JSONValue] = []
+    for check in publish.checks:
+        item: JSONObject = {"name": check.name}
+        item.update(_step(check.run, check.call))
+        checks.append(item)
+    return {"checks": checks, "commit": _step(publish.commit.run, publish.commit.call)}
+
+
+def _step(run: str | None, call: str | None) -> JSONObject:
+    return {"run": run} if run is not None else {"call": call}

@@ -1,0 +1,221 @@
+"""What a definition says (design.md 1.1): frozen, typed values built by ``parse``.
+
+Everything here is already resolved: each task carries its full :class:`TaskPolicy`
+(the definition's ``defaults`` merged with the task's own values), durations are
+``timedelta``, rules and roles are enums. docs/definitions.md is the reference for the
+YAML that produces these values.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
+
+from veritask.core.jsontypes import JSONValue
+from veritask.core.policy import TaskPolicy
+from veritask.core.run_state import RunGraph, TaskNode, TaskRole
+from veritask.core.trigger_rules import TriggerRule
+from veritask.definitions import cron
+from veritask.definitions.errors import DefinitionError
+
+#: Definition names, task keys, executor names: lowercase, digits, ``_`` and ``-``.
+SLUG = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+#: ``module:function``; both sides dotted Python identifiers (``pkg.mod:Class.method``).
+CALLABLE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+DEFAULT_SKIP_EXIT_CODE = 99
+DEFAULT_EXECUTOR = "local"
+
+
+class ConcurrencyPolicy(StrEnum):
+    """What happens when a run of a definition is due while another run of it is active."""
+
+    ALLOW = "allow"
+    """Runs overlap: the new run starts at once."""
+    FORBID = "forbid"
+    """(default) The new run is not started; it is recorded as skipped, with the active run
+    named in its reason. A backfill or a manual trigger can create it later."""
+    QUEUE = "queue"
+    """The new run waits, QUEUED, until the active one ends; runs start in logical-time
+    order."""
+    REPLACE = "replace"
+    """The active run is cancelled and, once the engine confirms the stop, the new one
+    starts."""
+
+
+@dataclass(frozen=True)
+class Catchup:
+    """Whether a schedule creates the runs it missed (while the scheduler was down or the
+    definition was disabled)."""
+
+    enabled: bool = False
+    max_runs: int | None = None
+    """With catch-up on, at most this many of the most recent missed runs (None: all)."""
+
+    def __post_init__(self) -> None:
+        if self.max_runs is not None and self.max_runs < 1:
+            raise DefinitionError.one("schedule.catchup.max_runs", "must be 1 or more")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When runs are created: a cron expression read in a time zone."""
+
+    cron: str
+    timezone: str = "UTC"
+    catchup: Catchup = field(default_factory=Catchup)
+
+    def __post_init__(self) -> None:
+        problem = cron.cron_problem(self.cron)
+        if problem:
+            raise DefinitionError.one("schedule.cron", problem)
+        problem = cron.zone_problem(self.timezone)
+        if problem:
+            raise DefinitionError.one("schedule.timezone", problem)
+
+
+@dataclass(frozen=True)
+class Step:
+    """Something to execute: a shell command (``run``) or a Python callable (``call``)."""
+
+    run: str | None = None
+    call: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_step(self.run, self.call, "")
+
+
+@dataclass(frozen=True)
+class PublishCheck:
+    """A quality check run after execution succeeded; publication waits for all of them."""
+
+    name: str
+    run: str | None = None
+    call: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_step(self.run, self.call, f"publish.checks.{self.name}")
+
+
+@dataclass(frozen=True)
+class PublishSpec:
+    """How a run's output becomes usable (design.md 4.3): checks, then the commit step."""
+
+    commit: Step
+    checks: tuple[PublishCheck, ...] = ()
+
+
+@dataclass(frozen=True)
+class WaitFor:
+    """Wait for another definition's run of the same logical time to be PUBLISHED."""
+
+    definition: str
+    published: bool = True
+    timeout: timedelta | None = None
+    """How long to wait before the run fails and an alert is raised (None: no limit)."""
+
+    def __post_init__(self) -> None:
+        if not self.published:
+            raise DefinitionError.one(
+                "wait_for.published", "must be true: only PUBLISHED releases a dependency"
+            )
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of a definition, with its policy resolved."""
+
+    key: str
+    run: str | None = None
+    """A shell command."""
+    call: str | None = None
+    """A Python callable, ``module:function``."""
+    with_: Mapping[str, JSONValue] = field(default_factory=dict)
+    """Parameters for the callable (the ``with`` key); templates are not expanded here."""
+    after: tuple[str, ...] = ()
+    trigger_rule: TriggerRule = TriggerRule.ALL_SUCCESS
+    role: TaskRole = TaskRole.WORK
+    decides_run: bool = False
+    """A teardown whose failure fails the run (teardowns only)."""
+    policy: TaskPolicy = field(default_factory=TaskPolicy)
+    skip_exit_code: int = DEFAULT_SKIP_EXIT_CODE
+    queue: str | None = None
+    executor: str = DEFAULT_EXECUTOR
+
+    def __post_init__(self) -> None:
+        _check_step(self.run, self.call, f"tasks.{self.key}")
+        if self.decides_run and self.role is not TaskRole.TEARDOWN:
+            raise DefinitionError.one(
+                f"tasks.{self.key}.decides_run", "only a teardown task may set decides_run"
+            )
+
+    @property
+    def requires_commit(self) -> bool:
+        """SUCCESS needs the output commit marker as well as exit 0."""
+        return self.policy.requires_commit
+
+    @property
+    def step(self) -> Step:
+        """What the worker executes."""
+        return Step(run=self.run, call=self.call)
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A pipeline: its tasks and edges, schedule, policies, parameters and publication."""
+
+    name: str
+    tasks: Mapping[str, TaskSpec]
+    """Task key -> task, in definition order."""
+    description: str = ""
+    owner: str | None = None
+    schedule: Schedule | None = None
+    concurrency: ConcurrencyPolicy = ConcurrencyPolicy.FORBID
+    defaults: TaskPolicy = field(default_factory=TaskPolicy)
+    """The policy every task inherits (publish steps run with it too)."""
+    parameters: Mapping[str, JSONValue] = field(default_factory=dict)
+    publish: PublishSpec | None = None
+    wait_for: tuple[WaitFor, ...] = ()
+    expected_finish: timedelta | None = None
+    """When a run should have finished, counted from its logical time (for alerts)."""
+    queue: str | None = None
+    """The queue of tasks that do not name their own."""
+
+    def __post_init__(self) -> None:
+        if not SLUG.fullmatch(self.name):
+            raise DefinitionError.one("name", f"{self.name!r} is not a valid name")
+        for key, task in self.tasks.items():
+            if key != task.key:
+                raise DefinitionError.one(f"tasks.{key}", f"holds the task {task.key!r}")
+
+    def run_graph(self) -> RunGraph:
+        """The tasks as the core's graph (edges, rules, roles), for trigger rules and the
+        run's state."""
+        return RunGraph(
+            tuple(
+                TaskNode(
+                    key=task.key,
+                    after=task.after,
+                    trigger_rule=task.trigger_rule,
+                    role=task.role,
+                    decides_run=task.decides_run,
+                )
+                for task in self.tasks.values()
+            )
+        )
+
+    @property
+    def publication_required(self) -> bool:
+        """Whether runs have a publication phase (NOT_REQUIRED otherwise)."""
+        return self.publish is not None
+
+
+def _check_step(run: str | None, call: str | None, path: str) -> None:
+    prefix = f"{path}." if path else ""
+    if (run is None) == (call is None):
+        raise DefinitionError.one(path or "step", "needs exactly one of run or call")
+    if call is not None and not CALLABLE.fullmatch(call):
+        raise DefinitionError.one(f"{prefix}call", f"{call!r} is not module:function")

@@ -1,0 +1,503 @@
+"""Read a definition from YAML or JSON, refusing it with every problem, its field and line.
+
+:func:`parse_definition` reads text (JSON is YAML); :func:`definition_from_json` reads the
+object that :func:`definition_to_json` wrote (what the ledger stores). Both go through the same
+checks, so a stored definition is always one that would be accepted again. Problems are
+collected in one pass: a refusal lists all of them, in line order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from functools import partial
+
+from veritask.core.errors import InvalidPolicy
+from veritask.core.jsontypes import JSONValue
+from veritask.core.policy import Backoff, OnUnknown, RetryPolicy, TaskPolicy
+from veritask.core.run_state import TaskRole, find_cycles
+from veritask.core.trigger_rules import TriggerRule
+from veritask.definitions import cron, source
+from veritask.definitions.codec import content_hash, definition_to_json
+from veritask.definitions.errors import DefinitionError, Problem
+from veritask.definitions.model import (
+    CALLABLE,
+    DEFAULT_EXECUTOR,
+    DEFAULT_SKIP_EXIT_CODE,
+    SLUG,
+    Catchup,
+    ConcurrencyPolicy,
+    Definition,
+    PublishCheck,
+    PublishSpec,
+    Schedule,
+    Step,
+    TaskSpec,
+    WaitFor,
+)
+from veritask.definitions.reader import Reader, entry_line, hint, is_null, kind, slug_message
+from veritask.definitions.source import Entry, Map, Scalar, Seq, Value
+
+__all__ = [
+    "DefinitionError",
+    "Problem",
+    "content_hash",
+    "definition_from_json",
+    "definition_to_json",
+    "parse_definition",
+]
+
+TOP_FIELDS = (
+    "name",
+    "description",
+    "owner",
+    "schedule",
+    "concurrency",
+    "defaults",
+    "parameters",
+    "tasks",
+    "publish",
+    "wait_for",
+    "expected_finish",
+    "queue",
+)
+POLICY_FIELDS = ("retry", "timeout", "lease", "evidence_window", "on_unknown")
+RETRY_FIELDS = ("max_retries", "backoff", "delay", "max_delay", "jitter")
+TASK_FIELDS = (
+    "run",
+    "call",
+    "with",
+    "after",
+    "trigger_rule",
+    "role",
+    "decides_run",
+    "skip_exit_code",
+    "queue",
+    "executor",
+    "requires_commit",
+    *POLICY_FIELDS,
+)
+SCHEDULE_FIELDS = ("cron", "timezone", "catchup")
+CATCHUP_FIELDS = ("enabled", "max_runs")
+CHECK_FIELDS = ("name", "run", "call")
+STEP_FIELDS = ("run", "call")
+WAIT_FIELDS = ("definition", "published", "timeout")
+
+
+def parse_definition(text: str) -> Definition:
+    """Read a definition written in YAML or JSON; raise :class:`DefinitionError` listing every
+    problem with its field and line."""
+    tree, problems = source.from_text(text)
+    if tree is None:
+        raise DefinitionError(problems)
+    return _Reader(problems).build(tree)
+
+
+def definition_from_json(data: Mapping[str, JSONValue]) -> Definition:
+    """Read the object written by :func:`definition_to_json` (problems carry no lines)."""
+    tree, problems = source.from_json(dict(data))
+    return _Reader(problems).build(tree)
+
+
+@dataclass
+class _Edge:
+    up: str
+    line: int | None
+
+
+@dataclass
+class _Reader(Reader):
+    edges: dict[str, list[_Edge]] = field(default_factory=dict)
+
+    def build(self, tree: Value) -> Definition:
+        definition = self.definition(tree)
+        if self.problems or definition is None:
+            raise DefinitionError(self.problems)
+        return definition
+
+    # -- the document ----------------------------------------------------------------------
+
+    def definition(self, tree: Value) -> Definition | None:
+        f = self.fields(tree, "", TOP_FIELDS, required=("name", "tasks"))
+        if f is None:
+            return None
+        name = self.slug(f.get("name"), "name", "")
+        description = self.text(f.get("description"), "description") or ""
+        owner = self.text(f.get("owner"), "owner")
+        schedule = self.schedule(f.get("schedule"))
+        concurrency = self.choice(
+            f.get("concurrency"), "concurrency", ConcurrencyPolicy, ConcurrencyPolicy.FORBID
+        )
+        defaults_fields = self.fields_of(f.get("defaults"), "defaults", POLICY_FIELDS)
+        defaults = self.policy(defaults_fields, "defaults", TaskPolicy(), f.get("defaults"))
+        parameters = self.json_object(f.get("parameters"), "parameters")
+        queue = self.text(f.get("queue"), "queue")
+        tasks = self.tasks(f.get("tasks"), defaults, queue)
+        publish = self.publish(f.get("publish"))
+        wait_for = self.wait_for(f.get("wait_for"), name)
+        expected_finish = self.duration(
+            f.get("expected_finish"), "expected_finish", None, positive=True
+        )
+        self.check_graph(tasks)
+        if self.problems:
+            return None
+        return self.attempt(
+            lambda: Definition(
+                name=name,
+                description=description,
+                owner=owner,
+                schedule=schedule,
+                concurrency=concurrency,
+                defaults=defaults,
+                parameters=parameters,
+                tasks=tasks,
+                publish=publish,
+                wait_for=wait_for,
+                expected_finish=expected_finish,
+                queue=queue,
+            ),
+            line=tree.line,
+        )
+
+    def schedule(self, entry: Entry | None) -> Schedule | None:
+        since = len(self.problems)
+        f = self.fields_of(entry, "schedule", SCHEDULE_FIELDS, required=("cron",))
+        if f is None:
+            return None
+        expression = self.text(f.get("cron"), "schedule.cron")
+        if expression is not None:
+            self.check(f.get("cron"), "schedule.cron", cron.cron_problem(expression))
+        zone = self.text(f.get("timezone"), "schedule.timezone") or "UTC"
+        self.check(f.get("timezone"), "schedule.timezone", cron.zone_problem(zone))
+        c = self.fields_of(f.get("catchup"), "schedule.catchup", CATCHUP_FIELDS) or {}
+        enabled = self.boolean(c.get("enabled"), "schedule.catchup.enabled", False)
+        max_runs = self.integer(c.get("max_runs"), "schedule.catchup.max_runs", None, minimum=1)
+        if expression is None:
+            return None
+        return self.attempt(
+            lambda: Schedule(expression, zone, Catchup(enabled, max_runs)), entry_line(entry), since
+        )
+
+    # -- tasks -----------------------------------------------------------------------------
+
+    def tasks(
+        self, entry: Entry | None, defaults: TaskPolicy, queue: str | None
+    ) -> dict[str, TaskSpec]:
+        if entry is None or is_null(entry):
+            return {}  # already reported as missing
+        items: list[tuple[str, int | None, Value, bool]] = []
+        value = entry.value
+        if isinstance(value, Map):
+            items = [(e.key, e.key_line, e.value, False) for e in value.entries]
+        elif isinstance(value, Seq):
+            for i, item in enumerate(value.items):
+                key_entry = item.get("key") if isinstance(item, Map) else None
+                key = self.text(key_entry, f"tasks[{i}].key") if key_entry else None
+                if key is None:
+                    self.add(f"tasks[{i}]", item.line, "a task in a list needs a key")
+                    continue
+                items.append((key, entry_line(key_entry), item, True))
+        else:
+            self.add("tasks", value.line, f"expected a mapping of task keys, got {kind(value)}")
+            return {}
+        if not items:
+            self.add("tasks", value.line or entry.key_line, "at least one task is required")
+        tasks: dict[str, TaskSpec] = {}
+        for key, line, task_value, listed in items:
+            path = f"tasks.{key}"
+            if key in tasks or key in self.edges:
+                self.add(path, line, "a task with this key is already defined")
+                continue
+            if not SLUG.fullmatch(key):
+                self.add(path, line, slug_message(key, "task key"))
+            spec = self.task(key, line, task_value, listed, defaults, queue)
+            if spec is not None:
+                tasks[key] = spec
+        return tasks
+
+    def task(
+        self,
+        key: str,
+        line: int | None,
+        value: Value,
+        listed: bool,
+        defaults: TaskPolicy,
+        queue: str | None,
+    ) -> TaskSpec | None:
+        path = f"tasks.{key}"
+        since = len(self.problems)
+        known = ("key", *TASK_FIELDS) if listed else TASK_FIELDS
+        f = self.fields(value, path, known, line=line)
+        self.edges[key] = []
+        if f is None:
+            return None
+        run, call = self.step(f, path, line)
+        with_ = self.json_object(f.get("with"), f"{path}.with")
+        after = self.after(f.get("after"), key)
+        role = self.choice(f.get("role"), f"{path}.role", TaskRole, TaskRole.WORK)
+        default_rule = (
+            TriggerRule.ALL_DONE_SETUP_SUCCESS
+            if role is TaskRole.TEARDOWN
+            else TriggerRule.ALL_SUCCESS
+        )
+        rule = self.choice(f.get("trigger_rule"), f"{path}.trigger_rule", TriggerRule, default_rule)
+        if role is TaskRole.TEARDOWN and rule is not TriggerRule.ALL_DONE_SETUP_SUCCESS:
+            self.add(
+                f"{path}.trigger_rule",
+                entry_line(f.get("trigger_rule")),
+                "a teardown task always uses all_done_setup_success: it must run even when "
+                "the work failed",
+            )
+        decides_run = self.boolean(f.get("decides_run"), f"{path}.decides_run", False)
+        if decides_run and role is not TaskRole.TEARDOWN:
+            self.add(
+                f"{path}.decides_run",
+                entry_line(f.get("decides_run")),
+                "only a teardown task may set decides_run (other leaves always decide the run)",
+            )
+        skip_exit_code = self.integer(
+            f.get("skip_exit_code"),
+            f"{path}.skip_exit_code",
+            DEFAULT_SKIP_EXIT_CODE,
+            minimum=1,
+            maximum=255,
+        )
+        task_queue = self.text(f.get("queue"), f"{path}.queue") or queue
+        executor = self.slug(f.get("executor"), f"{path}.executor", DEFAULT_EXECUTOR)
+        requires_commit = self.boolean(f.get("requires_commit"), f"{path}.requires_commit", False)
+        base = replace(defaults, requires_commit=requires_commit)
+        policy = self.policy(f, path, base, None)
+        if run is None and call is None:
+            return None
+        return self.attempt(
+            lambda: TaskSpec(
+                key=key,
+                run=run,
+                call=call,
+                with_=with_,
+                after=after,
+                trigger_rule=rule,
+                role=role,
+                decides_run=decides_run and role is TaskRole.TEARDOWN,
+                policy=policy,
+                skip_exit_code=skip_exit_code or DEFAULT_SKIP_EXIT_CODE,
+                queue=task_queue,
+                executor=executor or DEFAULT_EXECUTOR,
+            ),
+            line,
+            since,
+        )
+
+    def step(
+        self, f: Mapping[str, Entry], path: str, line: int | None
+    ) -> tuple[str | None, str | None]:
+        """``run`` or ``call``: exactly one, non-empty, and a call that looks importable."""
+        run = self.text(f.get("run"), f"{path}.run")
+        call = self.text(f.get("call"), f"{path}.call")
+        if run is not None and call is not None:
+            self.add(path, line, "has both run and call; a step is one or the other")
+            return None, None
+        if run is None and call is None:
+            self.add(path, line, "needs run (a shell command) or call (module:function)")
+            return None, None
+        if run is not None and not run.strip():
+            self.add(f"{path}.run", entry_line(f.get("run")), "the command is empty")
+        if call is not None and not CALLABLE.fullmatch(call):
+            self.add(
+                f"{path}.call",
+                entry_line(f.get("call")),
+                f"{call!r} is not module:function, such as jobs.transform:main",
+            )
+        return run, call
+
+    def after(self, entry: Entry | None, key: str) -> tuple[str, ...]:
+        if entry is None or is_null(entry):
+            return ()
+        path = f"tasks.{key}.after"
+        value = entry.value
+        items: tuple[Value, ...]
+        if isinstance(value, Scalar) and isinstance(value.value, str):
+            items = (value,)  # ``after: extract`` is one upstream
+        elif isinstance(value, Seq):
+            items = value.items
+        else:
+            self.add(path, value.line, f"expected a list of task keys, got {kind(value)}")
+            return ()
+        result = []
+        for i, item in enumerate(items):
+            if not (isinstance(item, Scalar) and isinstance(item.value, str)):
+                self.add(f"{path}[{i}]", item.line, f"expected a task key, got {kind(item)}")
+                continue
+            result.append(item.value)
+            self.edges[key].append(_Edge(item.value, item.line))
+        return tuple(result)
+
+    def check_graph(self, tasks: Mapping[str, TaskSpec]) -> None:
+        known = list(self.edges)
+        for key, edges in self.edges.items():
+            seen: set[str] = set()
+            for i, edge in enumerate(edges):
+                path = f"tasks.{key}.after[{i}]"
+                if edge.up == key:
+                    self.add(path, edge.line, f"task {key!r} cannot run after itself")
+                elif edge.up not in self.edges:
+                    self.add(path, edge.line, f"no task named {edge.up!r}{hint(edge.up, known)}")
+                elif edge.up in seen:
+                    self.add(path, edge.line, f"{edge.up!r} is listed twice")
+                seen.add(edge.up)
+        graph = {
+            key: [e.up for e in edges if e.up in self.edges and e.up != key]
+            for key, edges in self.edges.items()
+        }
+        for cycle in find_cycles(graph):
+            start, last = cycle[0], cycle[-1]
+            index = next(i for i, e in enumerate(self.edges[start]) if e.up == last)
+            shown = " -> ".join((*cycle, start))
+            self.add(
+                f"tasks.{start}.after[{index}]",
+                self.edges[start][index].line,
+                f"the tasks form a cycle: {shown}",
+            )
+
+    # -- publication and dependencies ------------------------------------------------------
+
+    def publish(self, entry: Entry | None) -> PublishSpec | None:
+        f = self.fields_of(entry, "publish", ("checks", "commit"), required=("commit",))
+        if f is None:
+            return None
+        checks: list[PublishCheck] = []
+        names: set[str] = set()
+        for i, item in enumerate(self.items(f.get("checks"), "publish.checks")):
+            path = f"publish.checks[{i}]"
+            since = len(self.problems)
+            c = self.fields(item, path, CHECK_FIELDS, required=("name",))
+            if c is None:
+                continue
+            name = self.text(c.get("name"), f"{path}.name")
+            if name is not None and name in names:
+                self.add(f"{path}.name", entry_line(c.get("name")), f"{name!r} is used twice")
+            run, call = self.step(c, path, item.line)
+            if name is not None and (run or call):
+                names.add(name)
+                check = self.attempt(partial(PublishCheck, name, run, call), item.line, since)
+                if check is not None:
+                    checks.append(check)
+        commit_entry = f.get("commit")
+        since = len(self.problems)
+        commit = self.fields_of(commit_entry, "publish.commit", STEP_FIELDS)
+        if commit is None:
+            return None
+        run, call = self.step(commit, "publish.commit", entry_line(commit_entry))
+        step = self.attempt(lambda: Step(run, call), entry_line(commit_entry), since)
+        if step is None:
+            return None
+        return PublishSpec(commit=step, checks=tuple(checks))
+
+    def wait_for(self, entry: Entry | None, own_name: str) -> tuple[WaitFor, ...]:
+        result = []
+        for i, item in enumerate(self.items(entry, "wait_for")):
+            path = f"wait_for[{i}]"
+            w = self.fields(item, path, WAIT_FIELDS, required=("definition",))
+            if w is None:
+                continue
+            definition = self.slug(w.get("definition"), f"{path}.definition", "")
+            if definition and definition == own_name:
+                self.add(
+                    f"{path}.definition",
+                    entry_line(w.get("definition")),
+                    "a definition cannot wait for its own runs",
+                )
+            published = self.boolean(w.get("published"), f"{path}.published", True)
+            if not published:
+                self.add(
+                    f"{path}.published",
+                    entry_line(w.get("published")),
+                    "must be true: a dependency is released only when the other run is "
+                    "PUBLISHED, never merely executed",
+                )
+            timeout = self.duration(w.get("timeout"), f"{path}.timeout", None, positive=True)
+            if definition and published:
+                result.append(WaitFor(definition, True, timeout))
+        return tuple(result)
+
+    # -- policies --------------------------------------------------------------------------
+
+    def policy(
+        self,
+        f: Mapping[str, Entry] | None,
+        path: str,
+        base: TaskPolicy,
+        entry: Entry | None,
+    ) -> TaskPolicy:
+        """``base`` with the policy fields of ``f`` applied (a task over the defaults)."""
+        if not f:
+            return base
+        retry = self.retry(f.get("retry"), f"{path}.retry", base.retry)
+        timeout = base.timeout
+        timeout_entry = f.get("timeout")
+        if timeout_entry is not None:
+            timeout = self.duration(timeout_entry, f"{path}.timeout", None, positive=True)
+        lease = self.duration(f.get("lease"), f"{path}.lease", base.lease, positive=True)
+        window = self.duration(
+            f.get("evidence_window"), f"{path}.evidence_window", base.evidence_window, positive=True
+        )
+        on_unknown = self.choice(
+            f.get("on_unknown"), f"{path}.on_unknown", OnUnknown, base.on_unknown
+        )
+        try:
+            return replace(
+                base,
+                retry=retry,
+                timeout=timeout,
+                lease=lease or base.lease,
+                evidence_window=window or base.evidence_window,
+                on_unknown=on_unknown,
+            )
+        except InvalidPolicy as exc:
+            self.policy_problem(exc, path, f, entry_line(entry))
+            return base
+
+    def retry(self, entry: Entry | None, path: str, base: RetryPolicy) -> RetryPolicy:
+        f = self.fields_of(entry, path, RETRY_FIELDS)
+        if not f:
+            return base
+        max_retries = self.integer(
+            f.get("max_retries"), f"{path}.max_retries", base.max_retries, minimum=0
+        )
+        backoff = self.choice(f.get("backoff"), f"{path}.backoff", Backoff, base.backoff)
+        delay = self.duration(f.get("delay"), f"{path}.delay", base.delay) or base.delay
+        max_delay = self.duration(f.get("max_delay"), f"{path}.max_delay", base.max_delay)
+        if f.get("max_delay") is None:
+            max_delay = max(base.max_delay, delay)  # a long delay lifts the default cap
+        jitter = self.number(f.get("jitter"), f"{path}.jitter", base.jitter, 0.0, 1.0)
+        try:
+            return RetryPolicy(
+                max_retries=max_retries if max_retries is not None else base.max_retries,
+                backoff=backoff,
+                delay=delay,
+                max_delay=max_delay or base.max_delay,
+                jitter=jitter,
+                retry_on=base.retry_on,
+            )
+        except InvalidPolicy as exc:
+            self.policy_problem(exc, path.removesuffix(".retry"), {}, entry_line(entry), f)
+            return base
+
+    def policy_problem(
+        self,
+        exc: InvalidPolicy,
+        path: str,
+        f: Mapping[str, Entry | None],
+        fallback: int | None,
+        retry_fields: Mapping[str, Entry] | None = None,
+    ) -> None:
+        """Place a policy's own refusal (its message starts with the field) on its line."""
+        message = str(exc)
+        name, _, detail = message.partition(": ")
+        line = fallback
+        head, _, tail = name.partition(".")
+        if head == "retry" and retry_fields is not None and tail in retry_fields:
+            line = entry_line(retry_fields[tail])
+        elif head in f:
+            line = entry_line(f[head]) or fallback
+        self.add(f"{path}.{name}" if detail else path, line, detail or message)

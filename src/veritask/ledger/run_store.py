@@ -1,0 +1,282 @@
+"""Runs in the ledger: created with their instances, their state moved with compare-and-set.
+
+A run's execution state is derived from its instances (design.md 4.2); each change the
+scheduler derives is recorded as a run event (``run_state_changed``) with the reason, so the
+run's history explains itself like an instance's does. Definition-level events (applied,
+enabled, deleted) go through :func:`record_subject_event` too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from veritask.core.jsontypes import JSONObject, JSONValue
+from veritask.core.policy import TaskPolicy
+from veritask.core.states import (
+    InstanceState,
+    PublicationState,
+    RunExecutionState,
+    TriggerKind,
+)
+from veritask.ledger import errors, runs, schema
+from veritask.ledger.ledger import Ledger
+from veritask.ledger.vocabulary import EventOutcome, SubjectType
+
+NewId = Callable[[], str]
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """What a trigger asks for."""
+
+    definition_id: str
+    definition_version: int
+    idempotency_key: str
+    trigger_kind: TriggerKind
+    tasks: Sequence[tuple[str, TaskPolicy]]
+    parameters: Mapping[str, JSONValue]
+    execution_state: RunExecutionState
+    execution_reason: str
+    publication_state: PublicationState
+    actor: str = "scheduler"
+    logical_time: datetime | None = None
+    data_interval_start: datetime | None = None
+    data_interval_end: datetime | None = None
+    rerun_of: str | None = None
+
+
+@dataclass(frozen=True)
+class InstanceBrief:
+    """The columns the scheduler needs to move a run on, without the fold."""
+
+    id: str
+    task_key: str
+    map_index: int
+    state: InstanceState
+    epoch: int
+    retry_at: datetime | None
+    version: int
+
+
+def create_run(ledger: Ledger, request: NewRun, *, new_id: NewId) -> tuple[str, bool]:
+    """Create the run, its instances and their creation events in one transaction.
+
+    Idempotent on the key: a second trigger with the same key returns the existing run and
+    creates nothing (design.md section 1).
+    """
+    now = ledger.clock()
+    with ledger.engine.begin() as connection:
+        run_id, created = runs.create_run(
+            connection,
+            idempotency_key=request.idempotency_key,
+            definition_id=request.definition_id,
+            definition_version=request.definition_version,
+            trigger_kind=request.trigger_kind,
+            execution_state=request.execution_state,
+            execution_reason=request.execution_reason,
+            publication_state=request.publication_state,
+            created_at=now,
+            logical_time=request.logical_time,
+            data_interval_start=request.data_interval_start,
+            data_interval_end=request.data_interval_end,
+            parameters=request.parameters,
+            rerun_of=request.rerun_of,
+        )
+        if not created:
+            return run_id, False
+        record_subject_event(
+            connection,
+            subject_type=SubjectType.RUN,
+            subject_id=run_id,
+            run_id=run_id,
+            kind="run_created",
+            actor=request.actor,
+            event_id=new_id(),
+            now=now,
+            to_state=request.execution_state.value,
+            evidence={
+                "idempotency_key": request.idempotency_key,
+                "trigger_kind": request.trigger_kind.value,
+                "definition_version": request.definition_version,
+                "logical_time": request.logical_time.isoformat() if request.logical_time else None,
+                "parameters": dict(request.parameters),
+            },
+            reason=request.execution_reason,
+        )
+        for task_key, policy in request.tasks:
+            ledger.create_instance_in(
+                connection, run_id=run_id, task_key=task_key, policy=policy, event_id=new_id()
+            )
+    return run_id, True
+
+
+def instances_brief(connection: Connection, run_id: str) -> list[InstanceBrief]:
+    """The run's instances, light: no fold, no policy."""
+    t = schema.task_instances.c
+    rows = connection.execute(
+        sa.select(t.id, t.task_key, t.map_index, t.state, t.epoch, t.retry_at, t.version)
+        .where(t.run_id == run_id)
+        .order_by(t.task_key, t.map_index)
+    ).all()
+    return [
+        InstanceBrief(
+            row.id,
+            row.task_key,
+            row.map_index,
+            InstanceState(row.state),
+            row.epoch,
+            row.retry_at,
+            row.version,
+        )
+        for row in rows
+    ]
+
+
+def set_execution_state(
+    connection: Connection,
+    *,
+    run_id: str,
+    expected_version: int,
+    state: RunExecutionState,
+    reason: str,
+    previous: RunExecutionState,
+    actor: str,
+    event_id: str,
+    now: datetime,
+    evidence: JSONObject | None = None,
+) -> int:
+    """Move the run's execution state with compare-and-set and record why; the new version.
+
+    Raises ``LedgerConflict`` when another writer moved the run first.
+    """
+    version = runs.compare_and_set(
+        connection,
+        schema.runs,
+        row_id=run_id,
+        expected_version=expected_version,
+        values={
+            "execution_state": state.value,
+            "execution_reason": reason,
+            "updated_observed_at": now,
+        },
+    )
+    record_subject_event(
+        connection,
+        subject_type=SubjectType.RUN,
+        subject_id=run_id,
+        run_id=run_id,
+        kind="run_state_changed",
+        actor=actor,
+        event_id=event_id,
+        now=now,
+        from_state=previous.value,
+        to_state=state.value,
+        evidence=evidence or {},
+        reason=reason,
+    )
+    return version
+
+
+def set_publication_state(
+    connection: Connection,
+    *,
+    run_id: str,
+    expected_version: int,
+    state: PublicationState,
+    reason: str,
+    previous: PublicationState,
+    actor: str,
+    event_id: str,
+    now: datetime,
+    evidence: JSONObject | None = None,
+) -> int:
+    """Move the run's publication state with compare-and-set; each change is an event."""
+    version = runs.compare_and_set(
+        connection,
+        schema.runs,
+        row_id=run_id,
+        expected_version=expected_version,
+        values={
+            "publication_state": state.value,
+            "publication_reason": reason,
+            "updated_observed_at": now,
+        },
+    )
+    record_subject_event(
+        connection,
+        subject_type=SubjectType.RUN,
+        subject_id=run_id,
+        run_id=run_id,
+        kind="publication_changed",
+        actor=actor,
+        event_id=event_id,
+        now=now,
+        from_state=previous.value,
+        to_state=state.value,
+        evidence=evidence or {},
+        reason=reason,
+    )
+    return version
+
+
+def record_subject_event(
+    connection: Connection,
+    *,
+    subject_type: SubjectType,
+    subject_id: str,
+    kind: str,
+    actor: str,
+    event_id: str,
+    now: datetime,
+    evidence: JSONObject,
+    reason: str,
+    run_id: str | None = None,
+    from_state: str | None = None,
+    to_state: str | None = None,
+    event_time: datetime | None = None,
+) -> None:
+    """Append a run- or definition-level event (the platform's own, so its time is ours)."""
+    content = json.dumps(
+        [subject_type.value, subject_id, kind, actor, evidence], sort_keys=True, default=str
+    )
+    connection.execute(
+        schema.events.insert(),
+        {
+            "event_id": event_id,
+            "subject_type": subject_type.value,
+            "subject_id": subject_id,
+            "run_id": run_id,
+            "instance_id": None,
+            "attempt_no": None,
+            "kind": kind,
+            "actor": actor,
+            "seq": None,
+            "from_state": from_state,
+            "to_state": to_state,
+            "event_time": event_time or now,
+            "observed_at": now,
+            "evidence": evidence,
+            "outcome": EventOutcome.APPLIED.value,
+            "reason": reason,
+            "fingerprint": hashlib.sha256(content.encode()).hexdigest(),
+        },
+    )
+
+
+def run_version(connection: Connection, run_id: str) -> tuple[int, RunExecutionState]:
+    """The run's version and execution state, for a compare-and-set."""
+    row = connection.execute(
+        sa.select(schema.runs.c.version, schema.runs.c.execution_state).where(
+            schema.runs.c.id == run_id
+        )
+    ).first()
+    if row is None:
+        raise errors.LedgerError(f"no run {run_id}")
+    return row.version, RunExecutionState(row.execution_state)
