@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint typecheck unit fuzz bench docs clean
+.PHONY: up test lint typecheck unit fuzz bench soak docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,8 +13,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The examples' Python tasks (examples/jobs) are importable by the tasks that `up` loads.
 up: $(STAMP)
-	$(BIN)/veritask up
+	PYTHONPATH="$(CURDIR)/examples$${PYTHONPATH:+:$$PYTHONPATH}" $(BIN)/veritask up
 
 test: $(STAMP) lint typecheck
 	$(BIN)/pytest
@@ -31,8 +32,20 @@ typecheck: $(STAMP)
 fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest tests/unit -k property -p no:timeout
 
+# Figures for the ledger, the executor and the scheduler, each beside its baseline; never run
+# by the tests.
 bench: $(STAMP)
 	$(BIN)/python -m bench.ledger
+	$(BIN)/python -m bench.executor
+	$(BIN)/python -m bench.scheduler
+
+# The scheduler's kill -9 fault test at length (SOAK_ITERATIONS per database, a new random
+# seed each time unless SOAK_SEED is given); not part of `make test`.
+SOAK_ITERATIONS ?= 200
+SOAK_SEED ?= $(shell date +%s)
+soak: $(STAMP)
+	VERITASK_SOAK_ITERATIONS=$(SOAK_ITERATIONS) VERITASK_SOAK_SEED=$(SOAK_SEED) \
+		$(BIN)/pytest tests/scheduling/test_faults.py -k killing --timeout=0 -v
 
 docs: $(STAMP)
 	$(BIN)/python -m veritask.docgen

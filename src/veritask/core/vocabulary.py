@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from veritask.core.states import InstanceState
+from veritask.core.states import AttemptState, InstanceState
 
 
 class CoarseState(StrEnum):
@@ -47,3 +47,24 @@ V1_STATE: dict[InstanceState, CoarseState] = {
 def to_v1(state: InstanceState) -> dict[str, str]:
     """The v1 view of a state: the coarse value and the raw one, so nothing is lost."""
     return {"state": V1_STATE[state].value, "raw_state": state.value}
+
+
+#: States of attempts and runs that no instance state shares; everything else maps by name.
+V1_OTHER_STATE: dict[str, CoarseState] = {
+    AttemptState.NOT_RECEIVED.value: CoarseState.FAILED,
+    AttemptState.ABANDONED.value: CoarseState.FAILED,
+}
+
+
+def coarse(raw: str) -> CoarseState | None:
+    """The v1 value of any state name (instance, attempt or run), None outside them all.
+
+    Attempt and run states that share an instance state's name mean the same and map the
+    same; the two attempt-only states map as the instance would end.
+    """
+    if raw in V1_OTHER_STATE:
+        return V1_OTHER_STATE[raw]
+    try:
+        return V1_STATE[InstanceState(raw)]
+    except ValueError:
+        return None

@@ -1,0 +1,232 @@
+"""The verbs that start processes: ``up`` (API + scheduler), ``server`` (API), ``scheduler``.
+
+This is the one part of the CLI that does not talk HTTP: it builds the API and the scheduler
+in this process. Ctrl-C and SIGTERM stop it cleanly: the API finishes its requests, the
+scheduler its tick, the lease is given up. Attempts keep running under the local executor's
+supervisor; the next start recovers them (design.md 5.5).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Final
+
+import click
+
+from veritask.cli import client
+from veritask.cli.client import EXIT_FAILED, EXIT_OK, EXIT_REFUSED
+
+if TYPE_CHECKING:  # imported at run time only by the verbs that start processes
+    from fastapi import FastAPI
+
+    from veritask.services.platform import Platform
+
+DEFAULT_PORT: Final = 8765
+DEFAULT_HOST: Final = "127.0.0.1"
+
+log = logging.getLogger("veritask")
+
+
+class _Stop:
+    """Set by SIGINT/SIGTERM. Installed before uvicorn, which re-raises the signal it caught
+    after its shutdown: this handler then takes it instead of the default one (which would
+    end the process before the scheduler stopped)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.event.set()
+
+    def install(self) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self)
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(
+        level=os.environ.get("VERITASK_LOG_LEVEL", "WARNING").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise client.CliError(EXIT_FAILED, f"cannot listen on {host}:{port}: {exc}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _serve(app: FastAPI, sock: socket.socket, stop: _Stop) -> None:
+    import uvicorn
+
+    config = uvicorn.Config(
+        app,
+        log_level=os.environ.get("VERITASK_LOG_LEVEL", "warning").lower(),
+        access_log=False,
+        lifespan="on",
+    )
+    server = uvicorn.Server(config)
+    stop.install()
+    server.run(sockets=[sock])
+
+
+def _announce(url: str, token: str, created: bool, home: Path) -> None:
+    lines = [
+        f"Veritask is up at {url}",
+        f"admin token ({'new' if created else 'kept'} in {home / client.TOKEN_FILE}): {token}",
+        f"data folder: {home}",
+        "the CLI on this machine finds both by itself; elsewhere:",
+        f"  export VERITASK_URL={url} VERITASK_TOKEN={token}",
+        "Ctrl-C stops it; running attempts continue and are recovered at the next start.",
+    ]
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()
+
+
+def _load_examples(platform: Platform, folder: Path) -> None:
+    from veritask.services import definitions, errors
+
+    for path in sorted(folder.glob("*.yaml")):
+        try:
+            applied = definitions.apply_definition(platform, path.read_text(), actor="api")
+        except errors.ServiceError as exc:
+            first = str(exc).splitlines()[0]
+            sys.stderr.write(f"example {path.name} skipped: {first}\n")
+            continue
+        what = "new version" if applied.created else "unchanged"
+        sys.stderr.write(f"example {path.name}: {applied.name} v{applied.version} ({what})\n")
+
+
+@click.command("up")
+@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True)
+@click.option("--host", default=DEFAULT_HOST, show_default=True)
+@click.option("--slots", type=click.IntRange(min=1), default=None, help="Attempts run at once.")
+@click.option(
+    "--examples",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("examples"),
+    show_default=True,
+    help="Apply every *.yaml in this folder at start (if it exists).",
+)
+def up_command(port: int, host: str, slots: int | None, examples: Path) -> None:
+    """Migrate, then run the API and the scheduler in this process until Ctrl-C."""
+    _configure_logging()
+    from veritask.api.app import create_app
+    from veritask.api.settings import ApiSettings
+    from veritask.ledger import dialects, migrate
+    from veritask.services import errors, tokens
+    from veritask.services.platform import Platform
+    from veritask.services.runtime import SchedulerRuntime
+
+    home = client.home()
+    home.mkdir(parents=True, exist_ok=True)
+    database_url = dialects.default_database_url()
+    try:
+        migrate.upgrade(database_url)
+    except Exception as exc:  # the driver's, alembic's or ours: all say the same to a person
+        shown = dialects.normalize_url(database_url).render_as_string(hide_password=True)
+        raise client.CliError(EXIT_FAILED, f"cannot migrate {shown}: {exc}") from None
+    platform = Platform.open(database_url, home)
+    sock = _bind(host, port)
+    url = f"http://{host}:{sock.getsockname()[1]}"
+    runtime = SchedulerRuntime(platform, commit_base_url=url, slots=slots)
+    try:
+        runtime.start()
+    except errors.SchedulerRefused as exc:
+        sock.close()
+        platform.close()
+        raise client.CliError(EXIT_REFUSED, f"the scheduler refused to start: {exc}") from None
+    try:
+        token, created = tokens.admin_token_for_home(platform, home)
+        if examples.is_dir():
+            _load_examples(platform, examples)
+        tokens.write_private(home / client.URL_FILE, url)
+        _announce(url, token, created, home)
+        app = create_app(ApiSettings(database_url, home), platform=platform)
+        _serve(app, sock, _Stop())
+    finally:
+        runtime.stop()
+        platform.close()
+    sys.stderr.write("Veritask stopped\n")
+
+
+@click.command("server")
+@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True)
+@click.option("--host", default=DEFAULT_HOST, show_default=True)
+def server_command(port: int, host: str) -> None:
+    """Run the API alone (run `veritask db upgrade` first, and a scheduler somewhere)."""
+    _configure_logging()
+    from veritask.api.app import create_app
+    from veritask.api.settings import ApiSettings
+    from veritask.ledger import dialects
+    from veritask.services import health, tokens
+    from veritask.services.platform import Platform
+
+    home = client.home()
+    home.mkdir(parents=True, exist_ok=True)
+    database_url = dialects.default_database_url()
+    platform = Platform.open(database_url, home)
+    try:
+        ready = health.readiness(platform)
+        if not ready.ready:
+            raise client.CliError(EXIT_FAILED, f"not ready: {ready.detail}")
+        sock = _bind(host, port)
+        url = f"http://{host}:{sock.getsockname()[1]}"
+        token, created = tokens.admin_token_for_home(platform, home)
+        tokens.write_private(home / client.URL_FILE, url)
+        _announce(url, token, created, home)
+        _serve(create_app(ApiSettings(database_url, home), platform=platform), sock, _Stop())
+    finally:
+        platform.close()
+
+
+@click.command("scheduler")
+@click.option("--slots", type=click.IntRange(min=1), default=None, help="Attempts run at once.")
+def scheduler_command(slots: int | None) -> None:
+    """Run the scheduler alone until Ctrl-C (one per SQLite database; many on PostgreSQL)."""
+    _configure_logging()
+    from veritask.ledger import dialects
+    from veritask.services import errors, health
+    from veritask.services.platform import Platform
+    from veritask.services.runtime import SchedulerRuntime
+
+    home = client.home()
+    home.mkdir(parents=True, exist_ok=True)
+    platform = Platform.open(dialects.default_database_url(), home)
+    stop = _Stop()
+    stop.install()
+    try:
+        ready = health.readiness(platform)
+        if not ready.ready:
+            raise client.CliError(EXIT_FAILED, f"not ready: {ready.detail}")
+        runtime = SchedulerRuntime(platform, commit_base_url=client.api_url(), slots=slots)
+        try:
+            runtime.start()
+        except errors.SchedulerRefused as exc:
+            raise client.CliError(EXIT_REFUSED, f"the scheduler refused to start: {exc}") from None
+        sys.stdout.write(f"scheduler running on {platform.database_backend}; Ctrl-C stops it\n")
+        sys.stdout.flush()
+        try:
+            while not stop.event.wait(1.0):  # a timeout keeps the wait responsive to signals
+                pass
+        finally:
+            runtime.stop()
+    finally:
+        platform.close()
+    sys.stderr.write("scheduler stopped\n")
+    raise SystemExit(EXIT_OK)

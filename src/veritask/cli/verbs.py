@@ -1,0 +1,312 @@
+"""The everyday verbs: each is an HTTP call (or a few) to the API, printed for a person or,
+with ``--json``, for a script."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+
+from veritask.cli import follow, render
+from veritask.cli.client import EXIT_NOT_FOUND, EXIT_USAGE, ApiClient, CliError
+from veritask.core.jsontypes import JSONObject, JSONValue
+
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+@contextmanager
+def api_client() -> Iterator[ApiClient]:
+    client = ApiClient.from_environment()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def kind_of(api: ApiClient, ident: str) -> str:
+    """``run`` or ``instance``: which one the id names (exit 3 if neither)."""
+    if api.exists(f"/runs/{ident}"):
+        return "run"
+    if api.exists(f"/instances/{ident}"):
+        return "instance"
+    raise CliError(EXIT_NOT_FOUND, f"no run or instance {ident!r}")
+
+
+@click.command("apply")
+@click.option(
+    "-f",
+    "--file",
+    "path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path),
+    help="The definition (YAML or JSON); - reads stdin.",
+)
+@JSON_OPTION
+def apply_command(path: Path, as_json: bool) -> None:
+    """Apply a definition: a new version if its content changed."""
+    source = sys.stdin.read() if str(path) == "-" else path.read_text()
+    with api_client() as api:
+        applied = api.post("/definitions", {"source": source})
+    if as_json:
+        render.print_json(applied)
+        return
+    what = "created" if applied.get("created") else "unchanged"
+    render.out.print(f"{applied.get('name')}: version {applied.get('version')} ({what})")
+
+
+@click.command("definitions")
+@JSON_OPTION
+def definitions_command(as_json: bool) -> None:
+    """List definitions, their schedules in words and next fire times."""
+    with api_client() as api:
+        found = render.items(api.get("/definitions").get("items"))
+    if as_json:
+        render.print_json(list[JSONValue](found))
+        return
+    render.out.print(render.definitions_table(found))
+
+
+def _parameters(pairs: tuple[str, ...]) -> JSONObject:
+    """``k=v`` pairs; a value that reads as JSON (3, true, [1]) is taken as such."""
+    parameters: JSONObject = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not key=value", param_hint="--param")
+        try:
+            value: JSONValue = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        parameters[key] = value
+    return parameters
+
+
+@click.command("trigger")
+@click.argument("name")
+@click.option("--param", "params", multiple=True, metavar="K=V", help="A run parameter.")
+@click.option("--key", default=None, help="Idempotency key: the same key gives the same run.")
+@click.option("--wait", is_flag=True, help="Wait until the run is finished; exit 0 on success.")
+@click.option(
+    "--timeout", type=click.FloatRange(min=0), default=None, help="Seconds --wait may take."
+)
+@JSON_OPTION
+def trigger_command(
+    name: str,
+    params: tuple[str, ...],
+    key: str | None,
+    wait: bool,
+    timeout: float | None,
+    as_json: bool,
+) -> None:
+    """Trigger a run of NAME; prints the run id."""
+    body: JSONObject = {"parameters": _parameters(params), "trigger_kind": "manual"}
+    if key:
+        body["idempotency_key"] = key
+    with api_client() as api:
+        triggered = api.post(f"/definitions/{name}/runs", body)
+        run_id = render.text(triggered.get("run_id"))
+        if not wait:
+            if as_json:
+                render.print_json(triggered)
+            else:
+                render.out.print(run_id)
+            return
+
+        def report(run: JSONObject) -> None:
+            render.err.print(
+                f"run {run_id}: {run.get('execution_state')} "
+                f"(publication {run.get('publication_state')}) — {run.get('execution_reason')}"
+            )
+
+        run = follow.wait_for_run(api, run_id, timeout=timeout, on_change=report)
+    if as_json:
+        render.print_json(run)
+    else:
+        render.out.print(run_id)
+    raise SystemExit(follow.exit_code_of(run))
+
+
+@click.command("runs")
+@click.argument("name", required=False)
+@click.option("--state", "states", multiple=True, help="Only runs in this execution state.")
+@click.option("--limit", type=click.IntRange(1, 200), default=50, show_default=True)
+@JSON_OPTION
+def runs_command(name: str | None, states: tuple[str, ...], limit: int, as_json: bool) -> None:
+    """List runs, newest first (of definition NAME if given)."""
+    params: dict[str, str | int | list[str]] = {"limit": limit}
+    if name:
+        params["definition"] = name
+    if states:
+        params["state"] = [s.upper() for s in states]
+    with api_client() as api:
+        found = render.items(api.get("/runs", params).get("items"))
+    if as_json:
+        render.print_json(list[JSONValue](found))
+        return
+    render.out.print(render.runs_table(found))
+
+
+@click.command("show")
+@click.argument("ident", metavar="RUN_OR_INSTANCE")
+@JSON_OPTION
+def show_command(ident: str, as_json: bool) -> None:
+    """Show a run or an instance: states and reasons, attempts, and the history."""
+    with api_client() as api:
+        kind = kind_of(api, ident)
+        if kind == "run":
+            shown = api.get(f"/runs/{ident}")
+            events = render.items(api.get(f"/runs/{ident}/events", {"limit": 1000}).get("events"))
+            shown = {**shown, "object": "run", "events": list[JSONValue](events)}
+        else:
+            shown = {**api.get(f"/instances/{ident}"), "object": "instance"}
+    if as_json:
+        render.print_json(shown)
+        return
+    if kind == "run":
+        for line in render.run_header(shown):
+            render.out.print(line)
+        instances = render.items(shown.get("instances"))
+        render.out.print(render.instances_table(instances))
+        for instance in instances:
+            attempts = render.items(instance.get("attempts"))
+            if attempts:
+                render.out.print(render.attempts_table(render.text(instance.get("task")), attempts))
+    else:
+        render.out.print(
+            f"instance {shown.get('id')}  task {shown.get('task')}  run {shown.get('run_id')}  "
+            f"definition {shown.get('definition')}"
+        )
+        render.out.print(f"state: {shown.get('state')} — {shown.get('reason')}")
+        render.out.print(
+            render.attempts_table(
+                render.text(shown.get("task")), render.items(shown.get("attempts"))
+            )
+        )
+    render.out.print(render.history_table(render.items(shown.get("events"))))
+
+
+@click.command("logs")
+@click.argument("ident", metavar="RUN_OR_INSTANCE")
+@click.option("--follow", "follow_", is_flag=True, help="Keep printing until the run ends.")
+@click.option("--attempt", type=click.IntRange(min=1), default=None, help="Default: the latest.")
+@click.option("--search", default=None, help="Only the lines that contain this text.")
+def logs_command(ident: str, follow_: bool, attempt: int | None, search: str | None) -> None:
+    """Print the task output of a run's instances, or of one instance."""
+    with api_client() as api:
+        kind = kind_of(api, ident)
+        if kind == "run":
+            run_id, only = ident, None
+        else:
+            instance = api.get(f"/instances/{ident}")
+            run_id, only = render.text(instance.get("run_id")), ident
+        if follow_:
+            if attempt is not None or search is not None:
+                raise CliError(EXIT_USAGE, "--follow reads every attempt, without --search")
+            follow.follow_logs(api, run_id, only)
+            return
+        instances = render.items(api.get(f"/runs/{run_id}").get("instances"))
+        for instance in instances:
+            instance_id = render.text(instance.get("id"))
+            if only is not None and instance_id != only:
+                continue
+            if not render.items(instance.get("attempts")):
+                continue
+            params: dict[str, str | int | list[str]] = {"tail": 1024 * 1024}
+            if attempt is not None:
+                params["attempt"] = attempt
+            if search:
+                params["search"] = search
+            chunk = api.get(f"/instances/{instance_id}/logs", params)
+            render.err.print(
+                f"==> {render.text(instance.get('task'))} attempt {chunk.get('attempt_no')} <=="
+            )
+            sys.stdout.write(render.text(chunk.get("text")))
+            sys.stdout.flush()
+
+
+@click.command("cancel")
+@click.argument("ident", metavar="RUN_OR_INSTANCE")
+@click.option("--reason", default="cancelled from the command line", show_default=True)
+@JSON_OPTION
+def cancel_command(ident: str, reason: str, as_json: bool) -> None:
+    """Cancel a run or an instance; the stop is confirmed in the background."""
+    with api_client() as api:
+        kind = kind_of(api, ident)
+        path = f"/runs/{ident}/cancel" if kind == "run" else f"/instances/{ident}/cancel"
+        answer = api.post(path, {"reason": reason})
+    if as_json:
+        render.print_json(answer)
+        return
+    render.out.print(f"{kind} {ident}: {answer.get('state')}")
+
+
+@click.command("override")
+@click.argument("instance_id")
+@click.option(
+    "--state",
+    "to_state",
+    type=click.Choice(["SUCCESS", "FAILED"]),
+    required=True,
+    help="The state to set.",
+)
+@click.option(
+    "--scope",
+    type=click.Choice(["instance", "downstream", "run"]),
+    default="instance",
+    show_default=True,
+    help="This instance, it and its downstream tasks, or the whole run.",
+)
+@click.option("--reason", required=True, help="Why: kept in the audit trail.")
+@JSON_OPTION
+def override_command(
+    instance_id: str, to_state: str, scope: str, reason: str, as_json: bool
+) -> None:
+    """Set SUCCESS or FAILED on an instance by hand (an audited operator event)."""
+    with api_client() as api:
+        answer = api.post(
+            f"/instances/{instance_id}/override",
+            {"state": to_state, "scope": scope, "reason": reason},
+        )
+    if as_json:
+        render.print_json(answer)
+        return
+    instances = answer.get("instances")
+    count = len(instances) if isinstance(instances, list) else 0
+    render.out.print(
+        f"{count} instance(s) set to {to_state}; run {answer.get('run_id')} is "
+        f"{answer.get('execution_state')}"
+    )
+
+
+@click.command("watch")
+@click.argument("run_id", metavar="RUN")
+def watch_command(run_id: str) -> None:
+    """Show a run's progress live until it is finished (exit 0 if it succeeded)."""
+    with api_client() as api:
+        run = follow.watch(api, run_id)
+    raise SystemExit(follow.exit_code_of(run))
+
+
+@click.group("token")
+def token_group() -> None:
+    """API tokens."""
+
+
+@token_group.command("create")
+@click.option(
+    "--role",
+    type=click.Choice(["viewer", "operator", "admin"]),
+    required=True,
+    help="What it may do.",
+)
+@click.option("--name", default="token", show_default=True, help="Who it is for (shown as actor).")
+def token_create_command(role: str, name: str) -> None:
+    """Create a token; prints it alone on stdout (it is shown only once)."""
+    with api_client() as api:
+        created = api.post("/tokens", {"role": role, "name": name})
+    sys.stdout.write(render.text(created.get("token")) + "\n")
+    sys.stdout.flush()

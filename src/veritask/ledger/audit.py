@@ -1,0 +1,312 @@
+"""Proof that the events are the truth: verify snapshots, export histories, replay them.
+
+``verify`` re-folds every instance's recorded events with the pure core and compares the
+result with the stored snapshot and attempt rows; ``repair`` rewrites what differs (with
+compare-and-set). It also checks the invariants that can be checked at rest. ``export``
+writes a run's whole history as JSON Lines; ``replay`` rebuilds every snapshot from such an
+export in an empty database.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from veritask.core import codec, decide
+from veritask.core.fold import InstanceSnapshot, fold
+from veritask.core.jsontypes import JSONObject
+from veritask.core.policy import TaskPolicy
+from veritask.core.states import ACTIVE_ATTEMPT_STATES, RunExecutionState
+from veritask.ledger import dialects, schema
+from veritask.ledger.ledger import Ledger
+
+FORMAT = "veritask-export/1"
+
+
+@dataclass
+class Report:
+    """What ``verify`` found; ``ok`` when every snapshot and invariant held."""
+
+    instances: int = 0
+    mismatches: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    repaired: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches and not self.violations
+
+
+def verify(ledger: Ledger, *, repair: bool = False) -> Report:
+    """Re-fold every instance and compare; check the invariants at rest."""
+    report = Report()
+    t = schema.task_instances.c
+    with dialects.read_transaction(ledger.engine) as connection:
+        rows = connection.execute(
+            sa.select(t.id, t.state, t.epoch, t.retry_at, t.fold, t.policy, t.version)
+        ).all()
+    for row in rows:
+        report.instances += 1
+        policy = TaskPolicy.from_json(row.policy)
+        expected = fold(row.id, ledger.recorded_events(row.id), policy)
+        problems = _compare(ledger, row, expected, policy)
+        if problems:
+            report.mismatches.extend(f"instance {row.id}: {p}" for p in problems)
+            if repair:
+                _rewrite(ledger, row.id, row.version, expected, policy)
+                report.repaired += 1
+    report.violations.extend(_invariants(ledger))
+    return report
+
+
+def _compare(ledger: Ledger, row: Any, expected: InstanceSnapshot, policy: TaskPolicy) -> list[str]:
+    problems = []
+    if row.state != expected.state.value:
+        problems.append(f"state is {row.state}, its events say {expected.state}")
+    if row.epoch != expected.epoch:
+        problems.append(f"epoch is {row.epoch}, its events say {expected.epoch}")
+    if row.retry_at != expected.retry_at:
+        problems.append(f"retry_at is {row.retry_at}, its events say {expected.retry_at}")
+    if row.fold != json.loads(json.dumps(codec.facts_to_json(expected.facts))):
+        problems.append("its stored facts differ from the fold of its events")
+    a = schema.attempts.c
+    with dialects.read_transaction(ledger.engine) as connection:
+        stored = {
+            r.attempt_no: r
+            for r in connection.execute(
+                sa.select(a.attempt_no, a.state, a.external_id, a.exit_code).where(
+                    a.instance_id == row.id
+                )
+            )
+        }
+    for view in expected.attempts:
+        found = stored.get(view.attempt_no)
+        if found is None:
+            problems.append(f"attempt {view.attempt_no} has no row")
+        elif (found.state, found.external_id, found.exit_code) != (
+            view.state.value,
+            view.external_id,
+            view.exit_code,
+        ):
+            problems.append(
+                f"attempt {view.attempt_no} row says {found.state}, its events say {view.state}"
+            )
+    return problems
+
+
+def _rewrite(
+    ledger: Ledger, instance_id: str, version: int, snapshot: InstanceSnapshot, policy: TaskPolicy
+) -> None:
+    t, a = schema.task_instances.c, schema.attempts
+    with ledger.engine.begin() as connection:
+        connection.execute(
+            schema.task_instances.update()
+            .where(t.id == instance_id, t.version == version)
+            .values(
+                state=snapshot.state.value,
+                epoch=snapshot.epoch,
+                retry_at=snapshot.retry_at,
+                fold=codec.facts_to_json(snapshot.facts),
+                version=t.version + 1,
+            )
+        )
+        connection.execute(a.delete().where(a.c.instance_id == instance_id))
+        for view in snapshot.attempts:
+            connection.execute(
+                a.insert().values(
+                    instance_id=instance_id,
+                    attempt_no=view.attempt_no,
+                    state=view.state.value,
+                    executor=view.executor,
+                    external_id=view.external_id,
+                    worker=view.worker,
+                    token_hash=view.token_hash,
+                    lease_expires_at=decide.lease_expiry(view, policy) if view.is_active else None,
+                    last_heartbeat_at=view.last_report_at,
+                    queued_at=view.queued_at,
+                    started_at=view.started_at,
+                    ended_at=view.ended_at,
+                    exit_code=view.exit_code,
+                    error_category=view.error_category,
+                    log_location=view.log_location,
+                )
+            )
+
+
+def _invariants(ledger: Ledger) -> list[str]:
+    a, r, t = schema.attempts.c, schema.runs.c, schema.task_instances.c
+    active = [s.value for s in ACTIVE_ATTEMPT_STATES]
+    found = []
+    with dialects.read_transaction(ledger.engine) as connection:
+        for instance_id, count in connection.execute(
+            sa.select(a.instance_id, sa.func.count())
+            .where(a.state.in_(active))
+            .group_by(a.instance_id)
+            .having(sa.func.count() > 1)
+        ):
+            found.append(f"instance {instance_id}: {count} attempts are active at once")
+        for instance_id, attempt_no in connection.execute(
+            sa.select(a.instance_id, a.attempt_no).where(
+                a.state == "RUNNING", a.lease_expires_at.is_(None)
+            )
+        ):
+            found.append(f"instance {instance_id}: RUNNING attempt {attempt_no} has no lease")
+        unfinished = sa.select(t.id).where(t.run_id == r.id, t.state.not_in(_TERMINAL)).exists()
+        for run_id, reason in connection.execute(
+            sa.select(r.id, r.execution_reason).where(
+                r.execution_state == RunExecutionState.RUNNING.value, ~unfinished
+            )
+        ):
+            if not reason:
+                found.append(f"run {run_id}: RUNNING with no active instance and no reason")
+    return found
+
+
+_TERMINAL = [
+    "SUCCESS",
+    "FAILED",
+    "START_FAILED",
+    "TIMEOUT",
+    "CANCELLED",
+    "SKIPPED",
+    "UPSTREAM_FAILED",
+    "REMOVED",
+]
+
+
+# -- export and replay --------------------------------------------------------------------
+
+
+def export_run(ledger: Ledger, run_id: str) -> Iterator[JSONObject]:
+    """The run's whole history as JSON-ready lines: its rows first, then every event."""
+    d, v, r, t, e = (
+        schema.definitions,
+        schema.definition_versions,
+        schema.runs,
+        schema.task_instances,
+        schema.events,
+    )
+    with dialects.read_transaction(ledger.engine) as connection:
+        run = connection.execute(sa.select(r).where(r.c.id == run_id)).mappings().one()
+        definition = (
+            connection.execute(sa.select(d).where(d.c.id == run["definition_id"])).mappings().one()
+        )
+        version = (
+            connection.execute(
+                sa.select(v).where(
+                    v.c.definition_id == run["definition_id"],
+                    v.c.version == run["definition_version"],
+                )
+            )
+            .mappings()
+            .one()
+        )
+        instances = (
+            connection.execute(
+                sa.select(t.c.id, t.c.run_id, t.c.task_key, t.c.map_index, t.c.policy).where(
+                    t.c.run_id == run_id
+                )
+            )
+            .mappings()
+            .all()
+        )
+        events = (
+            connection.execute(sa.select(e).where(e.c.run_id == run_id).order_by(e.c.position))
+            .mappings()
+            .all()
+        )
+    yield {"format": FORMAT, "run_id": run_id}
+    yield {"table": "definitions", "row": _plain(definition, drop=("current_version",))}
+    yield {"table": "definition_versions", "row": _plain(version)}
+    yield {"table": "runs", "row": _plain(run, drop=("fold",))}
+    for instance in instances:
+        yield {"table": "task_instances", "row": _plain(instance)}
+    for event in events:
+        yield {"table": "events", "row": _plain(event, drop=("position",))}
+
+
+def replay(ledger: Ledger, lines: Iterable[JSONObject]) -> list[str]:
+    """Load an export into this (empty) database and rebuild every snapshot from the events.
+
+    Returns the replayed instance ids. Snapshot columns are never taken from the export: the
+    instances' states come from folding their events, the run's from its recorded changes.
+    """
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for line in lines:
+        if "format" in line:
+            if line["format"] != FORMAT:
+                raise ValueError(f"format: expected {FORMAT}, got {line['format']!r}")
+            continue
+        table, row = str(line["table"]), line["row"]
+        if not isinstance(row, dict):
+            raise ValueError(f"row of {table}: expected an object")
+        rows.setdefault(table, []).append(_typed(schema.metadata.tables[table], row))
+    with ledger.engine.begin() as connection:
+        for table in ("definitions", "definition_versions", "runs"):
+            for row in rows.get(table, []):
+                connection.execute(schema.metadata.tables[table].insert().values(**row))
+        for row in rows.get("task_instances", []):
+            connection.execute(
+                schema.task_instances.insert().values(**row, state="CREATED", epoch=0, version=0)
+            )
+        for row in rows.get("events", []):
+            connection.execute(schema.events.insert().values(**row))
+        _replay_runs(connection, rows.get("runs", []), rows.get("events", []))
+    replayed = []
+    for row in rows.get("task_instances", []):
+        instance_id = str(row["id"])
+        stored_policy = row["policy"]
+        if not isinstance(stored_policy, dict):
+            raise ValueError(f"task_instances {instance_id}: policy must be an object")
+        policy = TaskPolicy.from_json(stored_policy)
+        snapshot = fold(instance_id, ledger.recorded_events(instance_id), policy)
+        _rewrite(ledger, instance_id, 0, snapshot, policy)
+        replayed.append(instance_id)
+    return replayed
+
+
+def _replay_runs(
+    connection: Connection, runs: list[dict[str, Any]], events: list[dict[str, Any]]
+) -> None:
+    for run in runs:
+        execution, publication = None, None
+        for event in events:
+            if event["subject_id"] != run["id"] or event["subject_type"] != "run":
+                continue
+            if event["kind"] in ("run_created", "run_state_changed"):
+                execution = (event["to_state"], event["reason"])
+            elif event["kind"] == "publication_changed":
+                publication = (event["to_state"], event["reason"])
+        values: dict[str, Any] = {}
+        if execution is not None:
+            values.update(execution_state=execution[0], execution_reason=execution[1])
+        if publication is not None:
+            values.update(publication_state=publication[0], publication_reason=publication[1])
+        if values:
+            connection.execute(
+                schema.runs.update().where(schema.runs.c.id == run["id"]).values(**values)
+            )
+
+
+def _plain(row: Any, drop: tuple[str, ...] = ()) -> JSONObject:
+    return {
+        key: value.isoformat() if isinstance(value, datetime) else value
+        for key, value in dict(row).items()
+        if key not in drop
+    }
+
+
+def _typed(table: sa.Table, row: dict[str, Any]) -> dict[str, Any]:
+    """Turn the ISO strings of datetime columns back into datetimes."""
+    typed = dict(row)
+    for column in table.columns:
+        value = typed.get(column.name)
+        if isinstance(value, str) and isinstance(column.type, sa.types.TypeDecorator):
+            typed[column.name] = datetime.fromisoformat(value)
+    return typed

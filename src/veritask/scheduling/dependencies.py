@@ -1,0 +1,76 @@
+"""Dependencies between pipelines: wait until another definition's run is PUBLISHED (4.4).
+
+A run whose definition has ``wait_for`` starts none of its root tasks until, for every
+dependency, the other definition's run of the same logical time is PUBLISHED. Execution
+success alone never releases it (invariant 11). A run with no logical time (a manual run)
+waits for the other definition's most recent run. Past the dependency's timeout, counted from
+the run's creation, the roots become UPSTREAM_FAILED with the reason, and an alert with the
+``dependency`` owner category is raised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from veritask.core.states import PublicationState
+from veritask.definitions.model import Definition
+from veritask.ledger import schema
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether the run's roots may start, must keep waiting, or waited too long."""
+
+    released: bool
+    timed_out: bool
+    reason: str
+
+
+def check(
+    connection: Connection,
+    definition: Definition,
+    *,
+    logical_time: datetime | None,
+    created_at: datetime,
+    now: datetime,
+) -> Verdict:
+    """Look at every dependency of the definition for the run of this logical time."""
+    waiting: list[str] = []
+    for dependency in definition.wait_for:
+        state = _publication_of(connection, dependency.definition, logical_time)
+        if state is PublicationState.PUBLISHED:
+            continue
+        what = f"{dependency.definition}" + (
+            f" at {logical_time.isoformat()}" if logical_time else " (latest run)"
+        )
+        seen = "no run yet" if state is None else f"publication {state}"
+        if dependency.timeout is not None and now >= created_at + dependency.timeout:
+            return Verdict(
+                False,
+                True,
+                f"wait_for {what}: not PUBLISHED within {dependency.timeout} ({seen})",
+            )
+        waiting.append(f"{what}: {seen}")
+    if waiting:
+        return Verdict(False, False, "waiting for " + "; ".join(waiting))
+    return Verdict(True, False, "every dependency is PUBLISHED")
+
+
+def _publication_of(
+    connection: Connection, name: str, logical_time: datetime | None
+) -> PublicationState | None:
+    r, d = schema.runs.c, schema.definitions.c
+    statement = (
+        sa.select(r.publication_state)
+        .join(schema.definitions, d.id == r.definition_id)
+        .where(d.name == name)
+    )
+    if logical_time is not None:
+        statement = statement.where(r.logical_time == logical_time)
+    statement = statement.order_by(r.created_at.desc()).limit(1)
+    value = connection.execute(statement).scalar_one_or_none()
+    return None if value is None else PublicationState(value)

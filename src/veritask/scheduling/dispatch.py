@@ -1,0 +1,232 @@
+"""Handing opened attempts to their executors and turning the answers into facts.
+
+An attempt is opened (recorded) before it is submitted, and the submission's answer is a fact
+of the executor's: ``submit_acknowledged`` with the external id, or ``submit_failed`` with the
+error and whether retrying can help. Submitting is idempotent per attempt, so recovery may
+submit again whatever it cannot prove was submitted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from veritask.core.events import Event, EventKind
+from veritask.core.jsontypes import JSONValue
+from veritask.definitions.model import Definition, TaskSpec
+from veritask.execution import port
+from veritask.execution.errors import ExecutorError
+from veritask.scheduling import templates
+from veritask.scheduling.tokens import AttemptTokens
+
+log = logging.getLogger(__name__)
+
+
+def new_event_id() -> str:
+    return str(uuid.uuid4())
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a run gives every attempt it submits."""
+
+    run_id: str
+    definition: Definition
+    logical_time: datetime | None
+    parameters: Mapping[str, JSONValue]
+
+
+@dataclass(frozen=True)
+class Opened:
+    """An attempt that the ledger recorded as opened and that must reach its engine."""
+
+    instance_id: str
+    attempt_no: int
+    task_key: str
+    nonce: str
+
+
+class Dispatcher:
+    """Builds attempt specs, submits them, and reports the engines' answers as events."""
+
+    def __init__(
+        self,
+        *,
+        executors: Mapping[str, port.Executor],
+        tokens: AttemptTokens,
+        outbox: Path,
+        commit_base_url: str | None = None,
+    ) -> None:
+        self.executors = executors
+        self.tokens = tokens
+        self.outbox = outbox
+        self.commit_base_url = commit_base_url
+
+    def executor_for(self, task: TaskSpec) -> port.Executor | None:
+        return self.executors.get(task.executor)
+
+    def spec(self, run: RunContext, opened: Opened) -> port.AttemptSpec:
+        task = run.definition.tasks[opened.task_key]
+        params = {**run.definition.parameters, **run.parameters}
+        values = templates.context(run_id=run.run_id, logical_time=run.logical_time, params=params)
+        work: port.TaskSpec
+        if task.run is not None:
+            work = port.ShellCommand(templates.render(task.run, values))
+        else:
+            rendered = {k: templates.render_json(v, values) for k, v in task.with_.items()}
+            work = port.PythonCallable(str(task.call), rendered)
+        env = {
+            "VERITASK_RUN_ID": run.run_id,
+            "VERITASK_TASK": task.key,
+            "VERITASK_DEFINITION": run.definition.name,
+        }
+        if run.logical_time is not None:
+            env["VERITASK_LOGICAL_TIME"] = run.logical_time.isoformat()
+        return port.AttemptSpec(
+            instance_id=opened.instance_id,
+            attempt_no=opened.attempt_no,
+            attempt_token=self.tokens.mint(opened.instance_id, opened.attempt_no, opened.nonce),
+            task=work,
+            callback=port.OutboxCallback(self.outbox, self.commit_base_url),
+            env=env,
+            timeout=task.policy.timeout,
+            skip_exit_code=task.skip_exit_code,
+            heartbeat_interval=min(port.AttemptSpec.heartbeat_interval, task.policy.lease / 3),
+        )
+
+    def submit(self, run: RunContext, opened: Opened, now: datetime) -> Event:
+        """Submit one attempt; the executor's answer as an event to record."""
+        task = run.definition.tasks[opened.task_key]
+        executor = self.executor_for(task)
+        if executor is None:
+            return _failed(opened, now, f"no executor named {task.executor!r}", retryable=False)
+        try:
+            submission = executor.submit(spec=self.spec(run, opened))
+        except ExecutorError as exc:
+            return _failed(opened, now, str(exc), retryable=exc.retryable)
+        except ValueError as exc:  # a spec the engine cannot take (bad command, bad id)
+            return _failed(opened, now, str(exc), retryable=False)
+        return Event(
+            new_event_id(),
+            opened.instance_id,
+            opened.attempt_no,
+            EventKind.SUBMIT_ACKNOWLEDGED,
+            "executor",
+            now,
+            {
+                "external_id": submission.external_id,
+                "executor": task.executor,
+                "resubmitted": not submission.created,
+            },
+        )
+
+
+class Submissions:
+    """Submits opened attempts on a few threads, so that the loop never waits for an engine.
+
+    A submission is in flight from :meth:`submit` until its answer is recorded
+    (:meth:`settle`); meanwhile the loop holds back that attempt's worker reports, so the
+    acknowledgement is recorded before the worker's ``started`` and queue time stays visible
+    (design.md 3.2), and the reconciler does not submit it a second time. Nothing here needs to
+    survive a crash: the attempt was opened (recorded) before it was handed over, and recovery
+    submits every opened attempt again, idempotently.
+    """
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        *,
+        clock: Callable[[], datetime],
+        workers: int,
+        wake: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self._clock = clock
+        self._wake = wake
+        self._workers = max(1, workers)
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._in_flight: set[tuple[str, int]] = set()
+        self._answers: list[Event] = []
+
+    def submit(self, run: RunContext, opened: Opened) -> bool:
+        """Hand the attempt to its executor in the background; False if already in flight."""
+        key = (opened.instance_id, opened.attempt_no)
+        with self._lock:
+            if key in self._in_flight:
+                return False
+            self._in_flight.add(key)
+            if self._pool is None:  # first use, or used again after close()
+                self._pool = ThreadPoolExecutor(
+                    max_workers=self._workers, thread_name_prefix="submit"
+                )
+            pool = self._pool
+        pool.submit(self._submit_one, run, opened, key)
+        return True
+
+    def _submit_one(self, run: RunContext, opened: Opened, key: tuple[str, int]) -> None:
+        try:
+            answer: Event | None = self.dispatcher.submit(run, opened, self._clock())
+        except Exception:  # an adapter's bug: the reconciler submits it again after the grace
+            log.exception("submitting %s/%s failed", *key)
+            answer = None
+        with self._lock:
+            if answer is None:
+                self._in_flight.discard(key)
+            else:
+                self._answers.append(answer)
+        self._wake()
+
+    def in_flight(self, instance_id: str, attempt_no: int) -> bool:
+        with self._lock:
+            return (instance_id, attempt_no) in self._in_flight
+
+    def pending(self) -> int:
+        """Submissions not recorded yet."""
+        with self._lock:
+            return len(self._in_flight)
+
+    def take(self) -> list[Event]:
+        """The engines' answers that came back since the last call, to be recorded."""
+        with self._lock:
+            answers, self._answers = self._answers, []
+        return answers
+
+    def give_back(self, answers: list[Event]) -> None:
+        """Recording failed (the database hiccuped): keep the answers for the next try."""
+        with self._lock:
+            self._answers[:0] = answers
+
+    def settle(self, answers: list[Event]) -> None:
+        """The answers are recorded (or failed to be): their attempts are no longer in flight."""
+        with self._lock:
+            for answer in answers:
+                self._in_flight.discard((answer.instance_id, answer.attempt_no))
+
+    def close(self) -> None:
+        """Wait for the submissions in flight; their answers stay to be taken.
+
+        The threads end; a later :meth:`submit` starts new ones (a loop started again).
+        """
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+def _failed(opened: Opened, now: datetime, error: str, *, retryable: bool) -> Event:
+    return Event(
+        new_event_id(),
+        opened.instance_id,
+        opened.attempt_no,
+        EventKind.SUBMIT_FAILED,
+        "executor",
+        now,
+        {"error": error, "retryable": retryable},
+    )

@@ -1,0 +1,49 @@
+"""How often each part of the scheduler's loop runs and how much it takes at once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Timings of one scheduler process; the defaults suit a single machine."""
+
+    #: How long the loop sleeps after a tick that found nothing to do. New worker reports
+    #: wake it earlier (the outbox is watched), so this bounds only the idle polling cost.
+    idle_sleep: timedelta = timedelta(milliseconds=5)
+    #: Leases and timeouts are checked this often (and schedules fired).
+    monitor_every: timedelta = timedelta(seconds=1)
+    #: Instances whose fate is unknown, stopping or stale are asked about this often.
+    reconcile_every: timedelta = timedelta(seconds=2)
+    #: Every active run is re-read this often even when no report touched it (a safety net:
+    #: retry timers, runs changed by another process, a missed wake-up).
+    full_scan_every: timedelta = timedelta(seconds=1)
+    #: An opened attempt the engine has not acknowledged by then is submitted again.
+    submit_grace: timedelta = timedelta(seconds=30)
+    #: A QUEUED attempt is checked against the engine after this long.
+    queued_check: timedelta = timedelta(minutes=1)
+    #: When set, replaces every task's ``cancel_window`` (how long the engine has to confirm a
+    #: stop before the instance is CANCEL_FAILED); definitions cannot set it yet.
+    cancel_window: timedelta | None = None
+    #: How many events one transaction records at most, and how many instances a sweep reads
+    #: per page.
+    batch: int = 500
+
+    def __post_init__(self) -> None:
+        for name in (
+            "idle_sleep",
+            "monitor_every",
+            "reconcile_every",
+            "full_scan_every",
+            "submit_grace",
+            "queued_check",
+        ):
+            value: timedelta = getattr(self, name)
+            if value < timedelta(0):
+                raise ValueError(f"{name}: must not be negative, got {value}")
+        if self.cancel_window is not None and self.cancel_window <= timedelta(0):
+            raise ValueError(f"cancel_window: must be positive, got {self.cancel_window}")
+        if self.batch < 1:
+            raise ValueError(f"batch: must be 1 or more, got {self.batch}")

@@ -1,0 +1,550 @@
+"""The monitor's and the reconciler's sweeps over active instances (design.md 5.4, 5.5).
+
+Each sweep first lists its instances with one light query per page (the instance row joined
+with its current attempt's row: states, times, the cached lease expiry, the policy) and keeps
+only those that may need a decision now; those are loaded, judged by the pure decisions of
+``veritask.core.decide`` on the snapshot they were loaded at, and the decision is recorded
+with that snapshot's version: if the instance moved meanwhile, the decision is dropped and the
+next sweep decides again. One instance that errors is logged and alerted, and never stops the
+sweep.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+
+from veritask.core import decide
+from veritask.core.events import Event, EventKind
+from veritask.core.fold import InstanceSnapshot
+from veritask.core.jsontypes import JSONObject
+from veritask.core.policy import TaskPolicy
+from veritask.core.states import AttemptState, EngineState, InstanceState
+from veritask.execution import port
+from veritask.execution.errors import ExecutorError
+from veritask.ledger import alerts, dialects, errors, schema
+from veritask.ledger.ledger import Ledger, StaleDecision
+from veritask.ledger.vocabulary import AlertCategory
+from veritask.scheduling import dispatch
+from veritask.scheduling.settings import Settings
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+ContextFor = Callable[[str], dispatch.RunContext]
+
+
+_RECONCILED_STATES = (
+    InstanceState.LOST,
+    InstanceState.CANCELLING,
+    InstanceState.CANCEL_FAILED,
+    InstanceState.SCHEDULED,
+    InstanceState.QUEUED,
+)
+_EVERYTHING = (*_RECONCILED_STATES, InstanceState.RUNNING)
+_MONITORED = (InstanceState.QUEUED, InstanceState.RUNNING, InstanceState.LOST)
+_STILL_RUNNING = (EngineState.PENDING, EngineState.RUNNING)
+#: An instance UP_FOR_RETRY this long past its ``retry_at`` is alerted (retry timing).
+RETRY_LATE_AFTER = timedelta(minutes=1)
+
+
+class Sweeper:
+    """Leases, timeouts, reconciliation and stops, for one scheduler process."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        dispatcher: dispatch.Dispatcher,
+        settings: Settings,
+        submissions: dispatch.Submissions,
+    ) -> None:
+        self.ledger = ledger
+        self.dispatcher = dispatcher
+        self.settings = settings
+        self.submissions = submissions
+        self._stops_sent: set[tuple[str, int]] = set()
+        self._policies: dict[str, TaskPolicy] = {}
+
+    # -- monitor ------------------------------------------------------------------------
+
+    def monitor(self, now: datetime, context_for: ContextFor) -> int:
+        """Expired leases become LOST; attempts past their timeout are asked to stop."""
+        done = 0
+        contexts = _Contexts(context_for)
+        for row in self._rows(_MONITORED):
+            if not self._monitor_due(row, now):
+                continue
+            try:
+                done += self._monitor_one(row.id, row.run_id, now, contexts)
+            except Exception:  # one instance never stops the sweep
+                log.exception("monitor failed for instance %s", row.id)
+                self._alert_platform(row.id, row.run_id, "the monitor failed on this instance")
+        self._alert_late_retries(now)
+        return done
+
+    def _monitor_due(self, row: _Row, now: datetime) -> bool:
+        """Whether the cheap columns say a lease or a timeout may have run out.
+
+        The row's ``lease_expires_at`` is a cache that is never later than the real expiry
+        (heartbeats do not rewrite it), so an unexpired cached lease is a real one; an expired
+        one is checked on the snapshot, which refreshes the cache if the worker reported since.
+        """
+        if row.attempt_state is AttemptState.RUNNING and (
+            row.lease_expires_at is None or row.lease_expires_at <= now
+        ):
+            return True
+        timeout = self._policy(row.policy).timeout
+        return (
+            timeout is not None and row.started_at is not None and row.started_at + timeout <= now
+        )
+
+    def _monitor_one(
+        self, instance_id: str, run_id: str, now: datetime, contexts: _Contexts
+    ) -> int:
+        loaded = self.ledger.snapshot(instance_id)
+        policy = self.ledger.policy_of(instance_id)
+        if loaded is None or policy is None:
+            return 0
+        snapshot, version = loaded
+        events = decide.monitor(snapshot, policy, now=now, next_id=dispatch.new_event_id)
+        if not events:
+            current = snapshot.current
+            if current is not None and current.state is AttemptState.RUNNING:
+                self.ledger.refresh_lease(instance_id, current.attempt_no, current)
+            return 0
+        recorded = self._record(events, version)
+        if recorded and snapshot.current is not None:
+            after = self.ledger.snapshot(instance_id)
+            if after is not None and after[0].state is InstanceState.LOST:
+                self._alert(
+                    AlertCategory.RECONCILIATION,
+                    after[0],
+                    run_id,
+                    f"attempt {snapshot.epoch} is LOST: no report within its lease "
+                    f"({policy.lease.total_seconds():g} s); reconciling with the engine",
+                )
+            if after is not None and after[0].state is InstanceState.CANCELLING:
+                self._stop(after[0], contexts(run_id))
+        return recorded
+
+    def _alert_late_retries(self, now: datetime) -> None:
+        t = schema.task_instances.c
+        with dialects.read_transaction(self.ledger.engine) as connection:
+            late = connection.execute(
+                sa.select(t.id, t.run_id, t.epoch, t.retry_at)
+                .where(
+                    t.state == InstanceState.UP_FOR_RETRY.value,
+                    t.retry_at < now - RETRY_LATE_AFTER,
+                )
+                .limit(self.settings.batch)
+            ).all()
+        for row in late:
+            self._raise(
+                AlertCategory.RETRY_TIMING,
+                f"{AlertCategory.RETRY_TIMING}:{row.id}:{row.epoch}",
+                f"UP_FOR_RETRY since {row.retry_at.isoformat()} and not retried yet",
+                run_id=row.run_id,
+                instance_id=row.id,
+                attempt_no=row.epoch or None,
+                evidence={"retry_at": row.retry_at.isoformat(), "now": now.isoformat()},
+            )
+
+    # -- reconciler ---------------------------------------------------------------------
+
+    def reconcile(self, now: datetime, context_for: ContextFor, *, everything: bool = False) -> int:
+        """Ask the engines about instances whose fate is unknown, stopping or stale.
+
+        ``everything`` is the restart recovery of design.md 5.5: every active instance is
+        compared with its engine at once, without waiting for grace periods.
+        """
+        done = 0
+        contexts = _Contexts(context_for)
+        for row in self._rows(_EVERYTHING if everything else _RECONCILED_STATES):
+            if not self._reconcile_due(row, now, everything):
+                continue
+            try:
+                done += self._reconcile_one(row.id, row.run_id, now, contexts, everything)
+            except Exception:
+                log.exception("reconciliation failed for instance %s", row.id)
+                self._alert_platform(row.id, row.run_id, "the reconciler failed on this instance")
+        return done
+
+    def _reconcile_due(self, row: _Row, now: datetime, everything: bool) -> bool:
+        if row.state is InstanceState.SCHEDULED:
+            if self.submissions.in_flight(row.id, row.epoch):
+                return False  # being submitted by this process right now
+            opened_at = row.updated_observed_at
+            return everything or opened_at is None or now - opened_at >= self.settings.submit_grace
+        if row.state is InstanceState.QUEUED and not everything:
+            queued_at = row.queued_at
+            return queued_at is None or now - queued_at >= self.settings.queued_check
+        return True
+
+    def _reconcile_one(
+        self,
+        instance_id: str,
+        run_id: str,
+        now: datetime,
+        contexts: _Contexts,
+        everything: bool,
+    ) -> int:
+        loaded = self.ledger.snapshot(instance_id)
+        policy = self.ledger.policy_of(instance_id)
+        if loaded is None or policy is None:
+            return 0
+        snapshot, version = loaded
+        current = snapshot.current
+        if current is None:
+            return 0
+        policy = self._effective(policy)
+        context = contexts(run_id)
+        if current.state is AttemptState.SCHEDULED:
+            if not everything:
+                self._alert(
+                    AlertCategory.SCHEDULER_EXECUTOR,
+                    snapshot,
+                    run_id,
+                    f"attempt {current.attempt_no} was opened but not acknowledged within "
+                    f"{self.settings.submit_grace.total_seconds():g} s; submitting it again",
+                )
+            return self._resubmit(snapshot, context)
+        if current.state is AttemptState.QUEUED and not everything:
+            queued_at = current.queued_at
+            if queued_at is None or now - queued_at < self.settings.queued_check:
+                return 0
+        observation = self._describe(current.executor, current.external_id, context, snapshot, now)
+        result = decide.reconcile(
+            snapshot, policy, observation, now=now, next_id=dispatch.new_event_id
+        )
+        if result.stop_engine:
+            self._stop(snapshot, context, force=True)
+        recorded = self._record(list(result.events), version) if result.events else 0
+        if result.submit:
+            recorded += self._resubmit(snapshot, context)
+        if result.alert:
+            self._alert(AlertCategory.RECONCILIATION, snapshot, run_id, result.alert)
+        if (
+            current.state is AttemptState.QUEUED
+            and not result.events
+            and observation is not None
+            and observation.engine_state is EngineState.PENDING
+        ):
+            self._alert(
+                AlertCategory.QUEUE_QUOTA,
+                snapshot,
+                run_id,
+                f"attempt {current.attempt_no} has been QUEUED since {_iso(current.queued_at)}; "
+                f"the engine still holds it pending ({observation.source})",
+            )
+        if snapshot.state is InstanceState.CANCEL_FAILED or any(
+            e.kind is EventKind.CANCEL_UNCONFIRMED for e in result.events
+        ):
+            self._alert(
+                AlertCategory.ENGINE,
+                snapshot,
+                run_id,
+                f"the engine did not confirm the stop of attempt {current.attempt_no} within "
+                f"{policy.cancel_window.total_seconds():g} s",
+            )
+        return recorded
+
+    def replaceable(
+        self, snapshot: InstanceSnapshot, context: dispatch.RunContext, now: datetime
+    ) -> bool:
+        """Whether the next attempt may open beside the attempt it replaces.
+
+        A fenced (ABANDONED) attempt may still run: before its successor starts, the engine is
+        asked to stop it and, where it can confirm, the successor waits for the confirmation
+        up to the cancel window (design.md 5.5: fencing keeps a stale attempt from committing,
+        only a stop keeps two copies from running side by side). Past the window it opens
+        anyway, with an alert for the engine's owner.
+        """
+        current = snapshot.current
+        if current is None or current.state is not AttemptState.ABANDONED:
+            return True
+        observation = self._describe(current.executor, current.external_id, context, snapshot, now)
+        if observation is not None and observation.engine_state not in _STILL_RUNNING:
+            return True
+        policy = self._effective(self.ledger.policy_of(snapshot.instance_id) or TaskPolicy())
+        fenced_at = current.ended_observed_at or current.ended_at
+        if fenced_at is None or now >= fenced_at + policy.cancel_window:
+            seen = observation.engine_state.value if observation else "unreachable"
+            self._alert(
+                AlertCategory.ENGINE,
+                snapshot,
+                context.run_id,
+                f"attempt {current.attempt_no} was fenced but the engine did not confirm it "
+                f"stopped within {policy.cancel_window.total_seconds():g} s (engine: {seen}); "
+                f"attempt {current.attempt_no + 1} opens beside it",
+            )
+            return True
+        self._stop(snapshot, context)
+        return False
+
+    def _describe(
+        self,
+        executor_name: str | None,
+        external_id: str | None,
+        context: dispatch.RunContext,
+        snapshot: InstanceSnapshot,
+        now: datetime,
+    ) -> decide.Observation | None:
+        executor = self._executor(executor_name, context, snapshot)
+        if executor is None or external_id is None:
+            return None
+        try:
+            seen = executor.describe(external_id=external_id)
+        except ExecutorError as exc:
+            log.warning("describe %s failed: %s", external_id, exc)
+            return None
+        details: dict[str, str | int | float | bool | None] = dict(seen.details)
+        if seen.engine_id:
+            details["engine_id"] = seen.engine_id
+        return decide.Observation(
+            engine_state=seen.engine_state,
+            source=seen.source.value,
+            observed_at=now,
+            exit_code=seen.exit_code,
+            error_category=seen.error_category.value if seen.error_category else None,
+            details=dict(details),
+        )
+
+    def _executor(
+        self, name: str | None, context: dispatch.RunContext, snapshot: InstanceSnapshot
+    ) -> port.Executor | None:
+        if name is not None:
+            return self.dispatcher.executors.get(name)
+        task_key = self._task_key(snapshot, context)
+        return (
+            self.dispatcher.executor_for(context.definition.tasks[task_key]) if task_key else None
+        )
+
+    def _task_key(self, snapshot: InstanceSnapshot, context: dispatch.RunContext) -> str | None:
+        created = snapshot.facts.created
+        key = created.evidence.get("task_key") if created else None
+        return key if isinstance(key, str) and key in context.definition.tasks else None
+
+    def _resubmit(self, snapshot: InstanceSnapshot, context: dispatch.RunContext) -> int:
+        """Submit the open attempt again (idempotently) with the token it was opened with."""
+        facts = snapshot.facts.attempt(snapshot.epoch)
+        task_key = self._task_key(snapshot, context)
+        if facts is None or facts.opened is None or task_key is None:
+            return 0
+        nonce = facts.opened.evidence.get("nonce")
+        if not isinstance(nonce, str):
+            return 0
+        opened = dispatch.Opened(snapshot.instance_id, snapshot.epoch, task_key, nonce)
+        return int(self.submissions.submit(context, opened))
+
+    # -- stops --------------------------------------------------------------------------
+
+    def cancel_instances(
+        self, snapshots: Iterable[tuple[InstanceSnapshot, int]], now: datetime, *, reason: str
+    ) -> int:
+        """Ask every unfinished instance of a cancelled run to stop."""
+        done = 0
+        for snapshot, version in snapshots:
+            event = decide.request_stop(
+                snapshot,
+                actor="scheduler",
+                reason=reason,
+                now=now,
+                event_id=dispatch.new_event_id(),
+            )
+            if event is not None:
+                done += self._record([event], version)
+        return done
+
+    def send_pending_stops(self, context_for: ContextFor) -> int:
+        """Tell the engine at once about stops requested since the last tick."""
+        sent = 0
+        contexts = _Contexts(context_for)
+        for row in self._rows((InstanceState.CANCELLING,)):
+            if (row.id, row.epoch) in self._stops_sent:
+                continue
+            loaded = self.ledger.snapshot(row.id)
+            if loaded is not None:
+                sent += self._stop(loaded[0], contexts(row.run_id))
+        return sent
+
+    def _stop(
+        self, snapshot: InstanceSnapshot, context: dispatch.RunContext, *, force: bool = False
+    ) -> int:
+        """Ask the engine to stop the current attempt (once, unless forced); 1 if asked."""
+        current = snapshot.current
+        if current is None or current.external_id is None:
+            return 0
+        key = (snapshot.instance_id, current.attempt_no)
+        if key in self._stops_sent and not force:
+            return 0
+        executor = self._executor(current.executor, context, snapshot)
+        if executor is None:
+            return 0
+        try:
+            executor.cancel(external_id=current.external_id)
+        except ExecutorError as exc:
+            log.warning("cancel %s failed: %s", current.external_id, exc)
+            return 0
+        self._stops_sent.add(key)
+        return 1
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _effective(self, policy: TaskPolicy) -> TaskPolicy:
+        """The task's policy with this scheduler's overrides (the cancel window)."""
+        window = self.settings.cancel_window
+        return policy if window is None else replace(policy, cancel_window=window)
+
+    def _policy(self, data: JSONObject) -> TaskPolicy:
+        key = json.dumps(data, sort_keys=True)
+        policy = self._policies.get(key)
+        if policy is None:
+            if len(self._policies) > 1000:
+                self._policies.clear()
+            policy = self._policies[key] = TaskPolicy.from_json(data)
+        return policy
+
+    def _record(self, events: list[Event], version: int) -> int:
+        recorded = 0
+        for event in events:
+            try:
+                result = self.ledger.apply(event, expected_version=version)
+            except StaleDecision:
+                return recorded  # the instance moved: decide again on the next sweep
+            if result.version is not None:
+                version = result.version
+            recorded += 1
+        return recorded
+
+    def _rows(self, wanted: Iterable[InstanceState]) -> Iterator[_Row]:
+        """The instances in these states with their current attempt's row, page by page."""
+        t, a = schema.task_instances.c, schema.attempts.c
+        states = [s.value for s in wanted]
+        joined = schema.task_instances.outerjoin(
+            schema.attempts, sa.and_(a.instance_id == t.id, a.attempt_no == t.epoch)
+        )
+        after = ""
+        while True:
+            statement = (
+                sa.select(
+                    t.id,
+                    t.run_id,
+                    t.epoch,
+                    t.state,
+                    t.policy,
+                    t.updated_observed_at,
+                    a.state.label("attempt_state"),
+                    a.lease_expires_at,
+                    a.queued_at,
+                    a.started_at,
+                )
+                .select_from(joined)
+                .where(t.state.in_(states), t.id > after)
+                .order_by(t.id)
+                .limit(self.settings.batch)
+            )
+            with dialects.read_transaction(self.ledger.engine) as connection:
+                page = connection.execute(statement).all()
+            for row in page:
+                yield _Row(
+                    row.id,
+                    row.run_id,
+                    row.epoch,
+                    InstanceState(row.state),
+                    row.policy,
+                    row.updated_observed_at,
+                    AttemptState(row.attempt_state) if row.attempt_state else None,
+                    row.lease_expires_at,
+                    row.queued_at,
+                    row.started_at,
+                )
+            if len(page) < self.settings.batch:
+                return
+            after = page[-1].id
+
+    def _alert(
+        self, category: AlertCategory, snapshot: InstanceSnapshot, run_id: str, message: str
+    ) -> None:
+        self._raise(
+            category,
+            f"{category}:{snapshot.instance_id}:{snapshot.epoch}",
+            message,
+            run_id=run_id,
+            instance_id=snapshot.instance_id,
+            attempt_no=snapshot.epoch or None,
+            evidence={"state": snapshot.state.value, "reason": snapshot.reason},
+        )
+
+    def _alert_platform(self, instance_id: str, run_id: str, message: str) -> None:
+        self._raise(
+            AlertCategory.PLATFORM,
+            f"platform:{instance_id}",
+            message,
+            run_id=run_id,
+            instance_id=instance_id,
+            evidence={},
+        )
+
+    def _raise(
+        self,
+        category: AlertCategory,
+        dedup_key: str,
+        message: str,
+        *,
+        run_id: str | None,
+        instance_id: str | None,
+        evidence: JSONObject,
+        attempt_no: int | None = None,
+    ) -> None:
+        try:
+            alerts.raise_alert(
+                self.ledger,
+                category=category,
+                dedup_key=dedup_key,
+                message=message,
+                run_id=run_id,
+                instance_id=instance_id,
+                attempt_no=attempt_no,
+                evidence=evidence,
+            )
+        except errors.LedgerError:
+            log.exception("could not raise an alert for %s", instance_id)
+
+
+@dataclass(frozen=True)
+class _Row:
+    """An active instance as a sweep lists it, with its current attempt's cached columns."""
+
+    id: str
+    run_id: str
+    epoch: int
+    state: InstanceState
+    policy: JSONObject
+    updated_observed_at: datetime | None
+    attempt_state: AttemptState | None
+    lease_expires_at: datetime | None
+    queued_at: datetime | None
+    started_at: datetime | None
+
+
+class _Contexts:
+    """Run contexts read once per sweep."""
+
+    def __init__(self, context_for: ContextFor) -> None:
+        self._context_for = context_for
+        self._seen: dict[str, dispatch.RunContext] = {}
+
+    def __call__(self, run_id: str) -> dispatch.RunContext:
+        found = self._seen.get(run_id)
+        if found is None:
+            found = self._seen[run_id] = self._context_for(run_id)
+        return found
+
+
+def _iso(value: datetime | None) -> str:
+    return value.isoformat() if value else "an unknown time"

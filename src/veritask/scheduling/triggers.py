@@ -1,0 +1,371 @@
+"""Definitions applied, runs triggered: by schedule, by hand, by the API, or as a backfill.
+
+Every run has an idempotency key; a scheduled or backfilled run's key is the definition and
+its logical time, so two schedulers, a restart and a backfill over the same range create one
+run. The definition's concurrency policy decides what a new run does while another is
+active, and a refused overlap is a run recorded with its reason, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+
+from veritask.core.errors import VeritaskError
+from veritask.core.jsontypes import JSONValue
+from veritask.core.states import (
+    DefinitionLifecycle,
+    PublicationState,
+    RunExecutionState,
+    TriggerKind,
+)
+from veritask.definitions import codec, schedule
+from veritask.definitions.model import ConcurrencyPolicy, Definition
+from veritask.definitions.parse import definition_from_json, parse_definition
+from veritask.ledger import definitions as definition_store
+from veritask.ledger import dialects, run_store, schema
+from veritask.ledger.ledger import Ledger
+from veritask.ledger.vocabulary import SubjectType
+from veritask.scheduling.dispatch import new_event_id
+
+
+class NotFound(VeritaskError):
+    """There is no such definition or run."""
+
+
+class Refused(VeritaskError):
+    """The request is not allowed in the object's current state."""
+
+
+@dataclass(frozen=True)
+class Applied:
+    """The outcome of applying a definition."""
+
+    definition_id: str
+    name: str
+    version: int
+    created: bool
+
+
+@dataclass(frozen=True)
+class Triggered:
+    """The outcome of a trigger: the run (new or existing) and its state."""
+
+    run_id: str
+    created: bool
+    execution_state: RunExecutionState
+    reason: str
+
+
+def apply_definition(ledger: Ledger, text: str, *, actor: str = "api") -> Applied:
+    """Validate and store a definition version (the same content returns its version)."""
+    definition = parse_definition(text)
+    spec = codec.definition_to_json(definition)
+    digest = codec.content_hash(definition)
+    now = ledger.clock()
+    with ledger.engine.begin() as connection:
+        existing = _definition_row(connection, definition.name)
+        if existing is not None and existing.lifecycle in ("deleting", "deleted", "purged"):
+            raise Refused(f"definition {definition.name} is {existing.lifecycle}")
+        definition_id, version, created = definition_store.save_definition_version(
+            connection,
+            name=definition.name,
+            spec=spec,
+            source=text,
+            content_hash=digest,
+            owner=definition.owner,
+            now=now,
+        )
+        run_store.record_subject_event(
+            connection,
+            subject_type=SubjectType.DEFINITION,
+            subject_id=definition_id,
+            kind="definition_applied",
+            actor=actor,
+            event_id=new_event_id(),
+            now=now,
+            evidence={"version": version, "content_hash": digest, "new_version": created},
+            reason=f"version {version} {'created' if created else 'applied again'}",
+        )
+    return Applied(definition_id, definition.name, version, created)
+
+
+def trigger(
+    ledger: Ledger,
+    *,
+    name: str,
+    kind: TriggerKind,
+    actor: str,
+    key: str | None = None,
+    parameters: Mapping[str, JSONValue] | None = None,
+    logical_time: datetime | None = None,
+    rerun_of: str | None = None,
+) -> Triggered:
+    """Create a run of the definition's current version (or return the one with this key)."""
+    with dialects.read_transaction(ledger.engine) as connection:
+        row = _definition_row(connection, name)
+        if row is None:
+            raise NotFound(f"no definition named {name!r}")
+        if row.lifecycle not in (DefinitionLifecycle.ACTIVE, DefinitionLifecycle.DISABLED):
+            raise Refused(f"definition {name} is {row.lifecycle}; it cannot be triggered")
+        spec = connection.execute(
+            sa.select(schema.definition_versions.c.spec).where(
+                schema.definition_versions.c.definition_id == row.id,
+                schema.definition_versions.c.version == row.current_version,
+            )
+        ).scalar_one()
+        active = _active_runs(connection, row.id)
+    definition = definition_from_json(spec)
+    unknown = sorted(set(parameters or {}) - set(definition.parameters))
+    if unknown and definition.parameters:
+        raise Refused(
+            f"parameters: unknown {', '.join(unknown)}; known: {', '.join(definition.parameters)}"
+        )
+    idempotency_key = _key(name, kind, key, logical_time)
+    state, reason = _admission(definition, active, kind)
+    interval = (
+        schedule.data_interval(definition.schedule, logical_time)
+        if definition.schedule is not None and logical_time is not None
+        else (None, None)
+    )
+    request = run_store.NewRun(
+        definition_id=row.id,
+        definition_version=row.current_version,
+        idempotency_key=idempotency_key,
+        trigger_kind=kind,
+        tasks=[(task.key, task.policy) for task in definition.tasks.values()],
+        parameters=dict(parameters or {}),
+        execution_state=state,
+        execution_reason=reason,
+        publication_state=(
+            PublicationState.PENDING
+            if definition.publication_required
+            else PublicationState.NOT_REQUIRED
+        ),
+        actor=actor,
+        logical_time=logical_time,
+        data_interval_start=interval[0],
+        data_interval_end=interval[1],
+        rerun_of=rerun_of,
+    )
+    run_id, created = run_store.create_run(ledger, request, new_id=new_event_id)
+    if created and definition.concurrency is ConcurrencyPolicy.REPLACE:
+        for other in active:
+            request_run_cancel(ledger, other, actor="scheduler", reason=f"replaced by run {run_id}")
+    with dialects.read_transaction(ledger.engine) as connection:
+        current = connection.execute(
+            sa.select(schema.runs.c.execution_state, schema.runs.c.execution_reason).where(
+                schema.runs.c.id == run_id
+            )
+        ).one()
+    return Triggered(
+        run_id, created, RunExecutionState(current.execution_state), current.execution_reason or ""
+    )
+
+
+def backfill(
+    ledger: Ledger, *, name: str, start: datetime, end: datetime, actor: str
+) -> list[Triggered]:
+    """Runs for every fire time of the schedule in ``[start, end]``, oldest first.
+
+    Each has the key a scheduled run of that logical time would have, so a backfill never
+    duplicates a scheduled run (nor a second backfill of the same range). Backfilled runs
+    respect the definition's concurrency policy like any other run and wait for their
+    cross-pipeline dependencies like scheduled runs do.
+    """
+    with dialects.read_transaction(ledger.engine) as connection:
+        row = _definition_row(connection, name)
+        if row is None:
+            raise NotFound(f"no definition named {name!r}")
+        spec = connection.execute(
+            sa.select(schema.definition_versions.c.spec).where(
+                schema.definition_versions.c.definition_id == row.id,
+                schema.definition_versions.c.version == row.current_version,
+            )
+        ).scalar_one()
+    definition = definition_from_json(spec)
+    if definition.schedule is None:
+        raise Refused(f"definition {name} has no schedule to backfill")
+    if end < start:
+        raise Refused("end: must not be before start")
+    times = schedule.fire_times(definition.schedule, after=start - _EPSILON, until=end)
+    return [
+        trigger(ledger, name=name, kind=TriggerKind.BACKFILL, actor=actor, logical_time=moment)
+        for moment in times
+    ]
+
+
+_EPSILON = timedelta(microseconds=1)
+
+
+def _key(name: str, kind: TriggerKind, key: str | None, logical_time: datetime | None) -> str:
+    if kind in (TriggerKind.SCHEDULE, TriggerKind.BACKFILL):
+        if logical_time is None:
+            raise Refused("logical_time: a scheduled or backfilled run needs one")
+        return f"{name}@{logical_time.isoformat()}"
+    return f"{name}:{key}" if key else f"{name}:{uuid.uuid4()}"
+
+
+def _admission(
+    definition: Definition, active: list[str], kind: TriggerKind
+) -> tuple[RunExecutionState, str]:
+    """What a new run does given the runs of its definition that are still active."""
+    if not active:
+        return RunExecutionState.RUNNING, "started"
+    others = ", ".join(active)
+    if kind is TriggerKind.BACKFILL and definition.concurrency is not ConcurrencyPolicy.ALLOW:
+        # A backfill asks for every interval: it waits its turn rather than being refused
+        # or replacing the runs ahead of it.
+        return RunExecutionState.QUEUED, f"backfill queued behind run(s) {others}"
+    match definition.concurrency:
+        case ConcurrencyPolicy.ALLOW:
+            return RunExecutionState.RUNNING, f"started beside active run(s) {others}"
+        case ConcurrencyPolicy.FORBID:
+            return (
+                RunExecutionState.CANCELLED,
+                f"not started: concurrency is forbid and run(s) {others} are active",
+            )
+        case ConcurrencyPolicy.QUEUE:
+            return RunExecutionState.QUEUED, f"queued behind run(s) {others}"
+        case ConcurrencyPolicy.REPLACE:
+            return RunExecutionState.QUEUED, f"replacing run(s) {others}: waiting for them to stop"
+
+
+def start_queued_runs(ledger: Ledger) -> int:
+    """Start the oldest QUEUED run of each definition that has no active run left."""
+    r = schema.runs.c
+    started = 0
+    with dialects.read_transaction(ledger.engine) as connection:
+        queued = connection.execute(
+            sa.select(r.id, r.definition_id, r.version)
+            .where(r.execution_state == RunExecutionState.QUEUED.value)
+            .order_by(r.created_at, r.id)
+        ).all()
+    seen: set[str] = set()
+    for row in queued:
+        if row.definition_id in seen:
+            continue
+        seen.add(row.definition_id)
+        with ledger.engine.begin() as connection:
+            if _active_runs(connection, row.definition_id):
+                continue
+            run_store.set_execution_state(
+                connection,
+                run_id=row.id,
+                expected_version=row.version,
+                state=RunExecutionState.RUNNING,
+                reason="started: the runs ahead of it finished",
+                previous=RunExecutionState.QUEUED,
+                actor="scheduler",
+                event_id=new_event_id(),
+                now=ledger.clock(),
+            )
+            started += 1
+    return started
+
+
+def request_run_cancel(
+    ledger: Ledger, run_id: str, *, actor: str, reason: str
+) -> RunExecutionState:
+    """Move a run to CANCELLING (its instances are stopped by the scheduler); idempotent."""
+    with ledger.engine.begin() as connection:
+        version, state = run_store.run_version(connection, run_id)
+        if state in (RunExecutionState.CANCELLING, RunExecutionState.CANCELLED):
+            return state
+        if state in (RunExecutionState.SUCCESS, RunExecutionState.FAILED):
+            raise Refused(f"run {run_id} is already {state}")
+        target = (
+            RunExecutionState.CANCELLED
+            if state is RunExecutionState.QUEUED
+            else RunExecutionState.CANCELLING
+        )
+        run_store.set_execution_state(
+            connection,
+            run_id=run_id,
+            expected_version=version,
+            state=target,
+            reason=f"cancel requested by {actor}: {reason}",
+            previous=state,
+            actor=actor,
+            event_id=new_event_id(),
+            now=ledger.clock(),
+            evidence={"reason": reason},
+        )
+    return target
+
+
+def fire_schedules(ledger: Ledger, now: datetime) -> int:
+    """Create the runs that the active definitions' schedules say are due."""
+    fired = 0
+    d, v = schema.definitions.c, schema.definition_versions.c
+    with dialects.read_transaction(ledger.engine) as connection:
+        rows = connection.execute(
+            sa.select(d.id, d.name, d.created_at, v.spec)
+            .join(
+                schema.definition_versions,
+                sa.and_(v.definition_id == d.id, v.version == d.current_version),
+            )
+            .where(d.lifecycle == DefinitionLifecycle.ACTIVE.value)
+        ).all()
+        latest = dict(
+            connection.execute(
+                sa.select(schema.runs.c.definition_id, sa.func.max(schema.runs.c.logical_time))
+                .where(schema.runs.c.logical_time.is_not(None))
+                .group_by(schema.runs.c.definition_id)
+            ).all()
+        )
+    for row in rows:
+        if not isinstance(row.spec, dict) or not row.spec.get("schedule"):
+            continue
+        definition = definition_from_json(row.spec)
+        if definition.schedule is None:
+            continue
+        last = latest.get(row.id) or row.created_at
+        for logical_time in schedule.due_logical_times(
+            definition.schedule, last_logical_time=last, now=now
+        ):
+            result = trigger(
+                ledger,
+                name=row.name,
+                kind=TriggerKind.SCHEDULE,
+                actor="scheduler",
+                logical_time=logical_time,
+            )
+            fired += int(result.created)
+    return fired
+
+
+@dataclass(frozen=True)
+class _DefinitionRow:
+    id: str
+    current_version: int
+    lifecycle: str
+    name: str
+
+
+def _definition_row(connection: sa.Connection, name: str) -> _DefinitionRow | None:
+    d = schema.definitions.c
+    row = connection.execute(
+        sa.select(d.id, d.current_version, d.lifecycle, d.name).where(d.name == name)
+    ).first()
+    if row is None:
+        return None
+    return _DefinitionRow(row.id, row.current_version, row.lifecycle, row.name)
+
+
+def _active_runs(connection: sa.Connection, definition_id: str) -> list[str]:
+    r = schema.runs.c
+    return list(
+        connection.execute(
+            sa.select(r.id).where(
+                r.definition_id == definition_id,
+                r.execution_state.in_(
+                    [RunExecutionState.RUNNING.value, RunExecutionState.CANCELLING.value]
+                ),
+            )
+        ).scalars()
+    )

@@ -1,0 +1,137 @@
+"""An attempt's log: the tail, a byte range to follow it, or the lines that match a search.
+
+Logs are read where the attempt's record says the worker wrote them (``log_location``); for a
+local attempt still running, that is its attempt directory. Only files inside VERITASK_HOME
+are served: the location comes from a worker's report, and a report must not be a way to read
+any file of the server. Every answer is capped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+from veritask.execution import layout
+from veritask.services import views
+from veritask.services.errors import InvalidInput, NotFound
+from veritask.services.platform import Platform
+
+#: The most bytes one answer carries.
+MAX_CHUNK: Final = 1024 * 1024
+DEFAULT_TAIL: Final = 64 * 1024
+LOCAL_EXECUTOR: Final = "local"
+
+
+def read_log(
+    platform: Platform,
+    instance_id: str,
+    *,
+    attempt_no: int | None = None,
+    offset: int | None = None,
+    tail: int = DEFAULT_TAIL,
+    search: str | None = None,
+    limit: int = MAX_CHUNK,
+) -> views.LogChunk:
+    """Part of the log of ``attempt_no`` (default: the current attempt).
+
+    With ``search``: the lines that contain it (case-insensitive). With ``offset``: the bytes
+    from there on, to follow a growing log (``next_offset`` continues). Otherwise the last
+    ``tail`` bytes.
+    """
+    if not 1 <= limit <= MAX_CHUNK:
+        raise InvalidInput.about("limit", f"must be between 1 and {MAX_CHUNK}")
+    if not 0 <= tail <= MAX_CHUNK:
+        raise InvalidInput.about("tail", f"must be between 0 and {MAX_CHUNK}")
+    if offset is not None and offset < 0:
+        raise InvalidInput.about("offset", "must not be negative")
+    loaded = platform.ledger.snapshot(instance_id)
+    if loaded is None:
+        raise NotFound(f"no instance {instance_id!r}")
+    snapshot, _ = loaded
+    number = attempt_no if attempt_no is not None else snapshot.epoch
+    attempt = snapshot.attempt(number)
+    if attempt is None:
+        raise NotFound(f"instance {instance_id} has no attempt {number}")
+    location = _location(platform, instance_id, number, attempt.log_location, attempt.executor)
+    ended = attempt.state.is_terminal
+    if location is None:
+        return views.LogChunk(instance_id, number, None, 0, 0, 0, "", False, ended)
+    path = Path(location)
+    size = _size(path)
+    if search:
+        text, truncated = _search(path, search, limit) if size else ("", False)
+        return views.LogChunk(instance_id, number, location, size, 0, size, text, truncated, ended)
+    start = offset if offset is not None else max(0, size - tail)
+    start = min(start, size)
+    length = min(limit, size - start) if offset is not None else min(limit, tail, size - start)
+    data = _read(path, start, length) if length else b""
+    truncated = start + len(data) < size
+    return views.LogChunk(
+        instance_id,
+        number,
+        location,
+        size,
+        start,
+        start + len(data),
+        data.decode(errors="replace"),
+        truncated,
+        ended,
+    )
+
+
+def _location(
+    platform: Platform,
+    instance_id: str,
+    attempt_no: int,
+    recorded: str | None,
+    executor: str | None,
+) -> str | None:
+    if recorded is None and executor == LOCAL_EXECUTOR:
+        # The worker names its log in its completion report; while it runs, the local
+        # executor's layout says where it is.
+        home = layout.ExecutorHome(platform.home / "executor")
+        recorded = str(home.attempt(instance_id, attempt_no).log)
+    if recorded is None:
+        return None
+    resolved = Path(recorded).resolve()
+    if not resolved.is_relative_to(platform.home):
+        raise NotFound(
+            f"the log of attempt {attempt_no} is at {recorded}, outside this server's "
+            "VERITASK_HOME; read it where its engine keeps it"
+        )
+    return str(resolved)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size if path.is_file() else 0
+    except FileNotFoundError:
+        return 0
+
+
+def _read(path: Path, start: int, length: int) -> bytes:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(start)
+            return handle.read(length)
+    except FileNotFoundError:
+        return b""  # cleaned up meanwhile
+
+
+def _search(path: Path, needle: str, limit: int) -> tuple[str, bool]:
+    wanted = needle.casefold()
+    found: list[str] = []
+    used = 0
+    try:
+        with path.open("rb") as handle:
+            for raw in handle:
+                line = raw.decode(errors="replace")
+                if wanted not in line.casefold():
+                    continue
+                if used + len(raw) > limit:
+                    return "".join(found), True
+                found.append(line)
+                used += len(raw)
+    except FileNotFoundError:
+        return "", False
+    return "".join(found), False

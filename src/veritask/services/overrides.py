@@ -1,0 +1,183 @@
+"""Overrides: an operator sets SUCCESS or FAILED on the current attempt epoch (design.md 3.2).
+
+An override is an instance-level decision with the operator, the reason and the scope in its
+evidence; it erases no fact (invariant 12). Its scope is the instance, the instance and every
+task downstream of it, or the whole run. Every target is judged first, with the same pure
+``judge`` the ledger uses, so an override that one target refuses (an attempt still running:
+stop it first) records nothing at all.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from sqlalchemy.engine import Connection
+
+from veritask.core import judge, run_state
+from veritask.core.events import Event, EventKind, OverrideScope
+from veritask.core.fold import InstanceSnapshot
+from veritask.core.states import InstanceState, RunExecutionState
+from veritask.definitions import parse
+from veritask.ledger import dialects, errors, queries, run_store
+from veritask.ledger.ledger import StaleDecision
+from veritask.scheduling.dispatch import new_event_id
+from veritask.services import views
+from veritask.services.errors import Conflict, InvalidInput, NotFound
+from veritask.services.platform import Platform
+
+OVERRIDE_STATES = (InstanceState.SUCCESS, InstanceState.FAILED)
+_ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class _Target:
+    instance_id: str
+    task: str
+    snapshot: InstanceSnapshot
+    version: int
+    event: Event
+
+
+def override(
+    platform: Platform,
+    instance_id: str,
+    *,
+    to_state: InstanceState,
+    scope: OverrideScope,
+    reason: str,
+    actor: str,
+) -> views.Overridden:
+    """Set ``to_state`` on the instances in ``scope``; 409 naming those that refuse it."""
+    if to_state not in OVERRIDE_STATES:
+        raise InvalidInput.about("state", "an override sets SUCCESS or FAILED")
+    if not reason.strip():
+        raise InvalidInput.about("reason", "an override needs a reason")
+    with dialects.read_transaction(platform.engine) as connection:
+        instance = queries.get_instance(connection, instance_id)
+        if instance is None:
+            raise NotFound(f"no instance {instance_id!r}")
+        run_id = instance.run_id
+        graph, keys_to_ids = _graph(connection, run_id)
+    task_keys = _scope(graph, instance.task_key, scope, keys_to_ids)
+    evidence_base = {"to_state": to_state.value, "reason": reason.strip(), "scope": scope.value}
+    for _ in range(_ROUNDS):
+        targets = [
+            _target(platform, keys_to_ids[key], key, actor, evidence_base, instance_id)
+            for key in task_keys
+        ]
+        _refuse_if_any_refuses(platform, targets, instance_id)
+        try:
+            for target in targets:
+                platform.ledger.apply(target.event, expected_version=target.version)
+        except StaleDecision:
+            continue  # one moved meanwhile: judge them all again on what is there now
+        break
+    else:
+        raise Conflict(f"instance {instance_id} kept changing; try again")
+    state = _settle_run(platform, run_id, graph, actor)
+    return views.Overridden(
+        run_id, to_state, scope.value, tuple(keys_to_ids[key] for key in task_keys), state
+    )
+
+
+def _graph(connection: Connection, run_id: str) -> tuple[run_state.RunGraph, dict[str, str]]:
+    run = queries.get_run(connection, run_id)
+    if run is None:
+        raise NotFound(f"no run {run_id!r}")
+    version = queries.get_definition_version(
+        connection, definition_id=run.definition_id, version=run.definition_version
+    )
+    if version is None:
+        raise NotFound(f"run {run_id} names a definition version that is gone")
+    graph = parse.definition_from_json(version.spec).run_graph()
+    ids = {row.task_key: row.id for row in queries.instances_of_run(connection, run_id)}
+    return graph, ids
+
+
+def _scope(
+    graph: run_state.RunGraph, task: str, scope: OverrideScope, ids: dict[str, str]
+) -> list[str]:
+    """The task keys an override reaches, the asked-for task first."""
+    if scope is OverrideScope.INSTANCE:
+        return [task]
+    if scope is OverrideScope.RUN:
+        return [task, *(key for key in graph.keys if key != task and key in ids)]
+    reached, queue = [task], deque([task])
+    while queue:
+        for below in graph.downstream(queue.popleft()):
+            if below not in reached and below in ids:
+                reached.append(below)
+                queue.append(below)
+    return reached
+
+
+def _target(
+    platform: Platform,
+    instance_id: str,
+    task: str,
+    actor: str,
+    evidence: dict[str, str],
+    origin: str,
+) -> _Target:
+    loaded = platform.ledger.snapshot(instance_id)
+    if loaded is None:
+        raise NotFound(f"no instance {instance_id!r}")
+    snapshot, version = loaded
+    event = Event(
+        event_id=new_event_id(),
+        instance_id=instance_id,
+        attempt_no=snapshot.epoch,
+        kind=EventKind.OVERRIDE,
+        actor=actor,
+        event_time=platform.now(),
+        evidence={**evidence, "operator": actor, "origin_instance": origin},
+    )
+    return _Target(instance_id, task, snapshot, version, event)
+
+
+def _refuse_if_any_refuses(platform: Platform, targets: list[_Target], origin: str) -> None:
+    refusals = []
+    for target in targets:
+        policy = platform.ledger.policy_of(target.instance_id)
+        if policy is None:
+            raise NotFound(f"no instance {target.instance_id!r}")
+        verdict = judge.judge(target.snapshot, target.event, policy)
+        if verdict.outcome is judge.Outcome.REJECTED:
+            refusals.append(f"{target.task} ({target.snapshot.state}): {verdict.reason}")
+    if refusals:
+        current = next(t.snapshot.state for t in targets if t.instance_id == origin)
+        raise Conflict("override refused: " + "; ".join(refusals), current_state=current.value)
+
+
+def _settle_run(
+    platform: Platform, run_id: str, graph: run_state.RunGraph, actor: str
+) -> RunExecutionState:
+    """A finished run's execution state follows its overridden leaves; an active run's is the
+    scheduler's to move (it re-derives it every tick)."""
+    with dialects.read_transaction(platform.engine) as connection:
+        version, current = run_store.run_version(connection, run_id)
+        briefs = run_store.instances_brief(connection, run_id)
+    if current not in (RunExecutionState.SUCCESS, RunExecutionState.FAILED):
+        return current
+    states = {brief.task_key: brief.state for brief in briefs}
+    verdict = run_state.execution_state(graph, states)
+    if verdict.state is current:
+        return current
+    try:
+        with platform.engine.begin() as connection:
+            run_store.set_execution_state(
+                connection,
+                run_id=run_id,
+                expected_version=version,
+                state=verdict.state,
+                reason=f"{verdict.reason} (after an override by {actor})",
+                previous=current,
+                actor=actor,
+                event_id=new_event_id(),
+                now=platform.now(),
+                evidence={"instances": {key: state.value for key, state in states.items()}},
+            )
+    except errors.LedgerConflict:
+        return current  # someone else moved the run; the reader sees their state
+    return verdict.state

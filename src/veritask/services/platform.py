@@ -1,0 +1,41 @@
+"""What every command and query needs: the ledger (the database) and the data folder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy.engine import Engine
+
+from veritask.ledger import dialects
+from veritask.ledger.ledger import Ledger
+
+
+@dataclass(frozen=True)
+class Platform:
+    """The ledger and ``VERITASK_HOME`` (attempt logs, the token secret, the outbox)."""
+
+    ledger: Ledger
+    home: Path
+
+    @classmethod
+    def open(cls, database_url: str, home: Path) -> Platform:
+        """Connect to the database at ``database_url`` (not migrated here: see ``db upgrade``)."""
+        return cls(Ledger(dialects.create_engine(database_url)), home.expanduser().resolve())
+
+    @property
+    def engine(self) -> Engine:
+        return self.ledger.engine
+
+    @property
+    def database_backend(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self.engine.dialect.name
+
+    def now(self) -> datetime:
+        """The platform's clock (UTC), the one the ledger stamps ``observed_at`` with."""
+        return self.ledger.clock()
+
+    def close(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,324 @@
+"""Runs and instances: trigger, read, follow their histories, and cancel.
+
+A trigger records the run and returns its id; a cancel records the request and returns the
+state it moved to (CANCELLING while the engine has not confirmed). Nothing here calls an
+engine: the scheduler sends the stops and records the confirmations (design.md 5.1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Final
+
+from sqlalchemy.engine import Connection
+
+from veritask.core import decide
+from veritask.core.jsontypes import JSONValue
+from veritask.core.judge import Outcome
+from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
+from veritask.definitions import parse
+from veritask.ledger import dialects, pagination, queries
+from veritask.ledger.ledger import StaleDecision
+from veritask.ledger.rows import EventRow, InstanceRow, RunRow
+from veritask.ledger.vocabulary import SubjectType as SubjectType  # re-exported for the API
+from veritask.scheduling import triggers
+from veritask.scheduling.dispatch import new_event_id
+from veritask.services import reading, views
+from veritask.services.errors import Conflict, FieldProblem, InvalidInput, NotFound
+from veritask.services.platform import Platform
+
+MAX_PAGE: Final = 200
+MAX_HISTORY: Final = 1000
+#: A decision lost to a concurrent writer is re-read and taken again, this many times.
+_DECISION_ROUNDS: Final = 5
+
+# -- trigger -----------------------------------------------------------------------------------
+
+
+def trigger_run(
+    platform: Platform,
+    name: str,
+    *,
+    actor: str,
+    kind: TriggerKind = TriggerKind.API,
+    parameters: Mapping[str, JSONValue] | None = None,
+    key: str | None = None,
+) -> views.Triggered:
+    """Create a run of the definition's current version, or return the run with this key.
+
+    Parameters must be ones the definition declares (when it declares any).
+    """
+    if kind not in (TriggerKind.MANUAL, TriggerKind.API):
+        raise InvalidInput.about("trigger_kind", "a trigger by request is manual or api")
+    _check_parameters(platform, name, parameters or {})
+    try:
+        result = triggers.trigger(
+            platform.ledger,
+            name=name,
+            kind=kind,
+            actor=actor,
+            key=key,
+            parameters=parameters,
+        )
+    except triggers.NotFound as exc:
+        raise NotFound(str(exc)) from None
+    except triggers.Refused as exc:
+        with dialects.read_transaction(platform.engine) as connection:
+            row = queries.get_definition(connection, name=name)
+        raise Conflict(str(exc), current_state=row.lifecycle if row else None) from None
+    with dialects.read_transaction(platform.engine) as connection:
+        run = queries.get_run(connection, result.run_id)
+    return views.Triggered(
+        result.run_id,
+        result.created,
+        run.idempotency_key if run else "",
+        result.execution_state,
+        result.reason,
+    )
+
+
+def _check_parameters(platform: Platform, name: str, parameters: Mapping[str, JSONValue]) -> None:
+    with dialects.read_transaction(platform.engine) as connection:
+        row = queries.get_definition(connection, name=name)
+        if row is None:
+            raise NotFound(f"no definition named {name!r}")
+        if row.current_version is None:
+            raise Conflict(f"definition {name} has no version", current_state=row.lifecycle)
+        version = queries.get_definition_version(
+            connection, definition_id=row.id, version=row.current_version
+        )
+    if version is None:
+        raise Conflict(f"definition {name} has no version", current_state=row.lifecycle)
+    declared = parse.definition_from_json(version.spec).parameters
+    unknown = sorted(set(parameters) - set(declared))
+    # A definition that declares no parameters takes any (they reach the templates as given);
+    # one that declares some refuses the others, as the scheduler does.
+    if declared and unknown:
+        known = ", ".join(declared)
+        raise InvalidInput(
+            f"parameters: unknown {', '.join(unknown)}; known: {known}",
+            [FieldProblem(f"parameters.{k}", None, f"unknown; known: {known}") for k in unknown],
+        )
+
+
+# -- reads -------------------------------------------------------------------------------------
+
+
+def list_runs(
+    platform: Platform,
+    *,
+    definition: str | None = None,
+    states: Collection[RunExecutionState] | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> views.RunPage:
+    """Runs, newest first, one page at a time; ``cursor`` is the previous page's next_cursor."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidInput.about("limit", f"must be between 1 and {MAX_PAGE}")
+    after = None
+    if cursor:
+        try:
+            after = pagination.Cursor.decode(cursor)
+        except ValueError:
+            raise InvalidInput.about("cursor", "not a cursor this API handed out") from None
+    with dialects.read_transaction(platform.engine) as connection:
+        definition_id = None
+        if definition is not None:
+            row = queries.get_definition(connection, name=definition)
+            if row is None:
+                raise NotFound(f"no definition named {definition!r}")
+            definition_id = row.id
+        page = queries.list_runs(
+            connection,
+            definition_id=definition_id,
+            execution_states=list(states) if states else None,
+            after=after,
+            limit=limit,
+        )
+        names = reading.definition_names(connection, (r.definition_id for r in page.items))
+    return views.RunPage(
+        tuple(reading.run_view(r, names.get(r.definition_id, "")) for r in page.items),
+        page.next_cursor.encode() if page.next_cursor else None,
+    )
+
+
+def get_run(platform: Platform, run_id: str) -> views.RunDetail:
+    """A run with both states and their reasons, and its instances with their attempts."""
+    with dialects.read_transaction(platform.engine) as connection:
+        row = _run_row(connection, run_id)
+        instances = queries.instances_of_run(connection, run_id)
+        attempts = reading.attempts_by_instance(connection, (i.id for i in instances))
+        names = reading.definition_names(connection, [row.definition_id])
+    return views.RunDetail(
+        reading.run_view(row, names.get(row.definition_id, "")),
+        tuple(reading.instance_view(i, attempts[i.id]) for i in instances),
+    )
+
+
+def get_instance(platform: Platform, instance_id: str) -> views.InstanceDetail:
+    """An instance with its attempts (progress, log, exit) and its history."""
+    with dialects.read_transaction(platform.engine) as connection:
+        row = _instance_row(connection, instance_id)
+        attempts = queries.attempts_of(connection, instance_id)
+        run = _run_row(connection, row.run_id)
+        names = reading.definition_names(connection, [run.definition_id])
+        events = queries.history(
+            connection,
+            subject_type=SubjectType.INSTANCE,
+            subject_id=instance_id,
+            limit=MAX_HISTORY + 1,
+        )
+    return views.InstanceDetail(
+        reading.instance_view(row, attempts),
+        names.get(run.definition_id, ""),
+        _history(SubjectType.INSTANCE, instance_id, events, MAX_HISTORY),
+    )
+
+
+def history(
+    platform: Platform,
+    subject_type: SubjectType,
+    subject: str,
+    *,
+    after: int | None = None,
+    limit: int = 200,
+) -> views.History:
+    """An object's events in recorded order: a run's include its instances' events.
+
+    ``subject`` is a run or instance id, or a definition's name.
+    """
+    if not 1 <= limit <= MAX_HISTORY:
+        raise InvalidInput.about("limit", f"must be between 1 and {MAX_HISTORY}")
+    with dialects.read_transaction(platform.engine) as connection:
+        match subject_type:
+            case SubjectType.RUN:
+                subject_id = _run_row(connection, subject).id
+            case SubjectType.INSTANCE:
+                subject_id = _instance_row(connection, subject).id
+            case SubjectType.DEFINITION:
+                definition = queries.get_definition(connection, name=subject)
+                if definition is None:
+                    raise NotFound(f"no definition named {subject!r}")
+                subject_id = definition.id
+        events = queries.history(
+            connection,
+            subject_type=subject_type,
+            subject_id=subject_id,
+            after_position=after,
+            limit=limit + 1,
+        )
+    return _history(subject_type, subject, events, limit)
+
+
+def _history(
+    subject_type: SubjectType, subject: str, events: list[EventRow], limit: int
+) -> views.History:
+    more = len(events) > limit
+    kept = events[:limit]
+    return views.History(
+        subject_type.value,
+        subject,
+        tuple(reading.event_view(e) for e in kept),
+        kept[-1].position if more and kept else None,
+    )
+
+
+# -- cancel ------------------------------------------------------------------------------------
+
+
+def cancel_run(
+    platform: Platform, run_id: str, *, actor: str, reason: str
+) -> views.CancelRequested:
+    """Ask every unfinished instance of the run to stop; 409 if the run already finished.
+
+    The run moves to CANCELLING (CANCELLED at once if it was only QUEUED) and so do its running
+    instances; the scheduler sends the stops and the run becomes CANCELLED once every instance
+    is confirmed stopped.
+    """
+    reason = _reason(reason)
+    with dialects.read_transaction(platform.engine) as connection:
+        current = _run_row(connection, run_id).execution_state
+    if current == RunExecutionState.CANCELLED:
+        # A second cancel of a stopping run is the same request; of a stopped one, illegal.
+        raise Conflict(f"run {run_id} is already CANCELLED", current_state=current)
+    try:
+        state = triggers.request_run_cancel(platform.ledger, run_id, actor=actor, reason=reason)
+    except triggers.Refused as exc:
+        with dialects.read_transaction(platform.engine) as connection:
+            current = _run_row(connection, run_id).execution_state
+        raise Conflict(str(exc), current_state=current) from None
+    # The scheduler stops the instances of a CANCELLING run on its next tick; recording the
+    # requests now shows CANCELLING at once, even while no scheduler runs.
+    with dialects.read_transaction(platform.engine) as connection:
+        instances = queries.instances_of_run(connection, run_id)
+    for instance in instances:
+        if not InstanceState(instance.state).is_terminal:
+            _request_stop(platform, instance.id, actor=actor, reason=reason, strict=False)
+    return views.CancelRequested("run", run_id, state.value, f"cancel requested by {actor}")
+
+
+def cancel_instance(
+    platform: Platform, instance_id: str, *, actor: str, reason: str
+) -> views.CancelRequested:
+    """Ask the engine to stop the instance's current attempt; 409 if there is nothing to stop."""
+    state = _request_stop(platform, instance_id, actor=actor, reason=_reason(reason), strict=True)
+    return views.CancelRequested(
+        "instance", instance_id, state.value, f"cancel requested by {actor}"
+    )
+
+
+def _request_stop(
+    platform: Platform, instance_id: str, *, actor: str, reason: str, strict: bool
+) -> InstanceState:
+    """Record a cancel on the snapshot it was decided on; re-decide if another writer won."""
+    for _ in range(_DECISION_ROUNDS):
+        loaded = platform.ledger.snapshot(instance_id)
+        if loaded is None:
+            raise NotFound(f"no run or instance {instance_id!r}")
+        snapshot, version = loaded
+        event = decide.request_stop(
+            snapshot, actor=actor, reason=reason, now=platform.now(), event_id=new_event_id()
+        )
+        if event is None:
+            if strict:
+                raise Conflict(
+                    f"instance {instance_id} is {snapshot.state}: there is nothing to stop",
+                    current_state=snapshot.state.value,
+                )
+            return snapshot.state
+        try:
+            applied = platform.ledger.apply(event, expected_version=version)
+        except StaleDecision:
+            continue
+        if applied.snapshot is None:
+            raise Conflict(applied.reason, current_state=snapshot.state.value)
+        if applied.outcome is Outcome.REJECTED:
+            if strict:
+                raise Conflict(applied.reason, current_state=snapshot.state.value)
+            return snapshot.state
+        return applied.snapshot.state
+    raise Conflict(f"instance {instance_id} kept changing; try again")
+
+
+def _reason(reason: str) -> str:
+    text = reason.strip()
+    if not text:
+        raise InvalidInput.about("reason", "a cancel needs a reason")
+    return text
+
+
+# -- lookups -----------------------------------------------------------------------------------
+
+
+def _run_row(connection: Connection, run_id: str) -> RunRow:
+    row = queries.get_run(connection, run_id)
+    if row is None:
+        raise NotFound(f"no run {run_id!r}")
+    return row
+
+
+def _instance_row(connection: Connection, instance_id: str) -> InstanceRow:
+    row = queries.get_instance(connection, instance_id)
+    if row is None:
+        raise NotFound(f"no instance {instance_id!r}")
+    return row

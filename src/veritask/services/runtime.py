@@ -1,0 +1,130 @@
+"""The scheduler process: the lease, the scheduler loop with the local executor, housekeeping.
+
+``veritask up`` runs it in a thread beside the API; ``veritask scheduler`` runs it alone. It
+keeps nothing in memory that a restart would need: on start the scheduler reconciles every
+active instance with its engine (``Scheduler.recover``), which is how a second ``up`` takes
+over the attempts that were running when the first one stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+from veritask.execution import local, port
+from veritask.scheduling.lease import SchedulerAlreadyRunning, SchedulerLease
+from veritask.scheduling.scheduler import Scheduler
+from veritask.scheduling.settings import Settings
+from veritask.scheduling.tokens import AttemptTokens
+from veritask.services import definitions
+from veritask.services.errors import SchedulerRefused
+from veritask.services.platform import Platform
+
+log = logging.getLogger(__name__)
+
+LOCAL_EXECUTOR: Final = "local"
+OUTBOX: Final = "outbox"
+RESTART_DELAY_SECONDS: Final = 1.0
+#: How often the lease's heartbeat is written and deletions are moved on.
+HOUSEKEEPING_SECONDS: Final = 5.0
+
+
+class SchedulerRuntime:
+    """One scheduler with its lease, started and stopped as a unit."""
+
+    def __init__(
+        self,
+        platform: Platform,
+        *,
+        commit_base_url: str | None,
+        slots: int | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        self.platform = platform
+        self.commit_base_url = commit_base_url
+        self.slots = slots
+        self.settings = settings
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._lease: SchedulerLease | None = None
+        self.executors: dict[str, port.Executor] = {}
+
+    @property
+    def home(self) -> Path:
+        return self.platform.home
+
+    def start(self) -> None:
+        """Take the lease (``SchedulerRefused`` if another scheduler holds it), then run.
+
+        The lease is the scheduling layer's (``python -m veritask.scheduling`` takes the same
+        one): on SQLite an flock beside the database plus a row in ``schedulers``.
+        """
+        lease = SchedulerLease(self.platform.ledger)
+        try:
+            lease.acquire()
+        except SchedulerAlreadyRunning as exc:
+            raise SchedulerRefused(str(exc)) from None
+        self._lease = lease
+        executor = local.LocalExecutor(home=self.home, slots=self.slots)
+        self.executors = {LOCAL_EXECUTOR: executor}
+        scheduler = Scheduler(
+            self.platform.ledger,
+            executors=self.executors,
+            tokens=AttemptTokens.from_home(self.home),
+            outbox=self.home / OUTBOX,
+            settings=self.settings,
+            commit_base_url=self.commit_base_url,
+        )
+        self._threads = [
+            threading.Thread(
+                target=self._guarded, args=(scheduler.run,), name="veritask-scheduler", daemon=True
+            ),
+            threading.Thread(
+                target=self._guarded,
+                args=(self._housekeeping,),
+                name="veritask-housekeeping",
+                daemon=True,
+            ),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the loops, wait for them, give the lease up. Running attempts go on running:
+        the local executor's workers outlive this process, and the next start recovers them."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+
+    def _guarded(self, loop: Callable[[threading.Event], None]) -> None:
+        """Run ``loop`` until stopped; after an unexpected error, start it again.
+
+        The loops keep nothing in memory that the database does not hold, so starting one
+        again is what a restart of the process would do, without taking the API down with it.
+        """
+        while not self._stop.is_set():
+            try:
+                loop(self._stop)
+            except Exception:
+                log.exception(
+                    "%s failed; starting it again in %ss",
+                    threading.current_thread().name,
+                    RESTART_DELAY_SECONDS,
+                )
+                self._stop.wait(RESTART_DELAY_SECONDS)
+
+    def _housekeeping(self, stop: threading.Event) -> None:
+        """The lease's heartbeat and the background steps of definition deletes."""
+        while not stop.wait(HOUSEKEEPING_SECONDS):
+            try:
+                if self._lease is not None:
+                    self._lease.beat()
+                definitions.advance_deletions(self.platform, executors=self.executors)
+            except Exception:  # one failed pass never stops the next
+                log.exception("housekeeping failed; trying again")

@@ -1,0 +1,102 @@
+"""API tokens: bearer tokens with a role, shown once and stored only as a hash.
+
+Roles are ordered: a viewer reads; an operator also triggers, cancels and overrides; an admin
+also applies and deletes definitions and creates tokens. Attempt tokens are another thing
+entirely (``scheduling.tokens``): they prove a worker, never a person.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+from pathlib import Path
+from typing import Final
+
+import sqlalchemy as sa
+
+from veritask.ledger import dialects, runs, schema
+from veritask.ledger.vocabulary import TokenRole as TokenRole  # re-exported for the API
+from veritask.services import views
+from veritask.services.errors import InvalidInput
+from veritask.services.platform import Platform
+
+#: What each role includes: a higher role may do everything a lower one may.
+ROLE_RANK: Final = {TokenRole.VIEWER: 0, TokenRole.OPERATOR: 1, TokenRole.ADMIN: 2}
+TOKEN_PREFIX: Final = "vt_"
+#: Where ``veritask up`` keeps its admin token, so that the CLI on this machine needs no setup.
+TOKEN_FILE: Final = "token"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
+
+
+def hash_api_token(token: str) -> str:
+    """The stored form of an API token."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def allows(principal: views.Principal, needed: TokenRole) -> bool:
+    """Whether the principal's role includes ``needed``."""
+    return ROLE_RANK[principal.role] >= ROLE_RANK[needed]
+
+
+def create_token(platform: Platform, *, role: TokenRole, name: str) -> views.NewToken:
+    """A new random token for ``role``; the token itself is returned here and never again."""
+    if not _NAME.fullmatch(name):
+        raise InvalidInput.about(
+            "name", "1 to 64 letters, digits, '_', '.', '@' or '-', starting with a letter or digit"
+        )
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token_id = runs.new_id()
+    now = platform.now()
+    with platform.engine.begin() as connection:
+        connection.execute(
+            schema.api_tokens.insert().values(
+                id=token_id,
+                name=name,
+                role=role.value,
+                token_hash=hash_api_token(token),
+                created_at=now,
+            )
+        )
+    return views.NewToken(token_id, name, role, token, now)
+
+
+def authenticate(platform: Platform, token: str) -> views.Principal | None:
+    """Who the token names, or None if it names nobody (unknown or revoked)."""
+    if not token.startswith(TOKEN_PREFIX):
+        return None
+    t = schema.api_tokens.c
+    with dialects.read_transaction(platform.engine) as connection:
+        row = connection.execute(
+            sa.select(t.id, t.name, t.role).where(
+                t.token_hash == hash_api_token(token), t.revoked_at.is_(None)
+            )
+        ).first()
+    return None if row is None else views.Principal(row.id, row.name, TokenRole(row.role))
+
+
+def admin_token_for_home(platform: Platform, home: Path) -> tuple[str, bool]:
+    """The admin token kept in ``home``, created the first time; ``(token, created)``.
+
+    A token file that no longer names an admin (a new database) is replaced.
+    """
+    path = home / TOKEN_FILE
+    if path.is_file():
+        token = path.read_text().strip()
+        principal = authenticate(platform, token)
+        if principal is not None and principal.role is TokenRole.ADMIN:
+            return token, False
+    new = create_token(platform, role=TokenRole.ADMIN, name="admin")
+    write_private(path, new.token)
+    return new.token, True
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read, replacing it atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text + "\n")
+    os.replace(temporary, path)

@@ -1,0 +1,330 @@
+"""What the services return: frozen, typed values with the state names of design.md section 3.
+
+The API turns them into its response models field by field, so a name here is a name on the
+wire. Times are timezone-aware UTC; ``event_time`` and ``observed_at`` are never merged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from veritask.core.jsontypes import JSONObject
+from veritask.core.states import (
+    AttemptState,
+    DefinitionLifecycle,
+    InstanceState,
+    PublicationState,
+    RunExecutionState,
+    TriggerKind,
+)
+from veritask.ledger.vocabulary import TokenRole
+
+# -- definitions ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DefinitionVersion:
+    """One immutable version of a definition."""
+
+    version: int
+    content_hash: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A definition as a listing shows it, with its schedule in words."""
+
+    name: str
+    description: str
+    owner: str | None
+    lifecycle: DefinitionLifecycle
+    current_version: int | None
+    tasks: tuple[str, ...]
+    concurrency: str
+    schedule: str | None
+    """The schedule in words, with its time zone; None when it runs only when triggered."""
+    cron: str | None
+    next_fire_time: datetime | None
+    """None when there is no schedule or the definition is not active."""
+    publication_required: bool
+    parameters: JSONObject
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class DefinitionDetail:
+    """A definition with its versions and the source of its current one."""
+
+    definition: Definition
+    versions: tuple[DefinitionVersion, ...]
+    source: str | None
+
+
+@dataclass(frozen=True)
+class AppliedDefinition:
+    """The outcome of an apply: the version that holds the content, and whether it is new."""
+
+    name: str
+    version: int
+    created: bool
+    lifecycle: DefinitionLifecycle
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """Where a definition's delete lifecycle stands."""
+
+    name: str
+    lifecycle: DefinitionLifecycle
+    cancelling_runs: tuple[str, ...]
+    """Runs still being stopped; the definition becomes ``deleted`` once they are terminal."""
+    purge: bool
+
+
+# -- runs, instances, attempts --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the task last said about how far it got."""
+
+    phase: str
+    done: int | None
+    total: int | None
+    message: str | None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One process-level try of an instance, never rewritten by a later one."""
+
+    attempt_no: int
+    state: AttemptState
+    reason: str
+    open_reason: str | None
+    executor: str | None
+    external_id: str | None
+    worker: str | None
+    scheduled_at: datetime | None
+    queued_at: datetime | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    last_heartbeat_at: datetime | None
+    lease_expires_at: datetime | None
+    exit_code: int | None
+    error_category: str | None
+    log_location: str | None
+    commit_marker: str | None
+    progress: Progress | None
+    conflict: bool
+    late: tuple[str, ...]
+    """Facts kept on this attempt's record after a decision closed it."""
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One task of one run: its state, why, and every attempt."""
+
+    id: str
+    run_id: str
+    task: str
+    map_index: int
+    state: InstanceState
+    reason: str
+    epoch: int
+    retry_at: datetime | None
+    overridden: bool
+    attempts: tuple[Attempt, ...]
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run with both of its states and their reasons."""
+
+    id: str
+    definition: str
+    definition_version: int
+    trigger_kind: TriggerKind
+    idempotency_key: str
+    rerun_of: str | None
+    logical_time: datetime | None
+    parameters: JSONObject
+    execution_state: RunExecutionState
+    execution_reason: str | None
+    publication_state: PublicationState
+    publication_reason: str | None
+    created_at: datetime
+    updated_observed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    """A run and its instances, each with its attempts."""
+
+    run: Run
+    instances: tuple[Instance, ...]
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """One page of runs, newest first, and the cursor of the next page (None on the last)."""
+
+    items: tuple[Run, ...]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    """One recorded event: who, when it happened, when we learned it, the proof, the outcome."""
+
+    position: int
+    event_id: str
+    subject_type: str
+    subject_id: str
+    run_id: str | None
+    instance_id: str | None
+    attempt_no: int | None
+    kind: str
+    actor: str
+    event_time: datetime
+    observed_at: datetime
+    evidence: JSONObject
+    outcome: str
+    reason: str | None
+    from_state: str | None
+    to_state: str | None
+
+
+@dataclass(frozen=True)
+class History:
+    """A page of an object's history in recorded order; ``next_after`` continues it."""
+
+    subject_type: str
+    subject_id: str
+    events: tuple[HistoryEvent, ...]
+    next_after: int | None
+
+
+@dataclass(frozen=True)
+class InstanceDetail:
+    """An instance with its definition and its history."""
+
+    instance: Instance
+    definition: str
+    history: History
+
+
+@dataclass(frozen=True)
+class Triggered:
+    """A run a trigger created, or the existing one with the same idempotency key."""
+
+    run_id: str
+    created: bool
+    idempotency_key: str
+    execution_state: RunExecutionState
+    reason: str
+
+
+@dataclass(frozen=True)
+class CancelRequested:
+    """What a cancel recorded; the engine's confirmation comes later, in the background."""
+
+    subject_type: str
+    subject_id: str
+    state: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Overridden:
+    """The instances an override set, and the run's execution state after it."""
+
+    run_id: str
+    to_state: InstanceState
+    scope: str
+    instances: tuple[str, ...]
+    execution_state: RunExecutionState
+
+
+# -- workers ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CallbackAnswer:
+    """What the platform tells a worker about one of its events (execution/transports.py)."""
+
+    outcome: str
+    """``applied``, ``stale`` or ``conflict``; for a duplicate, the original outcome."""
+    reason: str
+    stop: bool
+    """The platform no longer wants this attempt: the worker stops the task."""
+    duplicate: bool
+
+
+@dataclass(frozen=True)
+class CommitAccepted:
+    """The attempt may publish its output: it is the current one, neither fenced nor stopped."""
+
+    instance_id: str
+    attempt_no: int
+    marker: str
+    outcome: str
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """Part of an attempt's log (capped), and where to continue reading."""
+
+    instance_id: str
+    attempt_no: int
+    log_location: str | None
+    size: int
+    offset: int
+    next_offset: int
+    text: str
+    truncated: bool
+    """Not all of the asked range or matches fit under the cap."""
+    ended: bool
+    """The attempt is over: the log will not grow."""
+
+
+# -- tokens and health -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a bearer token names, and what it may do."""
+
+    token_id: str
+    name: str
+    role: TokenRole
+
+    @property
+    def actor(self) -> str:
+        """The actor recorded for this person's decisions: ``operator:<name>``."""
+        return f"operator:{self.name}"
+
+
+@dataclass(frozen=True)
+class NewToken:
+    """A token just created: ``token`` is shown once and stored only as a hash."""
+
+    id: str
+    name: str
+    role: TokenRole
+    token: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """Whether this process can serve: the database answers and its schema is current."""
+
+    ready: bool
+    database: str
+    revision: str | None
+    expected_revision: str
+    detail: str

@@ -1,0 +1,199 @@
+"""The scripting contract of design.md section 7, with the real CLI and a real ``veritask up``."""
+
+from __future__ import annotations
+
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+from tests.acceptance.conftest import DEFINITIONS, Veritask, eventually
+
+RUN_FIELDS = {"id", "definition", "execution_state", "publication_state"}
+
+
+def _run(veritask: Veritask, run_id: str) -> Any:
+    return veritask.cli_json("show", run_id)
+
+
+def test_up_loaded_the_examples_and_keeps_url_and_token_in_home(veritask: Veritask) -> None:
+    names = {d["name"] for d in veritask.cli_json("definitions")}
+    assert {"greeting", "failing", "sleepy"} <= names
+    assert veritask.url.startswith("http://127.0.0.1:")
+    token_file = veritask.home / "token"
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    output = veritask.output()
+    assert f"Veritask is up at {veritask.url}" in output
+    assert token_file.read_text().strip() in output
+    # Whatever does not parse is reported and skipped.
+    assert "example broken.yaml skipped: the definition was refused" in output
+    assert "broken" not in names
+
+
+def test_apply_then_trigger_wait_succeeds_with_exit_0(veritask: Veritask, tmp_path: Path) -> None:
+    source = tmp_path / "echo.yaml"
+    source.write_text("name: echoing\ntasks:\n  say:\n    run: echo applied and ran\n")
+    applied = veritask.cli("apply", "-f", str(source))
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout.strip() == "echoing: version 1 (created)"
+    assert (
+        veritask.cli("apply", "-f", str(source)).stdout.strip() == "echoing: version 1 (unchanged)"
+    )
+    done = veritask.cli("trigger", "echoing", "--wait")
+    assert done.returncode == 0, done.stderr
+    run_id = done.stdout.strip()
+    run = _run(veritask, run_id)
+    assert run["execution_state"] == "SUCCESS"
+    assert run["publication_state"] == "NOT_REQUIRED"
+
+
+def test_a_failing_run_makes_trigger_wait_exit_1(veritask: Veritask) -> None:
+    done = veritask.cli("trigger", "failing", "--wait")
+    assert done.returncode == 1, done.stderr
+    run = _run(veritask, done.stdout.strip())
+    assert run["execution_state"] == "FAILED"
+    [instance] = run["instances"]
+    assert instance["state"] == "FAILED"
+    assert instance["attempts"][0]["exit_code"] == 3
+
+
+def test_runs_and_show_json_carry_the_fields_of_section_3(veritask: Veritask) -> None:
+    done = veritask.cli("trigger", "greeting", "--wait", "--key", "fields")
+    assert done.returncode == 0, done.stderr
+    run_id = done.stdout.strip()
+    listed = veritask.cli_json("runs", "greeting")
+    assert run_id in [r["id"] for r in listed]
+    assert all(set(r) >= RUN_FIELDS for r in listed)
+    run = _run(veritask, run_id)
+    assert set(run) >= RUN_FIELDS
+    assert run["definition"] == "greeting"
+    [instance] = run["instances"]
+    assert {"task", "state", "attempts"} <= set(instance)
+    assert (instance["task"], instance["state"]) == ("greet", "SUCCESS")
+    [attempt] = instance["attempts"]
+    assert attempt["state"] == "SUCCESS"
+    assert attempt["exit_code"] == 0
+    events = run["events"]
+    assert [e["kind"] for e in events][:2] == ["run_created", "instance_created"]
+    for event in events:
+        assert {"actor", "event_time", "observed_at", "evidence", "outcome"} <= set(event)
+    shown = veritask.cli_json("show", instance["id"])
+    assert shown["object"] == "instance"
+    assert shown["state"] == "SUCCESS"
+    assert "completed" in [e["kind"] for e in shown["events"]]
+    # The same key: the same run.
+    again = veritask.cli("trigger", "greeting", "--key", "fields")
+    assert again.stdout.strip() == run_id
+    # watch ends with the run, and exits as trigger --wait does.
+    watched = veritask.cli("watch", run_id)
+    assert watched.returncode == 0, watched.stderr
+    assert "greet" in watched.stdout
+    # A person's view prints the history too.
+    table = veritask.cli("show", run_id)
+    assert table.returncode == 0
+    assert "History" in table.stdout and "run_created" in table.stdout
+
+
+def test_logs_show_the_task_output(veritask: Veritask) -> None:
+    done = veritask.cli("trigger", "greeting", "--wait", "--key", "logs")
+    run_id = done.stdout.strip()
+    logs = veritask.cli("logs", run_id)
+    assert logs.returncode == 0, logs.stderr
+    assert "hello from the acceptance test" in logs.stdout
+    instance_id = _run(veritask, run_id)["instances"][0]["id"]
+    followed = veritask.cli("logs", instance_id, "--follow")
+    assert "hello from the acceptance test" in followed.stdout
+
+
+def test_cancel_a_long_task_shows_cancelling_then_cancelled(veritask: Veritask) -> None:
+    triggered = veritask.cli("trigger", "sleepy")
+    assert triggered.returncode == 0, triggered.stderr
+    run_id = triggered.stdout.strip()
+
+    def running() -> bool:
+        [instance] = _run(veritask, run_id)["instances"]
+        return bool(instance["state"] == "RUNNING")
+
+    eventually(running, what="the sleep to start")
+    cancelled = veritask.cli("cancel", run_id, "--reason", "too slow")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.stdout.strip() == f"run {run_id}: CANCELLING"
+
+    def stopped() -> Any:
+        run = _run(veritask, run_id)
+        return run if run["execution_state"] == "CANCELLED" else None
+
+    run = eventually(stopped, what="the engine to confirm the stop")
+    [instance] = run["instances"]
+    assert instance["state"] == "CANCELLED"
+    assert instance["attempts"][0]["state"] == "CANCELLED"
+    kinds = [e["kind"] for e in run["events"]]
+    assert kinds.index("cancel_requested") < kinds.index("completed")
+    states = [e["to_state"] for e in run["events"] if e["kind"] == "run_state_changed"]
+    assert states == ["CANCELLING", "CANCELLED"]
+    # Cancelling a finished run is refused: exit 4.
+    assert veritask.cli("cancel", run_id).returncode == 4
+
+
+def test_token_create_prints_the_token_alone_and_roles_hold(veritask: Veritask) -> None:
+    created = veritask.cli("token", "create", "--role", "viewer", "--name", "reader")
+    assert created.returncode == 0, created.stderr
+    assert re.fullmatch(r"vt_[A-Za-z0-9_-]+\n", created.stdout)
+    token = created.stdout.strip()
+    assert veritask.cli("runs", VERITASK_TOKEN=token).returncode == 0
+    run_id = veritask.cli("trigger", "greeting", "--key", "roles").stdout.strip()
+    refused = veritask.cli("cancel", run_id, VERITASK_TOKEN=token)
+    assert refused.returncode == 4
+    assert "viewer" in refused.stderr
+
+
+def test_a_wrong_token_exits_4(veritask: Veritask) -> None:
+    done = veritask.cli("runs", VERITASK_TOKEN="vt_not-a-real-token")
+    assert done.returncode == 4
+    assert "unknown or revoked" in done.stderr
+
+
+def test_unknown_objects_exit_3(veritask: Veritask) -> None:
+    for args in (
+        ("show", "no-such-run"),
+        ("cancel", "no-such-run"),
+        ("logs", "no-such-run"),
+        ("runs", "no-such-definition"),
+        ("trigger", "no-such-definition"),
+    ):
+        done = veritask.cli(*args)
+        assert done.returncode == 3, (args, done.stderr)
+
+
+def test_bad_input_exits_2(veritask: Veritask, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(DEFINITIONS["broken.yaml"])
+    done = veritask.cli("apply", "-f", str(broken))
+    assert done.returncode == 2
+    assert "line 3" in done.stderr and "invalid YAML" in done.stderr
+    assert veritask.cli("apply", "-f", str(tmp_path / "missing.yaml")).returncode == 2
+    assert veritask.cli("no-such-verb").returncode == 2
+    assert veritask.cli("trigger", "greeting", "--param", "no-equals-sign").returncode == 2
+
+
+def test_an_override_from_the_cli_is_audited(veritask: Veritask) -> None:
+    failed = veritask.cli("trigger", "failing", "--wait", "--key", "override")
+    run_id = failed.stdout.strip()
+    instance_id = _run(veritask, run_id)["instances"][0]["id"]
+    done = veritask.cli(
+        "override", instance_id, "--state", "SUCCESS", "--reason", "fixed upstream by hand"
+    )
+    assert done.returncode == 0, done.stderr
+    run = _run(veritask, run_id)
+    assert run["execution_state"] == "SUCCESS"
+    [override] = [e for e in run["events"] if e["kind"] == "override"]
+    assert override["actor"] == "operator:admin"
+    assert override["evidence"]["reason"] == "fixed upstream by hand"
+    assert run["instances"][0]["attempts"][0]["state"] == "FAILED"  # the fact stays
+
+
+def test_a_second_scheduler_on_sqlite_refuses_to_start(veritask: Veritask) -> None:
+    done = veritask.cli("scheduler", timeout=20)
+    assert done.returncode == 4
+    assert "another scheduler is running" in done.stderr
+    assert "SQLite supports one scheduler" in done.stderr

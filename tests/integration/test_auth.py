@@ -1,0 +1,76 @@
+"""Bearer tokens with roles: viewer reads, operator acts on runs, admin changes definitions and
+tokens. Callbacks accept attempt tokens only."""
+
+from __future__ import annotations
+
+from tests.integration.conftest import HELLO, Api
+from veritask.services.tokens import TokenRole
+
+
+def test_no_token_is_401_with_a_bearer_challenge(api: Api) -> None:
+    response = api.client(None).get("/api/v2/runs")
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert response.json()["type"] == "/problems/unauthenticated"
+
+
+def test_an_unknown_token_is_401(api: Api) -> None:
+    assert api.client("vt_not-a-token").get("/api/v2/definitions").status_code == 401
+    assert api.client("garbage").get("/api/v1/runs").status_code == 401
+
+
+def test_a_viewer_reads_but_cannot_act(api: Api) -> None:
+    api.apply(HELLO)
+    run_id = api.trigger("hello")
+    viewer = api.client_with_role(TokenRole.VIEWER)
+    assert viewer.get(f"/api/v2/runs/{run_id}").status_code == 200
+    assert viewer.get("/api/v1/definitions").status_code == 200
+    cancel = viewer.post(f"/api/v2/runs/{run_id}/cancel", json={"reason": "no"})
+    assert cancel.status_code == 403
+    assert cancel.json()["type"] == "/problems/forbidden"
+    assert viewer.post("/api/v2/definitions/hello/runs", json={}).status_code == 403
+    assert viewer.post("/api/v2/definitions", json={"source": HELLO}).status_code == 403
+    # Refused requests changed nothing.
+    assert api.run(run_id)["execution_state"] == "RUNNING"
+
+
+def test_an_operator_triggers_and_cancels_but_cannot_apply_or_mint_tokens(api: Api) -> None:
+    api.apply(HELLO)
+    operator = api.client_with_role(TokenRole.OPERATOR)
+    triggered = operator.post("/api/v2/definitions/hello/runs", json={"trigger_kind": "manual"})
+    assert triggered.status_code == 202
+    run_id = triggered.json()["run_id"]
+    assert operator.post(f"/api/v2/runs/{run_id}/cancel", json={}).status_code == 202
+    assert operator.post("/api/v2/definitions", json={"source": HELLO}).status_code == 403
+    assert operator.delete("/api/v2/definitions/hello").status_code == 403
+    assert operator.post("/api/v2/tokens", json={"role": "viewer"}).status_code == 403
+    # The manual trigger and the cancel name the operator as their actor.
+    events = api.http.get(f"/api/v2/runs/{run_id}/events").json()["events"]
+    actors = {e["kind"]: e["actor"] for e in events}
+    assert actors["run_created"] == "operator:operator-user"
+    assert actors["run_state_changed"] == "operator:operator-user"
+
+
+def test_an_admin_creates_tokens_that_work_once_shown(api: Api) -> None:
+    response = api.http.post("/api/v2/tokens", json={"role": "viewer", "name": "dashboards"})
+    assert response.status_code == 201
+    created = response.json()
+    assert created["role"] == "viewer"
+    assert created["name"] == "dashboards"
+    assert created["token"].startswith("vt_")
+    assert api.client(created["token"]).get("/api/v2/runs").status_code == 200
+
+
+def test_an_api_token_is_not_an_attempt_token(api: Api) -> None:
+    api.apply(HELLO)
+    instance_id = api.instance_ids(api.trigger("hello"))["greet"]
+    response = api.http.post(
+        "/api/v2/callbacks/commit",
+        json={"instance_id": instance_id, "attempt_no": 1, "marker": "m"},
+    )
+    assert response.status_code == 403
+
+
+def test_a_token_request_with_a_bad_role_is_422(api: Api) -> None:
+    response = api.http.post("/api/v2/tokens", json={"role": "superuser"})
+    assert response.status_code == 422

@@ -1,0 +1,48 @@
+"""The scheduler process of ``up`` and ``scheduler``: one per SQLite database, many on
+PostgreSQL, and a clean stop that lets the next one start at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from veritask.ledger import schema
+from veritask.services.errors import SchedulerRefused
+from veritask.services.platform import Platform
+from veritask.services.runtime import SchedulerRuntime
+
+
+def _rows(platform: Platform) -> int:
+    with platform.engine.connect() as connection:
+        count: int = connection.execute(
+            sa.select(sa.func.count()).select_from(schema.schedulers)
+        ).scalar_one()
+    return count
+
+
+def test_one_scheduler_per_sqlite_database_many_on_postgresql(
+    database_url: str, database_kind: str, tmp_path: Path
+) -> None:
+    platform = Platform.open(database_url, tmp_path)
+    first = SchedulerRuntime(platform, commit_base_url=None)
+    second = SchedulerRuntime(platform, commit_base_url=None)
+    first.start()
+    try:
+        assert _rows(platform) == 1
+        if database_kind == "sqlite":
+            with pytest.raises(SchedulerRefused, match="SQLite supports one scheduler"):
+                second.start()
+        else:
+            second.start()
+            assert _rows(platform) == 2
+            second.stop()
+    finally:
+        first.stop()
+    assert _rows(platform) == 0
+    # Stopped cleanly: the next one starts at once.
+    third = SchedulerRuntime(platform, commit_base_url=None)
+    third.start()
+    third.stop()
+    platform.close()

@@ -1,0 +1,89 @@
+"""An attempt's log over HTTP: tail, follow by offset, search; only files inside VERITASK_HOME."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from tests.integration.conftest import HELLO, Api, completed, open_attempt, report, started
+from veritask.execution import layout
+
+LINES = "".join(f"line {n} {'needle' if n % 10 == 0 else 'hay'}\n" for n in range(1, 101))
+
+
+def _finished_with_log(api: Api, log: Path) -> str:
+    api.apply(HELLO)
+    instance_id = api.instance_ids(api.trigger("hello"))["greet"]
+    token = "token-" + uuid.uuid4().hex
+    attempt_no = open_attempt(api.platform, instance_id, token)
+    report(api, started(instance_id, attempt_no, token), token)
+    event = completed(instance_id, attempt_no, token, seq=2, log_path=str(log))
+    assert report(api, event, token).status_code == 200
+    return instance_id
+
+
+def test_the_tail_of_an_ended_attempt(api: Api) -> None:
+    log = api.platform.home / "logs" / "task.log"
+    log.parent.mkdir()
+    log.write_text(LINES)
+    instance_id = _finished_with_log(api, log)
+    chunk = api.http.get(f"/api/v2/instances/{instance_id}/logs", params={"tail": 20}).json()
+    assert chunk["text"] == LINES[-20:]
+    assert chunk["size"] == len(LINES)
+    assert chunk["offset"] == len(LINES) - 20
+    assert chunk["ended"] is True
+    assert chunk["attempt_no"] == 1
+    assert chunk["log_location"] == str(log.resolve())
+    whole = api.http.get(f"/api/v2/instances/{instance_id}/logs").json()
+    assert whole["text"] == LINES
+    assert whole["truncated"] is False
+
+
+def test_following_by_offset_and_searching(api: Api) -> None:
+    log = api.platform.home / "task.log"
+    log.write_text(LINES)
+    instance_id = _finished_with_log(api, log)
+    path = f"/api/v2/instances/{instance_id}/logs"
+    first = api.http.get(path, params={"offset": 0, "limit": 100}).json()
+    assert first["text"] == LINES[:100]
+    assert first["truncated"] is True
+    second = api.http.get(path, params={"offset": first["next_offset"]}).json()
+    assert first["text"] + second["text"] == LINES
+    assert second["next_offset"] == len(LINES)
+    found = api.http.get(path, params={"search": "NEEDLE"}).json()
+    assert found["text"].splitlines() == [f"line {n} needle" for n in range(10, 101, 10)]
+    capped = api.http.get(path, params={"search": "needle", "limit": 30}).json()
+    assert capped["truncated"] is True
+    assert capped["text"].count("\n") == 2
+
+
+def test_a_running_local_attempt_is_read_from_its_attempt_directory(api: Api) -> None:
+    api.apply(HELLO)
+    instance_id = api.instance_ids(api.trigger("hello"))["greet"]
+    token = "token-" + uuid.uuid4().hex
+    attempt_no = open_attempt(api.platform, instance_id, token, executor="local")
+    path = f"/api/v2/instances/{instance_id}/logs"
+    nothing_yet = api.http.get(path).json()
+    assert (nothing_yet["text"], nothing_yet["size"], nothing_yet["ended"]) == ("", 0, False)
+    attempt = layout.ExecutorHome(api.platform.home / "executor").attempt(instance_id, attempt_no)
+    attempt.log.parent.mkdir(parents=True)
+    attempt.log.write_text("started\n")
+    assert api.http.get(path).json()["text"] == "started\n"
+
+
+def test_a_log_outside_veritask_home_is_not_served(api: Api, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere.log"
+    outside.write_text("secret\n")
+    instance_id = _finished_with_log(api, outside)
+    response = api.http.get(f"/api/v2/instances/{instance_id}/logs")
+    assert response.status_code == 404
+    assert "outside" in response.json()["detail"]
+
+
+def test_logs_of_unknown_things_are_404_and_bad_ranges_422(api: Api) -> None:
+    assert api.http.get("/api/v2/instances/nope/logs").status_code == 404
+    api.apply(HELLO)
+    instance_id = api.instance_ids(api.trigger("hello"))["greet"]
+    assert api.http.get(f"/api/v2/instances/{instance_id}/logs").status_code == 404  # no attempt
+    bad = api.http.get(f"/api/v2/instances/{instance_id}/logs", params={"offset": -1})
+    assert bad.status_code == 422

@@ -1,0 +1,130 @@
+"""Overrides: operator, reason and scope recorded; no fact erased; 409 while an attempt runs."""
+
+from __future__ import annotations
+
+import uuid
+
+from tests.integration.conftest import (
+    HELLO,
+    PIPELINE,
+    Api,
+    completed,
+    open_attempt,
+    report,
+    started,
+)
+from veritask.core.states import RunExecutionState
+from veritask.ledger import run_store
+from veritask.services.tokens import TokenRole
+
+NO_RETRY = HELLO.replace("    run: echo hello", "    run: echo hello\n    retry: {max_retries: 0}")
+
+
+def _failed_run(api: Api) -> tuple[str, str]:
+    """A run whose only instance failed, and that the scheduler marked FAILED."""
+    api.apply(NO_RETRY)
+    run_id = api.trigger("hello")
+    instance_id = api.instance_ids(run_id)["greet"]
+    token = "token-" + uuid.uuid4().hex
+    attempt_no = open_attempt(api.platform, instance_id, token)
+    report(api, started(instance_id, attempt_no, token), token)
+    report(api, completed(instance_id, attempt_no, token, seq=2, exit_code=3), token)
+    with api.platform.engine.begin() as connection:
+        version, state = run_store.run_version(connection, run_id)
+        run_store.set_execution_state(
+            connection,
+            run_id=run_id,
+            expected_version=version,
+            state=RunExecutionState.FAILED,
+            reason="a leaf failed",
+            previous=state,
+            actor="scheduler",
+            event_id=str(uuid.uuid4()),
+            now=api.platform.now(),
+        )
+    return run_id, instance_id
+
+
+def test_an_override_sets_the_state_keeps_the_facts_and_settles_the_run(api: Api) -> None:
+    run_id, instance_id = _failed_run(api)
+    assert api.http.get(f"/api/v2/instances/{instance_id}").json()["state"] == "FAILED"
+    response = api.http.post(
+        f"/api/v2/instances/{instance_id}/override",
+        json={"state": "SUCCESS", "reason": "verified by hand", "scope": "instance"},
+    )
+    assert response.status_code == 200
+    assert response.json() == {
+        "run_id": run_id,
+        "to_state": "SUCCESS",
+        "scope": "instance",
+        "instances": [instance_id],
+        "execution_state": "SUCCESS",
+    }
+    shown = api.http.get(f"/api/v2/instances/{instance_id}").json()
+    assert shown["state"] == "SUCCESS"
+    assert shown["overridden"] is True
+    assert "overridden to SUCCESS by operator:admin (verified by hand)" in shown["reason"]
+    # The attempt's own record is untouched: it failed, and that stays a fact.
+    assert shown["attempts"][0]["state"] == "FAILED"
+    assert shown["attempts"][0]["exit_code"] == 3
+    [override] = [e for e in shown["events"] if e["kind"] == "override"]
+    assert override["actor"] == "operator:admin"
+    assert override["evidence"]["reason"] == "verified by hand"
+    assert override["evidence"]["scope"] == "instance"
+    run = api.run(run_id)
+    assert run["execution_state"] == "SUCCESS"
+    assert "override" in str(run["execution_reason"])
+
+
+def test_an_override_of_a_running_attempt_is_409_and_records_nothing(api: Api) -> None:
+    api.apply(HELLO)
+    instance_id = api.instance_ids(api.trigger("hello"))["greet"]
+    token = "token-" + uuid.uuid4().hex
+    attempt_no = open_attempt(api.platform, instance_id, token)
+    report(api, started(instance_id, attempt_no, token), token)
+    response = api.http.post(
+        f"/api/v2/instances/{instance_id}/override",
+        json={"state": "FAILED", "reason": "give up"},
+    )
+    assert response.status_code == 409
+    assert response.json()["current_state"] == "RUNNING"
+    assert "stop attempt 1" in response.json()["detail"]
+    kinds = [e["kind"] for e in api.http.get(f"/api/v2/instances/{instance_id}").json()["events"]]
+    assert "override" not in kinds
+
+
+def test_downstream_and_run_scopes_reach_the_right_instances(api: Api) -> None:
+    api.apply(PIPELINE)
+    run_id = api.trigger("pipeline")
+    ids = api.instance_ids(run_id)
+    response = api.http.post(
+        f"/api/v2/instances/{ids['transform']}/override",
+        json={"state": "SUCCESS", "reason": "loaded by hand", "scope": "downstream"},
+    )
+    assert response.status_code == 200
+    assert response.json()["instances"] == [ids["transform"], ids["load"]]
+    states = {i["task"]: i["state"] for i in api.run(run_id)["instances"]}
+    assert states == {"extract": "CREATED", "transform": "SUCCESS", "load": "SUCCESS"}
+    everything = api.http.post(
+        f"/api/v2/instances/{ids['load']}/override",
+        json={"state": "FAILED", "reason": "bad data", "scope": "run"},
+    )
+    assert everything.status_code == 200
+    assert set(everything.json()["instances"]) == set(ids.values())
+
+
+def test_override_input_is_checked(api: Api) -> None:
+    api.apply(HELLO)
+    instance_id = api.instance_ids(api.trigger("hello"))["greet"]
+    path = f"/api/v2/instances/{instance_id}/override"
+    assert api.http.post(path, json={"state": "RUNNING", "reason": "x"}).status_code == 422
+    assert api.http.post(path, json={"state": "SUCCESS"}).status_code == 422
+    assert api.http.post(path, json={"state": "SUCCESS", "reason": " "}).status_code == 422
+    wrong_scope = {"state": "SUCCESS", "reason": "x", "scope": "galaxy"}
+    assert api.http.post(path, json=wrong_scope).status_code == 422
+    unknown = api.http.post(
+        "/api/v2/instances/nope/override", json={"state": "SUCCESS", "reason": "x"}
+    )
+    assert unknown.status_code == 404
+    viewer = api.client_with_role(TokenRole.VIEWER)
+    assert viewer.post(path, json={"state": "SUCCESS", "reason": "x"}).status_code == 403
