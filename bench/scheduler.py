@@ -1,0 +1,347 @@
+"""The scheduler end to end, beside what the machine does without it: ``make bench``.
+
+For each database (SQLite in a temporary directory, PostgreSQL at 127.0.0.1:5432 when it
+answers), with the local executor and the outbox transport:
+
+(a) **fan-out**: one run of ``--tasks`` independent tasks ``true``, from the trigger until every
+    instance is durably SUCCESS in the ledger, in tasks per second;
+(b) **chain**: one run of ``--chain`` tasks ``true`` each after the previous one; per hop, the
+    latency from the upstream's SUCCESS (the ``observed_at`` of the event that made it SUCCESS)
+    to the downstream's RUNNING (the ``observed_at`` of its ``started``), p50 and p99.
+
+Baselines measured in the same run: the same ``true`` commands through the LocalExecutor alone
+(no ledger, no scheduler: submit, wait for the exit records) and through plain
+``subprocess.Popen`` with as many in flight as the executor has slots; for the chain, one
+attempt alone through the executor (submit until its task has started, the part of a hop the
+engine owns). The ratios say what the scheduler costs on top of them.
+
+    python -m bench.scheduler                       # both databases
+    python -m bench.scheduler --only sqlite --tasks 1000 --chain 50 --profile /tmp/sched.prof
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import itertools
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import sqlalchemy as sa
+from psycopg import sql
+
+from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
+from veritask.execution import layout, local, port
+from veritask.ledger import dialects, migrate, schema
+from veritask.ledger.ledger import Ledger
+from veritask.scheduling import triggers
+from veritask.scheduling.scheduler import Scheduler
+from veritask.scheduling.settings import Settings
+from veritask.scheduling.tokens import AttemptTokens
+
+POSTGRES_DSN = "host=127.0.0.1 user=postgres dbname=postgres connect_timeout=3"
+DEADLINE_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class Figures:
+    database: str
+    fanout_per_s: float
+    fanout_seconds: float
+    hop_p50_ms: float
+    hop_p99_ms: float
+    hop_max_ms: float
+
+
+# -- definitions ---------------------------------------------------------------------------
+
+
+def _fanout_yaml(name: str, tasks: int) -> str:
+    lines = [f"name: {name}", "concurrency: allow", "tasks:"]
+    lines += [f"  t{n:05d}: {{run: 'true'}}" for n in range(tasks)]
+    return "\n".join(lines) + "\n"
+
+
+def _chain_yaml(name: str, tasks: int) -> str:
+    lines = [f"name: {name}", "concurrency: allow", "tasks:", "  c000: {run: 'true'}"]
+    lines += [f"  c{n:03d}: {{run: 'true', after: [c{n - 1:03d}]}}" for n in range(1, tasks)]
+    return "\n".join(lines) + "\n"
+
+
+# -- the scheduler -------------------------------------------------------------------------
+
+
+class _Loop:
+    """A scheduler ticking in a thread, as ``python -m veritask.scheduling`` does."""
+
+    def __init__(self, scheduler: Scheduler, profile: cProfile.Profile | None) -> None:
+        self.scheduler = scheduler
+        self.stop = threading.Event()
+        self.profile = profile
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        if self.profile is None:
+            self.scheduler.run(self.stop)
+        else:
+            self.profile.runcall(self.scheduler.run, self.stop)
+
+    def __enter__(self) -> _Loop:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=30)
+
+
+def _run_state(ledger: Ledger, run_id: str) -> RunExecutionState:
+    with dialects.read_transaction(ledger.engine) as connection:
+        value = connection.execute(
+            sa.select(schema.runs.c.execution_state).where(schema.runs.c.id == run_id)
+        ).scalar_one()
+    return RunExecutionState(value)
+
+
+def _wait_run(ledger: Ledger, run_id: str) -> None:
+    give_up_at = time.monotonic() + DEADLINE_SECONDS
+    while _run_state(ledger, run_id) is RunExecutionState.RUNNING:
+        if time.monotonic() > give_up_at:
+            raise TimeoutError(f"run {run_id} still RUNNING after {DEADLINE_SECONDS}s")
+        time.sleep(0.01)
+
+
+def _all_success(ledger: Ledger, run_id: str) -> None:
+    t = schema.task_instances.c
+    with dialects.read_transaction(ledger.engine) as connection:
+        states = connection.execute(
+            sa.select(t.state, sa.func.count()).where(t.run_id == run_id).group_by(t.state)
+        ).all()
+    if [s for s, _ in states] != [InstanceState.SUCCESS.value]:
+        raise RuntimeError(f"run {run_id} did not succeed everywhere: {states}")
+
+
+def _fanout(ledger: Ledger, tasks: int) -> tuple[float, float]:
+    name = f"fanout-{uuid.uuid4().hex[:6]}"
+    triggers.apply_definition(ledger, _fanout_yaml(name, tasks))
+    started = time.perf_counter()
+    run = triggers.trigger(ledger, name=name, kind=TriggerKind.MANUAL, actor="operator:bench")
+    _wait_run(ledger, run.run_id)
+    elapsed = time.perf_counter() - started
+    _all_success(ledger, run.run_id)
+    return tasks / elapsed, elapsed
+
+
+def _chain(ledger: Ledger, tasks: int) -> list[float]:
+    name = f"chain-{uuid.uuid4().hex[:6]}"
+    triggers.apply_definition(ledger, _chain_yaml(name, tasks))
+    run = triggers.trigger(ledger, name=name, kind=TriggerKind.MANUAL, actor="operator:bench")
+    _wait_run(ledger, run.run_id)
+    _all_success(ledger, run.run_id)
+    e, t = schema.events.c, schema.task_instances.c
+    with dialects.read_transaction(ledger.engine) as connection:
+        rows = connection.execute(
+            sa.select(t.task_key, e.kind, e.to_state, e.observed_at)
+            .join(schema.task_instances, t.id == e.instance_id)
+            .where(t.run_id == run.run_id, e.outcome == "applied")
+        ).all()
+    success = {r.task_key: r.observed_at for r in rows if r.to_state == "SUCCESS"}
+    started = {r.task_key: r.observed_at for r in rows if r.kind == "started"}
+    keys = sorted(success)
+    return [
+        (started[down] - success[up]).total_seconds()
+        for up, down in itertools.pairwise(keys)
+        if down in started
+    ]
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def measure(database: str, url: str, args: argparse.Namespace) -> Figures:
+    migrate.upgrade(url)
+    engine = dialects.create_engine(url)
+    with tempfile.TemporaryDirectory(prefix="veritask-bench-", dir=args.dir) as tmp:
+        home = Path(tmp)
+        ledger = Ledger(engine)
+        executor = local.LocalExecutor(home=home, slots=args.slots)
+        executor.ensure_supervisor()
+
+        def scheduler() -> Scheduler:
+            return Scheduler(
+                ledger,
+                executors={"local": executor},
+                tokens=AttemptTokens(b"bench-secret-0123456789"),
+                outbox=home / "outbox",
+                settings=Settings(),
+                submit_threads=args.submit_threads,
+            )
+
+        profile = cProfile.Profile() if args.profile else None
+        try:
+            with _Loop(scheduler(), None):
+                _fanout(ledger, 20)  # warm up: imports, the supervisor, the page cache
+            with _Loop(scheduler(), profile):
+                per_s, seconds = _fanout(ledger, args.tasks)
+                hops = _chain(ledger, args.chain)
+        finally:
+            executor.shutdown_supervisor()
+            engine.dispose()
+        if profile is not None:
+            profile.dump_stats(f"{args.profile}.{database}")
+    return Figures(
+        database,
+        per_s,
+        seconds,
+        statistics.median(hops) * 1000,
+        _percentile(hops, 0.99) * 1000,
+        max(hops) * 1000,
+    )
+
+
+# -- baselines -----------------------------------------------------------------------------
+
+
+def _popen_baseline(count: int, in_flight: int) -> float:
+    started = time.perf_counter()
+    running: list[subprocess.Popen[bytes]] = []
+    for _ in range(count):
+        if len(running) >= in_flight:
+            running.pop(0).wait()
+        running.append(subprocess.Popen(["true"]))
+    for process in running:
+        process.wait()
+    return count / (time.perf_counter() - started)
+
+
+def _spec(outbox: Path) -> port.AttemptSpec:
+    return port.AttemptSpec(
+        instance_id=f"bench-{uuid.uuid4().hex[:12]}",
+        attempt_no=1,
+        attempt_token="bench",
+        task=port.ShellCommand("true"),
+        callback=port.OutboxCallback(outbox),
+    )
+
+
+def _wait(paths: list[Path]) -> None:
+    waiting = list(paths)
+    while waiting:
+        waiting = [p for p in waiting if not p.exists()]
+        if waiting:
+            time.sleep(0.001)
+
+
+def _executor_baseline(args: argparse.Namespace) -> tuple[float, float]:
+    """Attempts/s of the executor alone, and its median submit -> task started, in ms."""
+    with tempfile.TemporaryDirectory(prefix="veritask-bench-", dir=args.dir) as tmp:
+        home = Path(tmp)
+        outbox = home / "outbox"
+        executor = local.LocalExecutor(home=home, slots=args.slots)
+        executor.ensure_supervisor()
+        try:
+            attempts: list[layout.AttemptDir] = []
+            specs = [_spec(outbox) for _ in range(args.tasks)]
+            started = time.perf_counter()
+            for spec in specs:
+                executor.submit(spec=spec)
+                attempts.append(executor.home.attempt(spec.instance_id, 1))
+            _wait([a.exit_record for a in attempts])
+            per_s = args.tasks / (time.perf_counter() - started)
+            latencies = []
+            for _ in range(args.chain):
+                spec = _spec(outbox)
+                began = time.perf_counter()
+                executor.submit(spec=spec)
+                _wait([executor.home.attempt(spec.instance_id, 1).task_record])
+                latencies.append(time.perf_counter() - began)
+                _wait([executor.home.attempt(spec.instance_id, 1).exit_record])
+        finally:
+            executor.shutdown_supervisor()
+    return per_s, statistics.median(latencies) * 1000
+
+
+# -- databases -----------------------------------------------------------------------------
+
+
+@contextmanager
+def _databases(args: argparse.Namespace) -> Iterator[list[tuple[str, str]]]:
+    found: list[tuple[str, str]] = []
+    pg_name: str | None = None
+    with tempfile.TemporaryDirectory(prefix="veritask-bench-db-", dir=args.dir) as tmp:
+        if args.only in (None, "sqlite"):
+            found.append(("sqlite", f"sqlite:///{Path(tmp) / 'veritask.db'}"))
+        if args.only in (None, "postgres"):
+            try:
+                pg_name = f"vt_bench_{uuid.uuid4().hex[:8]}"
+                with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+                    admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(pg_name)))
+                url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{pg_name}"
+                found.append(("postgres", url))
+            except psycopg.OperationalError as exc:
+                print(f"PostgreSQL skipped: {exc}")
+                pg_name = None
+        try:
+            yield found
+        finally:
+            if pg_name is not None:
+                with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+                    admin.execute(
+                        sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                            sql.Identifier(pg_name)
+                        )
+                    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.scheduler", description=__doc__)
+    parser.add_argument("--tasks", type=int, default=1000)
+    parser.add_argument("--chain", type=int, default=50)
+    parser.add_argument("--slots", type=int, default=8)
+    parser.add_argument("--submit-threads", type=int, default=4)
+    parser.add_argument("--only", choices=["sqlite", "postgres"])
+    parser.add_argument("--dir", type=Path, default=None, help="where homes go ($TMPDIR)")
+    parser.add_argument("--profile", default=None, help="write cProfile stats to PATH.<db>")
+    args = parser.parse_args(argv)
+
+    popen = _popen_baseline(args.tasks, args.slots)
+    executor_per_s, executor_start_ms = _executor_baseline(args)
+    results = []
+    with _databases(args) as databases:
+        for database, url in databases:
+            results.append(measure(database, url, args))
+
+    print(f"scheduler bench: {args.tasks} fan-out tasks, a chain of {args.chain}, ", end="")
+    print(f"{args.slots} executor slots, `true` everywhere")
+    print(f"baseline plain Popen(['true']), {args.slots} in flight: {popen:8.1f} processes/s")
+    print(f"baseline LocalExecutor alone (no ledger):   {executor_per_s:8.1f} attempts/s")
+    print(f"baseline LocalExecutor, submit -> task started, median: {executor_start_ms:.1f} ms")
+    for f in results:
+        print(f"-- {f.database}")
+        print(
+            f"  fan-out: {f.fanout_per_s:8.1f} tasks/s ({f.fanout_seconds:.2f} s)   "
+            f"x{f.fanout_per_s / executor_per_s:.2f} of the executor alone, "
+            f"x{f.fanout_per_s / popen:.3f} of Popen   (target >= 200/s on SQLite)"
+        )
+        print(
+            f"  chain hop SUCCESS -> next RUNNING: p50 {f.hop_p50_ms:6.1f} ms  "
+            f"p99 {f.hop_p99_ms:6.1f} ms  max {f.hop_max_ms:6.1f} ms   "
+            f"x{f.hop_p50_ms / executor_start_ms:.2f} of the executor's own start   "
+            "(target p50 <= 20 ms)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
