@@ -194,7 +194,7 @@ def test_concurrency_forbid_records_the_refused_run_as_cancelled(harness: Harnes
     assert "forbid" in refused.reason and first in refused.reason
     assert harness.run(refused.run_id) == (R.CANCELLED, refused.reason)
     harness.tick()
-    assert harness.states(refused.run_id) == {"work": I.CREATED}
+    assert harness.states(refused.run_id) == {"work": I.CANCELLED}  # closed, never started
     assert harness.attempts(harness.instances(refused.run_id)["work"].id) == []
     triggers.request_run_cancel(harness.ledger, first, actor="operator:test", reason="done")
     assert harness.finish(first)[0] is R.CANCELLED

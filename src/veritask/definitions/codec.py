@@ -90,6 +90,7 @@ def _policy(policy: TaskPolicy) -> JSONObject:
         "timeout": None if policy.timeout is None else to_seconds(policy.timeout),
         "lease": to_seconds(policy.lease),
         "evidence_window": to_seconds(policy.evidence_window),
+        "cancel_window": to_seconds(policy.cancel_window),
         "on_unknown": policy.on_unknown.value,
     }
 

@@ -61,7 +61,7 @@ TOP_FIELDS = (
     "expected_finish",
     "queue",
 )
-POLICY_FIELDS = ("retry", "timeout", "lease", "evidence_window", "on_unknown")
+POLICY_FIELDS = ("retry", "timeout", "lease", "evidence_window", "cancel_window", "on_unknown")
 RETRY_FIELDS = ("max_retries", "backoff", "delay", "max_delay", "jitter")
 TASK_FIELDS = (
     "run",
@@ -441,6 +441,9 @@ class _Reader(Reader):
         window = self.duration(
             f.get("evidence_window"), f"{path}.evidence_window", base.evidence_window, positive=True
         )
+        cancel_window = self.duration(
+            f.get("cancel_window"), f"{path}.cancel_window", base.cancel_window, positive=True
+        )
         on_unknown = self.choice(
             f.get("on_unknown"), f"{path}.on_unknown", OnUnknown, base.on_unknown
         )
@@ -451,6 +454,7 @@ class _Reader(Reader):
                 timeout=timeout,
                 lease=lease or base.lease,
                 evidence_window=window or base.evidence_window,
+                cancel_window=cancel_window or base.cancel_window,
                 on_unknown=on_unknown,
             )
         except InvalidPolicy as exc:

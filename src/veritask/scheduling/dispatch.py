@@ -8,6 +8,7 @@ submit again whatever it cannot prove was submitted.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import uuid
@@ -22,7 +23,7 @@ from veritask.core.jsontypes import JSONValue
 from veritask.definitions.model import Definition, TaskSpec
 from veritask.execution import port
 from veritask.execution.errors import ExecutorError
-from veritask.scheduling import templates
+from veritask.scheduling import publication, templates
 from veritask.scheduling.tokens import AttemptTokens
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,11 @@ class RunContext:
     definition: Definition
     logical_time: datetime | None
     parameters: Mapping[str, JSONValue]
+
+    @functools.cached_property
+    def tasks(self) -> dict[str, TaskSpec]:
+        """Every task the run may submit: its work and its publication steps."""
+        return publication.all_tasks(self.definition)
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,7 @@ class Dispatcher:
         return self.executors.get(task.executor)
 
     def spec(self, run: RunContext, opened: Opened) -> port.AttemptSpec:
-        task = run.definition.tasks[opened.task_key]
+        task = run.tasks[opened.task_key]
         params = {**run.definition.parameters, **run.parameters}
         values = templates.context(run_id=run.run_id, logical_time=run.logical_time, params=params)
         work: port.TaskSpec
@@ -102,7 +108,7 @@ class Dispatcher:
 
     def submit(self, run: RunContext, opened: Opened, now: datetime) -> Event:
         """Submit one attempt; the executor's answer as an event to record."""
-        task = run.definition.tasks[opened.task_key]
+        task = run.tasks[opened.task_key]
         executor = self.executor_for(task)
         if executor is None:
             return _failed(opened, now, f"no executor named {task.executor!r}", retryable=False)

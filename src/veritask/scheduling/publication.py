@@ -87,6 +87,10 @@ def plan(
         PublicationState.PUBLISH_FAILED,
     ):
         return PublicationPlan(current, "publication is finished")
+    if execution in (RunExecutionState.FAILED, RunExecutionState.CANCELLED):
+        return PublicationPlan(
+            PublicationState.PENDING, f"execution ended {execution}: nothing will be published"
+        )
     if execution is not RunExecutionState.SUCCESS:
         return PublicationPlan(PublicationState.PENDING, f"waiting for execution ({execution})")
     checks = check_keys(definition)

@@ -28,14 +28,14 @@ import sqlalchemy as sa
 from veritask.core import decide, judge, run_state, trigger_rules
 from veritask.core.events import Event, EventKind
 from veritask.core.jsontypes import JSONObject
-from veritask.core.states import InstanceState, RunExecutionState
+from veritask.core.states import InstanceState, PublicationState, RunExecutionState
 from veritask.definitions.model import Definition
 from veritask.definitions.parse import definition_from_json
 from veritask.execution import port, transports
 from veritask.ledger import alerts, dialects, errors, run_store, schema
 from veritask.ledger.ledger import Ledger
 from veritask.ledger.vocabulary import AlertCategory
-from veritask.scheduling import intake, sweeps, triggers
+from veritask.scheduling import dependencies, intake, publication, sweeps, triggers
 from veritask.scheduling.dispatch import (
     Dispatcher,
     Opened,
@@ -49,6 +49,11 @@ from veritask.scheduling.tokens import AttemptTokens
 log = logging.getLogger(__name__)
 
 _ACTIVE_RUNS = (RunExecutionState.RUNNING.value, RunExecutionState.CANCELLING.value)
+_PUBLISHING = (
+    PublicationState.PENDING.value,
+    PublicationState.CHECKING.value,
+    PublicationState.PUBLISHING.value,
+)
 #: How soon an instance whose predecessor is still being stopped is looked at again.
 _REPLACE_POLL = timedelta(milliseconds=250)
 #: Bound of the instance -> run map that routes worker reports to their runs.
@@ -66,6 +71,8 @@ class _RunRow:
     parameters: JSONObject
     execution_state: RunExecutionState
     version: int
+    publication_state: PublicationState
+    created_at: datetime
 
 
 @dataclass
@@ -366,14 +373,23 @@ class Scheduler:
             r.parameters,
             r.execution_state,
             r.version,
+            r.publication_state,
             r.created_at,
         )
-        statement = sa.select(*columns).where(r.execution_state.in_(_ACTIVE_RUNS))
+        # A run is active while it executes, and after it succeeded while it publishes.
+        active = sa.or_(
+            r.execution_state.in_(_ACTIVE_RUNS),
+            sa.and_(
+                r.execution_state == RunExecutionState.SUCCESS.value,
+                r.publication_state.in_(_PUBLISHING),
+            ),
+        )
+        statement = sa.select(*columns).where(active)
         if not full and self._newest_run is not None:
             since = self._newest_run - timedelta(seconds=2)
             known = list(self._runs)
             statement = sa.select(*columns).where(
-                r.execution_state.in_(_ACTIVE_RUNS),
+                active,
                 sa.or_(r.created_at >= since, r.id.in_(known)) if known else r.created_at >= since,
             )
         with dialects.read_transaction(self.ledger.engine) as connection:
@@ -388,6 +404,8 @@ class Scheduler:
                 row.parameters,
                 RunExecutionState(row.execution_state),
                 row.version,
+                PublicationState(row.publication_state),
+                row.created_at,
             )
             previous = self._runs.get(run.id)
             if previous is None or previous.version != run.version:
@@ -433,18 +451,84 @@ class Scheduler:
         graph = definition.run_graph()
         with dialects.read_transaction(self.ledger.engine) as connection:
             briefs = run_store.instances_brief(connection, run.id)
+            gate = self._dependency_gate(connection, run, definition, now)
         if len(self._routes) > _ROUTES_LIMIT:
             self._routes.clear()
         for brief in briefs:
             self._routes[brief.id] = run.id
         states = {b.task_key: b.state for b in briefs}
+        work = [b for b in briefs if not publication.is_publication_key(b.task_key)]
+        publishing = [b for b in briefs if publication.is_publication_key(b.task_key)]
         if run.execution_state is RunExecutionState.CANCELLING:
             cancelled = self._cancel_run(briefs, states, now)
             report.decided += cancelled
             self._stops_due = self._stops_due or cancelled > 0
+        elif run.execution_state is RunExecutionState.RUNNING:
+            self._move_instances(context, work, states, now, report, gate)
         else:
-            self._move_instances(context, briefs, states, now, report)
-        self._settle_run(run, graph, briefs, states, now, report)
+            # Publishing: its steps retry like any instance; the plan opens new ones.
+            retrying = [b for b in publishing if states[b.task_key] is InstanceState.UP_FOR_RETRY]
+            self._move_instances(context, retrying, states, now, report, None)
+        work_states = {b.task_key: states[b.task_key] for b in work}
+        execution = self._settle_run(run, graph, work, work_states, now, report)
+        if definition.publish is not None:
+            self._settle_publication(run, context, execution, publishing, states, now, report)
+
+    def _dependency_gate(
+        self, connection: sa.Connection, run: _RunRow, definition: Definition, now: datetime
+    ) -> dependencies.Verdict | None:
+        """Whether the run's roots wait for other pipelines (None: nothing to wait for)."""
+        if not definition.wait_for or run.execution_state is not RunExecutionState.RUNNING:
+            return None
+        verdict = dependencies.check(
+            connection,
+            definition,
+            logical_time=run.logical_time,
+            created_at=run.created_at,
+            now=now,
+        )
+        if verdict.released:
+            return None
+        if verdict.timed_out:
+            self._alert_dependency(run.id, verdict.reason)
+        return verdict
+
+    def _settle_publication(
+        self,
+        run: _RunRow,
+        context: RunContext,
+        execution: RunExecutionState,
+        publishing: list[run_store.InstanceBrief],
+        states: dict[str, InstanceState],
+        now: datetime,
+        report: TickReport,
+    ) -> None:
+        """Move the run's publication state and open the steps it allows (design.md 4.3)."""
+        plan = publication.plan(context.definition, execution, run.publication_state, states)
+        if plan.state is not run.publication_state:
+            with self.ledger.engine.begin() as connection:
+                version, _ = run_store.run_version(connection, run.id)
+                run_store.set_publication_state(
+                    connection,
+                    run_id=run.id,
+                    expected_version=version,
+                    state=plan.state,
+                    reason=plan.reason,
+                    previous=run.publication_state,
+                    actor="scheduler",
+                    event_id=new_event_id(),
+                    now=now,
+                    evidence={key: states[key].value for key in states if key in plan.open_now},
+                )
+            report.runs_moved += 1
+            self._dirty.add(run.id)
+        by_key = {b.task_key: b for b in publishing}
+        openings = [
+            self._opening(by_key[key], now)
+            for key in plan.open_now
+            if key in by_key and states[key] is InstanceState.CREATED
+        ]
+        self._open_and_submit(context, openings, states, report)
 
     def _cancel_run(
         self,
@@ -478,6 +562,7 @@ class Scheduler:
         states: dict[str, InstanceState],
         now: datetime,
         report: TickReport,
+        gate: dependencies.Verdict | None,
     ) -> None:
         """Open the attempts that may open and record the trigger rules' verdicts.
 
@@ -495,7 +580,7 @@ class Scheduler:
             for brief in pending:
                 state = states[brief.task_key]
                 if state is InstanceState.CREATED:
-                    decision = self._rule(brief, graph, states, branches, now)
+                    decision = self._rule(brief, graph, states, branches, now, gate)
                     if isinstance(decision, Event):
                         decisions.append((brief.task_key, decision))
                     elif decision:
@@ -520,6 +605,16 @@ class Scheduler:
                     states[key] = result.snapshot.state
                     moved = True
             pending = waiting if moved else []
+        self._open_and_submit(context, openings, states, report)
+
+    def _open_and_submit(
+        self,
+        context: RunContext,
+        openings: list[tuple[Event, Opened]],
+        states: dict[str, InstanceState],
+        report: TickReport,
+    ) -> None:
+        """Record the openings in batches, then hand the ones recorded to their engines."""
         if not openings:
             return
         ordered = sorted(openings, key=lambda pair: pair[0].instance_id)
@@ -540,9 +635,18 @@ class Scheduler:
         states: Mapping[str, InstanceState],
         branches: _BranchChoices,
         now: datetime,
+        gate: dependencies.Verdict | None,
     ) -> Event | bool:
-        """The trigger rule's verdict on a CREATED instance: an event, open (True) or wait."""
+        """The trigger rule's verdict on a CREATED instance: an event, open (True) or wait.
+
+        A root task of a run that waits for other pipelines (``gate``) waits too, and fails
+        as UPSTREAM_FAILED once the dependency timed out.
+        """
         node = graph.node(brief.task_key)
+        if not node.after and gate is not None:
+            if gate.timed_out:
+                return _rule_event(brief, EventKind.UPSTREAM_FAILED, gate.reason, now, {})
+            return False
         upstream = {key: states.get(key, InstanceState.CREATED) for key in node.after}
         skipped_by = branches.skipped_by(node.key, node.after, upstream)
         if skipped_by is not None:
@@ -613,7 +717,10 @@ class Scheduler:
         states: dict[str, InstanceState],
         now: datetime,
         report: TickReport,
-    ) -> None:
+    ) -> RunExecutionState:
+        """Record the execution state the run's leaves imply; return the state it is in."""
+        if run.execution_state not in (RunExecutionState.RUNNING, RunExecutionState.CANCELLING):
+            return run.execution_state
         waiting = {
             b.task_key
             for b in briefs
@@ -623,14 +730,14 @@ class Scheduler:
             if all(state.is_terminal for state in states.values()):
                 target, reason = RunExecutionState.CANCELLED, "cancelled; every instance stopped"
             else:
-                return
+                return run.execution_state
         else:
             verdict = run_state.execution_state(graph, states, waiting_for_time=waiting)
             target, reason = verdict.state, verdict.reason
             if verdict.blocking:
                 reason = f"{reason} (blocking: {', '.join(verdict.blocking)})"
         if target is run.execution_state:
-            return
+            return target
         with self.ledger.engine.begin() as connection:
             run_store.set_execution_state(
                 connection,
@@ -645,8 +752,22 @@ class Scheduler:
                 evidence={"instances": {k: v.value for k, v in states.items()}},
             )
         report.runs_moved += 1
+        return target
 
     # -- alerts --------------------------------------------------------------------------------
+
+    def _alert_dependency(self, run_id: str, message: str) -> None:
+        try:
+            alerts.raise_alert(
+                self.ledger,
+                category=AlertCategory.DEPENDENCY,
+                dedup_key=f"dependency:run:{run_id}",
+                message=message,
+                run_id=run_id,
+                evidence={},
+            )
+        except errors.LedgerError:
+            log.exception("could not raise a dependency alert for run %s", run_id)
 
     def _alert_run(self, run_id: str, message: str) -> None:
         try:

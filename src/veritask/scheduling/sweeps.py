@@ -320,14 +320,12 @@ class Sweeper:
         if name is not None:
             return self.dispatcher.executors.get(name)
         task_key = self._task_key(snapshot, context)
-        return (
-            self.dispatcher.executor_for(context.definition.tasks[task_key]) if task_key else None
-        )
+        return self.dispatcher.executor_for(context.tasks[task_key]) if task_key else None
 
     def _task_key(self, snapshot: InstanceSnapshot, context: dispatch.RunContext) -> str | None:
         created = snapshot.facts.created
         key = created.evidence.get("task_key") if created else None
-        return key if isinstance(key, str) and key in context.definition.tasks else None
+        return key if isinstance(key, str) and key in context.tasks else None
 
     def _resubmit(self, snapshot: InstanceSnapshot, context: dispatch.RunContext) -> int:
         """Submit the open attempt again (idempotently) with the token it was opened with."""

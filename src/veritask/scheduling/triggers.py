@@ -15,10 +15,12 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
+from veritask.core import decide
 from veritask.core.errors import VeritaskError
 from veritask.core.jsontypes import JSONValue
 from veritask.core.states import (
     DefinitionLifecycle,
+    InstanceState,
     PublicationState,
     RunExecutionState,
     TriggerKind,
@@ -30,6 +32,7 @@ from veritask.ledger import definitions as definition_store
 from veritask.ledger import dialects, run_store, schema
 from veritask.ledger.ledger import Ledger
 from veritask.ledger.vocabulary import SubjectType
+from veritask.scheduling import publication
 from veritask.scheduling.dispatch import new_event_id
 
 
@@ -137,7 +140,7 @@ def trigger(
         definition_version=row.current_version,
         idempotency_key=idempotency_key,
         trigger_kind=kind,
-        tasks=[(task.key, task.policy) for task in definition.tasks.values()],
+        tasks=[(key, task.policy) for key, task in publication.all_tasks(definition).items()],
         parameters=dict(parameters or {}),
         execution_state=state,
         execution_reason=reason,
@@ -153,6 +156,8 @@ def trigger(
         rerun_of=rerun_of,
     )
     run_id, created = run_store.create_run(ledger, request, new_id=new_event_id)
+    if created and state is RunExecutionState.CANCELLED:
+        close_unstarted(ledger, run_id, actor="scheduler", reason=reason)
     if created and definition.concurrency is ConcurrencyPolicy.REPLACE:
         for other in active:
             request_run_cancel(ledger, other, actor="scheduler", reason=f"replaced by run {run_id}")
@@ -272,6 +277,38 @@ def request_run_cancel(
     ledger: Ledger, run_id: str, *, actor: str, reason: str
 ) -> RunExecutionState:
     """Move a run to CANCELLING (its instances are stopped by the scheduler); idempotent."""
+    target = _request_cancel(ledger, run_id, actor=actor, reason=reason)
+    if target is RunExecutionState.CANCELLED:
+        close_unstarted(ledger, run_id, actor=actor, reason=reason)
+    return target
+
+
+def close_unstarted(ledger: Ledger, run_id: str, *, actor: str, reason: str) -> int:
+    """Cancel every instance of a run that will never start (nothing runs: no engine to ask).
+
+    A run refused by its concurrency policy, or cancelled while QUEUED, is final; no scheduler
+    advances a finished run, so its CREATED instances are closed here with the reason.
+    """
+    with dialects.read_transaction(ledger.engine) as connection:
+        briefs = run_store.instances_brief(connection, run_id)
+    closed = 0
+    for brief in briefs:
+        if brief.state is not InstanceState.CREATED:
+            continue
+        loaded = ledger.snapshot(brief.id)
+        if loaded is None:
+            continue
+        snapshot, version = loaded
+        event = decide.request_stop(
+            snapshot, actor=actor, reason=reason, now=ledger.clock(), event_id=new_event_id()
+        )
+        if event is not None:
+            ledger.apply(event, expected_version=version)
+            closed += 1
+    return closed
+
+
+def _request_cancel(ledger: Ledger, run_id: str, *, actor: str, reason: str) -> RunExecutionState:
     with ledger.engine.begin() as connection:
         version, state = run_store.run_version(connection, run_id)
         if state in (RunExecutionState.CANCELLING, RunExecutionState.CANCELLED):
