@@ -18,19 +18,19 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
 from veritask.core import codec, decide, judge
-from veritask.core.events import Event, EventKind, fingerprint
+from veritask.core.events import Event, EventKind
 from veritask.core.fold import AttemptView, InstanceSnapshot, derive, empty
 from veritask.core.jsontypes import JSONObject
 from veritask.core.judge import Outcome
 from veritask.core.policy import TaskPolicy
 from veritask.core.states import InstanceState
-from veritask.ledger import dialects, errors, runs, schema
+from veritask.ledger import dialects, errors, runs, schema, statements
 
 Clock = Callable[[], datetime]
 
@@ -304,27 +304,120 @@ class Ledger:
         events: Sequence[Event],
         loaded_by_id: dict[str, _Loaded | None],
     ) -> list[Applied]:
+        """The batch path: every read and write is one statement per kind, not per event.
+
+        Instances and already known event ids are read in bulk; new events are inserted with
+        one executemany (``ON CONFLICT DO NOTHING``: an id another writer inserts meanwhile
+        also moved that writer's snapshot, so our compare-and-set fails and the batch is
+        classified again, finding the id known); snapshots are written with one
+        compare-and-set executemany whose row count must match.
+        """
         now = self.clock()
+        missing = {e.instance_id for e in events} - loaded_by_id.keys()
+        loaded_by_id.update(self._load_many(connection, missing))
+        known = self._known_many(connection, [e.event_id for e in events])
+        rows: list[dict[str, object]] = []
         results = []
         for event in events:
             stamped = replace(event, observed_at=now)
-            if event.instance_id not in loaded_by_id:
-                loaded_by_id[event.instance_id] = self._load(connection, event.instance_id)
-            loaded = loaded_by_id[event.instance_id]
+            loaded = loaded_by_id.get(event.instance_id)
             if loaded is None:
                 reason = f"instance_id: no instance {event.instance_id}"
                 results.append(self._reject(connection, stamped, reason))
-            else:
-                results.append(self._record(connection, loaded, stamped, expected_version=None))
-        for instance_id, loaded in loaded_by_id.items():
-            if loaded is not None:
-                self._write_snapshot(connection, instance_id, loaded)
+                continue
+            prior = known.get(event.event_id)
+            if prior is not None:
+                results.append(self._as_known(connection, loaded, stamped, prior))
+                continue
+            verdict = judge.judge(loaded.snapshot, stamped, loaded.policy)
+            if verdict.outcome is Outcome.REJECTED:
+                results.append(self._reject(connection, stamped, verdict.reason, loaded))
+                continue
+            row = statements.event_row(stamped, loaded.run_id, verdict)
+            rows.append(row)
+            # A second copy later in this batch is a duplicate of this one.
+            known[event.event_id] = _Known(str(row["fingerprint"]), verdict.outcome, verdict.reason)
+            loaded.snapshot = verdict.after
+            loaded.dirty = True
+            results.append(
+                Applied(
+                    event.event_id,
+                    verdict.outcome,
+                    verdict.reason,
+                    verdict.after,
+                    loaded.version + 1,
+                )
+            )
+        if rows:
+            connection.execute(statements.statements_for(connection).insert_events, rows)
+        self._write_snapshots(connection, loaded_by_id)
         return results
 
+    def _load_many(
+        self, connection: Connection, instance_ids: set[str]
+    ) -> dict[str, _Loaded | None]:
+        found: dict[str, _Loaded | None] = dict.fromkeys(instance_ids)
+        ids = sorted(instance_ids)
+        for start in range(0, len(ids), statements.CHUNK):
+            chunk = ids[start : start + statements.CHUNK]
+            for row in connection.execute(statements.SELECT_INSTANCES, {"ids": chunk}):
+                found[row.id] = self._loaded(row.id, row)
+        return found
+
+    def _known_many(self, connection: Connection, event_ids: list[str]) -> dict[str, _Known]:
+        known: dict[str, _Known] = {}
+        unique = sorted(set(event_ids))
+        for start in range(0, len(unique), statements.CHUNK):
+            chunk = unique[start : start + statements.CHUNK]
+            for row in connection.execute(statements.SELECT_KNOWN_MANY, {"ids": chunk}):
+                known[row.event_id] = _Known(row.fingerprint, row.outcome, row.reason)
+        return known
+
+    def _write_snapshots(
+        self, connection: Connection, loaded_by_id: dict[str, _Loaded | None]
+    ) -> None:
+        """Compare-and-set every changed instance in one statement; then their attempts."""
+        dirty = [
+            (instance_id, loaded)
+            for instance_id, loaded in sorted(loaded_by_id.items())
+            if loaded is not None and loaded.dirty
+        ]
+        if not dirty:
+            return
+        now = self.clock()
+        result = connection.execute(
+            statements.UPDATE_INSTANCE,
+            [
+                {
+                    "b_id": instance_id,
+                    "b_expected": loaded.version,
+                    "b_state": loaded.snapshot.state.value,
+                    "b_epoch": loaded.snapshot.epoch,
+                    "b_retry_at": loaded.snapshot.retry_at,
+                    "b_fold": codec.facts_to_json(loaded.snapshot.facts),
+                    "b_updated_observed_at": now,
+                }
+                for instance_id, loaded in dirty
+            ],
+        )
+        if result.rowcount != len(dirty):
+            raise _LostRace
+        attempts = []
+        for instance_id, loaded in dirty:
+            loaded.written = loaded.version + 1
+            before = {view.attempt_no: view for view in loaded.base.attempts}
+            for view in loaded.snapshot.attempts:
+                previous = before.get(view.attempt_no)
+                if previous is None or statements.projected(previous) != statements.projected(view):
+                    attempts.append(statements.attempt_row(instance_id, view, loaded.policy))
+        if attempts:
+            connection.execute(statements.statements_for(connection).upsert_attempt, attempts)
+
     def _load(self, connection: Connection, instance_id: str) -> _Loaded | None:
-        row = connection.execute(_SELECT_INSTANCE, {"id": instance_id}).first()
-        if row is None:
-            return None
+        row = connection.execute(statements.SELECT_INSTANCE, {"id": instance_id}).first()
+        return None if row is None else self._loaded(instance_id, row)
+
+    def _loaded(self, instance_id: str, row: Any) -> _Loaded:
         policy = self._policy(row.policy)
         cached = self._snapshots.get(instance_id)
         if cached is not None and cached[0] == row.version:
@@ -362,8 +455,10 @@ class Ledger:
                 f"instance {event.instance_id} is at version {loaded.version}, the decision "
                 f"{event.kind} was taken on version {expected_version}"
             )
-        row = _event_row(event, loaded.run_id, verdict)
-        inserted = connection.execute(_statements(connection).insert_event, row).first()
+        row = statements.event_row(event, loaded.run_id, verdict)
+        inserted = connection.execute(
+            statements.statements_for(connection).insert_event, row
+        ).first()
         if inserted is None:
             known = self._known(connection, event.event_id)
             if known is None:  # deleted by a purge between the two statements
@@ -380,7 +475,7 @@ class Ledger:
         )
 
     def _known(self, connection: Connection, event_id: str) -> _Known | None:
-        row = connection.execute(_SELECT_KNOWN, {"event_id": event_id}).first()
+        row = connection.execute(statements.SELECT_KNOWN, {"event_id": event_id}).first()
         return None if row is None else _Known(row.fingerprint, row.outcome, row.reason)
 
     def _as_known(
@@ -424,7 +519,7 @@ class Ledger:
                 "actor": event.actor,
                 "event_time": event.event_time,
                 "observed_at": event.observed_at or self.clock(),
-                "payload": _payload(event),
+                "payload": statements.payload(event),
                 "reason": reason,
             },
         )
@@ -442,7 +537,7 @@ class Ledger:
             return
         after = loaded.snapshot
         result = connection.execute(
-            _UPDATE_INSTANCE,
+            statements.UPDATE_INSTANCE,
             {
                 "b_id": instance_id,
                 "b_expected": loaded.version,
@@ -459,133 +554,5 @@ class Ledger:
         before = {view.attempt_no: view for view in loaded.base.attempts}
         for view in after.attempts:
             previous = before.get(view.attempt_no)
-            if previous is None or _projected(previous) != _projected(view):
-                _upsert_attempt(connection, instance_id, view, loaded.policy)
-
-
-_instances = schema.task_instances
-_SELECT_INSTANCE = sa.select(
-    _instances.c.run_id, _instances.c.version, _instances.c.policy, _instances.c.fold
-).where(_instances.c.id == sa.bindparam("id"))
-_SELECT_KNOWN = sa.select(
-    schema.events.c.fingerprint, schema.events.c.outcome, schema.events.c.reason
-).where(schema.events.c.event_id == sa.bindparam("event_id"))
-_UPDATE_INSTANCE = (
-    _instances.update()
-    .where(
-        _instances.c.id == sa.bindparam("b_id"),
-        _instances.c.version == sa.bindparam("b_expected"),
-    )
-    .values(
-        state=sa.bindparam("b_state"),
-        epoch=sa.bindparam("b_epoch"),
-        retry_at=sa.bindparam("b_retry_at", type_=_instances.c.retry_at.type),
-        fold=sa.bindparam("b_fold", type_=_instances.c.fold.type),
-        updated_observed_at=sa.bindparam(
-            "b_updated_observed_at", type_=_instances.c.updated_observed_at.type
-        ),
-        version=_instances.c.version + 1,
-    )
-)
-
-
-def _event_row(event: Event, run_id: str, verdict: judge.Verdict) -> dict[str, object]:
-    return {
-        "event_id": event.event_id,
-        "subject_type": "instance",
-        "subject_id": event.instance_id,
-        "run_id": run_id,
-        "instance_id": event.instance_id,
-        "attempt_no": event.attempt_no,
-        "kind": event.kind.value,
-        "actor": event.actor,
-        "seq": event.seq,
-        "from_state": verdict.before.state.value,
-        "to_state": verdict.after.state.value,
-        "event_time": event.event_time,
-        "observed_at": event.observed_at,
-        "evidence": event.evidence,
-        "outcome": verdict.outcome.value,
-        "reason": verdict.reason,
-        "fingerprint": fingerprint(event),
-    }
-
-
-def _payload(event: Event) -> JSONObject:
-    """What a rejected event said (never its token)."""
-    return {
-        "event_id": event.event_id,
-        "instance_id": event.instance_id,
-        "attempt_no": event.attempt_no,
-        "kind": event.kind.value,
-        "actor": event.actor,
-        "event_time": event.event_time.isoformat(),
-        "seq": event.seq,
-        "evidence": event.evidence,
-    }
-
-
-def _projected(view: AttemptView) -> AttemptView:
-    """The attempt without its liveness fields.
-
-    A heartbeat only moves the last report and so the lease; writing the attempt row for it
-    would double the cost of the most frequent event. The row's ``lease_expires_at`` may
-    therefore lag behind: it is never later than the real expiry (reports only push it
-    forward), so the monitor's query still finds every expired lease, re-derives the real
-    expiry from the snapshot and refreshes the row (``Ledger.refresh_lease``).
-    """
-    return replace(view, last_report_at=None, last_report_observed_at=None, max_report_seq=0)
-
-
-def _upsert_attempt(
-    connection: Connection, instance_id: str, view: AttemptView, policy: TaskPolicy
-) -> None:
-    progress = view.progress
-    values: dict[str, object] = {
-        "state": view.state.value,
-        "executor": view.executor,
-        "external_id": view.external_id,
-        "worker": view.worker,
-        "token_hash": view.token_hash,
-        "lease_expires_at": decide.lease_expiry(view, policy) if view.is_active else None,
-        "last_heartbeat_at": view.last_report_at,
-        "queued_at": view.queued_at,
-        "started_at": view.started_at,
-        "ended_at": view.ended_at,
-        "exit_code": view.exit_code,
-        "error_category": view.error_category,
-        "log_location": view.log_location,
-        "progress_phase": progress.phase if progress else None,
-        "progress_done": progress.done if progress else None,
-        "progress_total": progress.total if progress else None,
-        "progress_message": progress.message if progress else None,
-    }
-    row = {"instance_id": instance_id, "attempt_no": view.attempt_no, **values}
-    connection.execute(_statements(connection).upsert_attempt, row)
-
-
-@dataclass(frozen=True)
-class _Statements:
-    """Statements built once per dialect, so SQLAlchemy compiles each of them once."""
-
-    insert_event: sa.Insert
-    upsert_attempt: sa.Insert
-
-
-_ATTEMPT_COLUMNS = [c.name for c in schema.attempts.columns if not c.primary_key]
-_BUILT: dict[str, _Statements] = {}
-
-
-def _statements(connection: Connection) -> _Statements:
-    name = connection.dialect.name
-    built = _BUILT.get(name)
-    if built is None:
-        insert = postgresql.insert if name == "postgresql" else sqlite.insert
-        events = insert(schema.events).on_conflict_do_nothing(index_elements=["event_id"])
-        attempts = insert(schema.attempts)
-        upsert = attempts.on_conflict_do_update(
-            index_elements=["instance_id", "attempt_no"],
-            set_={column: attempts.excluded[column] for column in _ATTEMPT_COLUMNS},
-        )
-        built = _BUILT[name] = _Statements(events.returning(schema.events.c.position), upsert)
-    return built
+            if previous is None or statements.projected(previous) != statements.projected(view):
+                statements.upsert_attempt(connection, instance_id, view, loaded.policy)
