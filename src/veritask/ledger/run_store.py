@@ -125,18 +125,15 @@ def instances_brief(connection: Connection, run_id: str) -> list[InstanceBrief]:
         .where(t.run_id == run_id)
         .order_by(t.task_key, t.map_index)
     ).all()
+    # A scheduler reads every instance of a run each time it moves it: a dict lookup for
+    # the state is much cheaper than the enum's constructor on runs of thousands.
     return [
-        InstanceBrief(
-            row.id,
-            row.task_key,
-            row.map_index,
-            InstanceState(row.state),
-            row.epoch,
-            row.retry_at,
-            row.version,
-        )
-        for row in rows
+        InstanceBrief(id_, key, index, _STATES[state], epoch, retry_at, version)
+        for id_, key, index, state, epoch, retry_at, version in rows
     ]
+
+
+_STATES = {state.value: state for state in InstanceState}
 
 
 def set_execution_state(

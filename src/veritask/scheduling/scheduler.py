@@ -119,6 +119,8 @@ class Scheduler:
         )
         self.sweeper = sweeps.Sweeper(ledger, self.dispatcher, self.settings, self.submissions)
         self._definitions: dict[tuple[str, int], Definition] = {}
+        # Keyed by the identity of a cached definition, which lives as long as the cache.
+        self._graphs: dict[int, run_state.RunGraph] = {}
         self._last: dict[str, datetime] = {}
         # Runs known to be active, as last read; those with news since they were advanced;
         # when instances waiting for a time come due; which run each instance belongs to.
@@ -430,6 +432,14 @@ class Scheduler:
             found = self._definitions[key] = definition_from_json(spec)
         return found
 
+    def _graph_of(self, definition: Definition) -> run_state.RunGraph:
+        """The definition's task graph, built once per cached version (runs of thousands of
+        tasks are moved many times a second)."""
+        found = self._graphs.get(id(definition))
+        if found is None:
+            found = self._graphs[id(definition)] = definition.run_graph()
+        return found
+
     def context_for(self, run_id: str) -> RunContext:
         known = self._runs.get(run_id)
         if known is not None:
@@ -448,7 +458,7 @@ class Scheduler:
     def _advance(self, run: _RunRow, now: datetime, report: TickReport) -> None:
         definition = self.definition(run.definition_id, run.definition_version)
         context = RunContext(run.id, definition, run.logical_time, run.parameters)
-        graph = definition.run_graph()
+        graph = self._graph_of(definition)
         with dialects.read_transaction(self.ledger.engine) as connection:
             briefs = run_store.instances_brief(connection, run.id)
             gate = self._dependency_gate(connection, run, definition, now)
@@ -569,7 +579,7 @@ class Scheduler:
         A skip or an upstream failure can decide the next tasks down at once, so the pass is
         repeated on the states it produced until it decides nothing more.
         """
-        graph = context.definition.run_graph()
+        graph = self._graph_of(context.definition)
         ids = {b.task_key: b.id for b in briefs}
         branches = _BranchChoices(self.ledger, ids)
         pending = list(briefs)
