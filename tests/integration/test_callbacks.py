@@ -116,8 +116,19 @@ def test_an_attempt_may_write_only_its_own_events(api: Api) -> None:
     assert report(api, started(instance_id, attempt_no + 1, token), token).status_code == 403
 
 
+#: A definition whose runs may overlap: a second run of ``hello`` (concurrency forbid) is
+#: refused and its instance closed, so it has no attempt to open.
+SIDE_BY_SIDE = """\
+name: side_by_side
+concurrency: allow
+tasks:
+  greet: {run: echo hello}
+"""
+
+
 def _attempt_of_new_run(api: Api) -> tuple[str, int, str]:
-    run_id = api.trigger("hello", idempotency_key=uuid.uuid4().hex)
+    api.apply(SIDE_BY_SIDE)
+    run_id = api.trigger("side_by_side", idempotency_key=uuid.uuid4().hex)
     instance_id = api.instance_ids(run_id)["greet"]
     token = "token-" + uuid.uuid4().hex
     return instance_id, open_attempt(api.platform, instance_id, token), token

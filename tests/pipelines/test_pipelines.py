@@ -166,3 +166,26 @@ def test_a_backfill_creates_one_run_per_interval_once_and_queues_them(platform: 
     assert [r.execution_state for r in first] == [R.RUNNING, R.QUEUED, R.QUEUED]
     for result in first:
         assert platform.settle(result.run_id).publication_state is P.PUBLISHED
+
+
+def test_a_lag_maps_the_logical_time_to_the_upstream_run_it_waits_for(platform: Platform) -> None:
+    apply(platform, PUBLISHED_USERS)
+    apply(
+        platform,
+        """
+name: weekly_rollup
+schedule: {cron: "0 2 * * *", timezone: UTC}
+wait_for:
+  - {definition: users_raw, published: true, lag: 1d}
+tasks:
+  rollup: {run: "true"}
+""",
+    )
+    downstream = run_of(platform, "weekly_rollup", T)
+    assert platform.settle(run_of(platform, "users_raw", T)).publication_state is P.PUBLISHED
+    for _ in range(30):
+        platform.scheduler.tick()
+    assert platform.run(downstream).instances["rollup"] is I.CREATED  # today's is not enough
+    yesterday = run_of(platform, "users_raw", T - timedelta(days=1))
+    assert platform.settle(yesterday).publication_state is P.PUBLISHED
+    assert platform.settle(downstream).execution_state is R.SUCCESS

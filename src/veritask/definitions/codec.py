@@ -42,6 +42,7 @@ def definition_to_json(definition: Definition) -> JSONObject:
                 "definition": w.definition,
                 "published": w.published,
                 "timeout": None if w.timeout is None else to_seconds(w.timeout),
+                "lag": to_seconds(w.lag),
             }
             for w in d.wait_for
         ],

@@ -116,6 +116,9 @@ class WaitFor:
     published: bool = True
     timeout: timedelta | None = None
     """How long to wait before the run fails and an alert is raised (None: no limit)."""
+    lag: timedelta = timedelta(0)
+    """Map this run's logical time to the upstream's: wait for the run at ``logical_time - lag``
+    (``lag: 1d`` waits for yesterday's upstream run)."""
 
     def __post_init__(self) -> None:
         if not self.published:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from functools import partial
 
 from veritask.core.errors import InvalidPolicy
@@ -81,7 +82,7 @@ SCHEDULE_FIELDS = ("cron", "timezone", "catchup")
 CATCHUP_FIELDS = ("enabled", "max_runs")
 CHECK_FIELDS = ("name", "run", "call")
 STEP_FIELDS = ("run", "call")
-WAIT_FIELDS = ("definition", "published", "timeout")
+WAIT_FIELDS = ("definition", "published", "timeout", "lag")
 
 
 def parse_definition(text: str) -> Definition:
@@ -416,8 +417,9 @@ class _Reader(Reader):
                     "PUBLISHED, never merely executed",
                 )
             timeout = self.duration(w.get("timeout"), f"{path}.timeout", None, positive=True)
+            lag = self.duration(w.get("lag"), f"{path}.lag", timedelta(0)) or timedelta(0)
             if definition and published:
-                result.append(WaitFor(definition, True, timeout))
+                result.append(WaitFor(definition, True, timeout, lag))
         return tuple(result)
 
     # -- policies --------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Dependencies between pipelines: wait until another definition's run is PUBLISHED (4.4).
 
 A run whose definition has ``wait_for`` starts none of its root tasks until, for every
-dependency, the other definition's run of the same logical time is PUBLISHED. Execution
+dependency, the other definition's run of the same logical time (or, with ``lag``, of this
+run's logical time minus the lag) is PUBLISHED. Execution
 success alone never releases it (invariant 11). A run with no logical time (a manual run)
 waits for the other definition's most recent run. Past the dependency's timeout, counted from
 the run's creation, the roots become UPSTREAM_FAILED with the reason, and an alert with the
@@ -41,11 +42,12 @@ def check(
     """Look at every dependency of the definition for the run of this logical time."""
     waiting: list[str] = []
     for dependency in definition.wait_for:
-        state = _publication_of(connection, dependency.definition, logical_time)
+        wanted = None if logical_time is None else logical_time - dependency.lag
+        state = _publication_of(connection, dependency.definition, wanted)
         if state is PublicationState.PUBLISHED:
             continue
         what = f"{dependency.definition}" + (
-            f" at {logical_time.isoformat()}" if logical_time else " (latest run)"
+            f" at {wanted.isoformat()}" if wanted else " (latest run)"
         )
         seen = "no run yet" if state is None else f"publication {state}"
         if dependency.timeout is not None and now >= created_at + dependency.timeout:
