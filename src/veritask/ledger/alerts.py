@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 from veritask.core.jsontypes import JSONObject
-from veritask.ledger import dialects, schema
+from veritask.ledger import dialects, errors, schema
 from veritask.ledger.ledger import Ledger
 from veritask.ledger.vocabulary import AlertCategory, AlertStatus
+
+log = logging.getLogger(__name__)
 
 
 def raise_alert(
@@ -41,3 +45,31 @@ def raise_alert(
             },
             conflict_columns=[],
         )
+
+
+def raise_quietly(
+    ledger: Ledger,
+    *,
+    category: AlertCategory,
+    dedup_key: str,
+    message: str,
+    evidence: JSONObject,
+    run_id: str | None = None,
+    instance_id: str | None = None,
+    attempt_no: int | None = None,
+) -> None:
+    """:func:`raise_alert` for the loops: a database error is logged, never raised, so that
+    failing to alert about one object never stops the work on the others."""
+    try:
+        raise_alert(
+            ledger,
+            category=category,
+            dedup_key=dedup_key,
+            message=message,
+            evidence=evidence,
+            run_id=run_id,
+            instance_id=instance_id,
+            attempt_no=attempt_no,
+        )
+    except errors.LedgerError:
+        log.exception("could not raise the alert %s", dedup_key)

@@ -35,7 +35,7 @@ from veritask.execution import port, transports
 from veritask.ledger import alerts, dialects, errors, run_store, schema
 from veritask.ledger.ledger import Ledger
 from veritask.ledger.vocabulary import AlertCategory
-from veritask.scheduling import dependencies, intake, publication, sweeps, triggers
+from veritask.scheduling import dependencies, intake, publication, rules, sweeps, triggers
 from veritask.scheduling.dispatch import (
     Dispatcher,
     Opened,
@@ -581,7 +581,7 @@ class Scheduler:
         """
         graph = self._graph_of(context.definition)
         ids = {b.task_key: b.id for b in briefs}
-        branches = _BranchChoices(self.ledger, ids)
+        branches = rules.BranchChoices(self.ledger, ids)
         pending = list(briefs)
         openings: list[tuple[Event, Opened]] = []
         while pending:
@@ -643,7 +643,7 @@ class Scheduler:
         brief: run_store.InstanceBrief,
         graph: run_state.RunGraph,
         states: Mapping[str, InstanceState],
-        branches: _BranchChoices,
+        branches: rules.BranchChoices,
         now: datetime,
         gate: dependencies.Verdict | None,
     ) -> Event | bool:
@@ -655,12 +655,12 @@ class Scheduler:
         node = graph.node(brief.task_key)
         if not node.after and gate is not None:
             if gate.timed_out:
-                return _rule_event(brief, EventKind.UPSTREAM_FAILED, gate.reason, now, {})
+                return rules.rule_event(brief, EventKind.UPSTREAM_FAILED, gate.reason, now, {})
             return False
         upstream = {key: states.get(key, InstanceState.CREATED) for key in node.after}
         skipped_by = branches.skipped_by(node.key, node.after, upstream)
         if skipped_by is not None:
-            return _rule_event(brief, EventKind.SKIPPED, skipped_by, now, upstream)
+            return rules.rule_event(brief, EventKind.SKIPPED, skipped_by, now, upstream)
         verdict = trigger_rules.evaluate(
             node.trigger_rule, upstream, setup_upstreams=graph.setup_upstreams(node.key)
         )
@@ -669,9 +669,9 @@ class Scheduler:
             case trigger_rules.RuleOutcome.RUN:
                 return True
             case trigger_rules.RuleOutcome.SKIP:
-                return _rule_event(brief, EventKind.SKIPPED, rule, now, upstream)
+                return rules.rule_event(brief, EventKind.SKIPPED, rule, now, upstream)
             case trigger_rules.RuleOutcome.UPSTREAM_FAILED:
-                return _rule_event(brief, EventKind.UPSTREAM_FAILED, rule, now, upstream)
+                return rules.rule_event(brief, EventKind.UPSTREAM_FAILED, rule, now, upstream)
             case _:
                 return False
 
@@ -767,100 +767,36 @@ class Scheduler:
     # -- alerts --------------------------------------------------------------------------------
 
     def _alert_dependency(self, run_id: str, message: str) -> None:
-        try:
-            alerts.raise_alert(
-                self.ledger,
-                category=AlertCategory.DEPENDENCY,
-                dedup_key=f"dependency:run:{run_id}",
-                message=message,
-                run_id=run_id,
-                evidence={},
-            )
-        except errors.LedgerError:
-            log.exception("could not raise a dependency alert for run %s", run_id)
+        alerts.raise_quietly(
+            self.ledger,
+            category=AlertCategory.DEPENDENCY,
+            dedup_key=f"dependency:run:{run_id}",
+            message=message,
+            run_id=run_id,
+            evidence={},
+        )
 
     def _alert_run(self, run_id: str, message: str) -> None:
-        try:
-            alerts.raise_alert(
-                self.ledger,
-                category=AlertCategory.PLATFORM,
-                dedup_key=f"platform:run:{run_id}",
-                message=message,
-                run_id=run_id,
-                evidence={},
-            )
-        except errors.LedgerError:
-            log.exception("could not raise an alert for run %s", run_id)
+        alerts.raise_quietly(
+            self.ledger,
+            category=AlertCategory.PLATFORM,
+            dedup_key=f"platform:run:{run_id}",
+            message=message,
+            run_id=run_id,
+            evidence={},
+        )
 
     def _alert_conflict(self, event: Event, reason: str) -> None:
-        try:
-            alerts.raise_alert(
-                self.ledger,
-                category=AlertCategory.PLATFORM,
-                dedup_key=f"conflict:{event.instance_id}:{event.attempt_no}",
-                message=f"conflicting evidence: {reason}",
-                run_id=self._routes.get(event.instance_id),
-                instance_id=event.instance_id,
-                attempt_no=event.attempt_no or None,
-                evidence={"event_id": event.event_id, "kind": event.kind.value},
-            )
-        except errors.LedgerError:
-            log.exception("could not raise an alert for %s", event.instance_id)
-
-
-class _BranchChoices:
-    """Which direct downstream tasks a finished branch task chose (design.md 4.1)."""
-
-    def __init__(self, ledger: Ledger, instance_ids: Mapping[str, str]) -> None:
-        self.ledger = ledger
-        self.instance_ids = instance_ids
-        self._choices: dict[str, frozenset[str] | None] = {}
-
-    def skipped_by(
-        self, key: str, after: tuple[str, ...], upstream: Mapping[str, InstanceState]
-    ) -> str | None:
-        for up in after:
-            if upstream.get(up) is not InstanceState.SUCCESS:
-                continue
-            chosen = self._chosen(up)
-            if chosen is not None and key not in chosen:
-                return f"branch: {up} chose {', '.join(sorted(chosen)) or 'nothing'}"
-        return None
-
-    def _chosen(self, task_key: str) -> frozenset[str] | None:
-        if task_key not in self._choices:
-            self._choices[task_key] = self._read(task_key)
-        return self._choices[task_key]
-
-    def _read(self, task_key: str) -> frozenset[str] | None:
-        """The ``branch`` list the task's deciding completion wrote to its output, if any."""
-        instance_id = self.instance_ids.get(task_key)
-        loaded = self.ledger.snapshot(instance_id) if instance_id else None
-        if loaded is None:
-            return None
-        snapshot, _ = loaded
-        facts = snapshot.facts.attempt(snapshot.epoch)
-        if facts is None or not facts.completions:
-            return None
-        output = facts.completions[0].mark.evidence.get("output")
-        branch = output.get("branch") if isinstance(output, dict) else None
-        if isinstance(branch, list):
-            return frozenset(str(choice) for choice in branch)
-        return None
-
-
-def _rule_event(
-    brief: run_store.InstanceBrief,
-    kind: EventKind,
-    rule: str,
-    now: datetime,
-    upstream: Mapping[str, InstanceState] | None = None,
-) -> Event:
-    evidence: JSONObject = {
-        "rule": rule,
-        "upstream": {key: state.value for key, state in (upstream or {}).items()},
-    }
-    return Event(new_event_id(), brief.id, 0, kind, "scheduler", now, evidence)
+        alerts.raise_quietly(
+            self.ledger,
+            category=AlertCategory.PLATFORM,
+            dedup_key=f"conflict:{event.instance_id}:{event.attempt_no}",
+            message=f"conflicting evidence: {reason}",
+            run_id=self._routes.get(event.instance_id),
+            instance_id=event.instance_id,
+            attempt_no=event.attempt_no or None,
+            evidence={"event_id": event.event_id, "kind": event.kind.value},
+        )
 
 
 def _has_entries(directory: Path) -> bool:

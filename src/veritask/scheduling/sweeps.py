@@ -27,7 +27,7 @@ from veritask.core.policy import TaskPolicy
 from veritask.core.states import AttemptState, EngineState, InstanceState
 from veritask.execution import port
 from veritask.execution.errors import ExecutorError
-from veritask.ledger import alerts, dialects, errors, schema
+from veritask.ledger import alerts, dialects, schema
 from veritask.ledger.ledger import Ledger, StaleDecision
 from veritask.ledger.vocabulary import AlertCategory
 from veritask.scheduling import dispatch
@@ -499,19 +499,16 @@ class Sweeper:
         evidence: JSONObject,
         attempt_no: int | None = None,
     ) -> None:
-        try:
-            alerts.raise_alert(
-                self.ledger,
-                category=category,
-                dedup_key=dedup_key,
-                message=message,
-                run_id=run_id,
-                instance_id=instance_id,
-                attempt_no=attempt_no,
-                evidence=evidence,
-            )
-        except errors.LedgerError:
-            log.exception("could not raise an alert for %s", instance_id)
+        alerts.raise_quietly(
+            self.ledger,
+            category=category,
+            dedup_key=dedup_key,
+            message=message,
+            run_id=run_id,
+            instance_id=instance_id,
+            attempt_no=attempt_no,
+            evidence=evidence,
+        )
 
 
 @dataclass(frozen=True)
