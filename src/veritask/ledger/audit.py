@@ -18,12 +18,16 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from veritask.core import codec, decide
+from veritask.core import codec
 from veritask.core.fold import InstanceSnapshot, fold
 from veritask.core.jsontypes import JSONObject
 from veritask.core.policy import TaskPolicy
-from veritask.core.states import ACTIVE_ATTEMPT_STATES, RunExecutionState
-from veritask.ledger import dialects, schema
+from veritask.core.states import (
+    ACTIVE_ATTEMPT_STATES,
+    TERMINAL_INSTANCE_STATES,
+    RunExecutionState,
+)
+from veritask.ledger import dialects, schema, statements
 from veritask.ledger.ledger import Ledger
 
 FORMAT = "veritask-export/1"
@@ -118,25 +122,7 @@ def _rewrite(
         )
         connection.execute(a.delete().where(a.c.instance_id == instance_id))
         for view in snapshot.attempts:
-            connection.execute(
-                a.insert().values(
-                    instance_id=instance_id,
-                    attempt_no=view.attempt_no,
-                    state=view.state.value,
-                    executor=view.executor,
-                    external_id=view.external_id,
-                    worker=view.worker,
-                    token_hash=view.token_hash,
-                    lease_expires_at=decide.lease_expiry(view, policy) if view.is_active else None,
-                    last_heartbeat_at=view.last_report_at,
-                    queued_at=view.queued_at,
-                    started_at=view.started_at,
-                    ended_at=view.ended_at,
-                    exit_code=view.exit_code,
-                    error_category=view.error_category,
-                    log_location=view.log_location,
-                )
-            )
+            connection.execute(a.insert(), statements.attempt_row(instance_id, view, policy))
 
 
 def _invariants(ledger: Ledger) -> list[str]:
@@ -157,7 +143,8 @@ def _invariants(ledger: Ledger) -> list[str]:
             )
         ):
             found.append(f"instance {instance_id}: RUNNING attempt {attempt_no} has no lease")
-        unfinished = sa.select(t.id).where(t.run_id == r.id, t.state.not_in(_TERMINAL)).exists()
+        terminal = [state.value for state in TERMINAL_INSTANCE_STATES]
+        unfinished = sa.select(t.id).where(t.run_id == r.id, t.state.not_in(terminal)).exists()
         for run_id, reason in connection.execute(
             sa.select(r.id, r.execution_reason).where(
                 r.execution_state == RunExecutionState.RUNNING.value, ~unfinished
@@ -166,18 +153,6 @@ def _invariants(ledger: Ledger) -> list[str]:
             if not reason:
                 found.append(f"run {run_id}: RUNNING with no active instance and no reason")
     return found
-
-
-_TERMINAL = [
-    "SUCCESS",
-    "FAILED",
-    "START_FAILED",
-    "TIMEOUT",
-    "CANCELLED",
-    "SKIPPED",
-    "UPSTREAM_FAILED",
-    "REMOVED",
-]
 
 
 # -- export and replay --------------------------------------------------------------------

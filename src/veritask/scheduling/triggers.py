@@ -110,19 +110,10 @@ def trigger(
 ) -> Triggered:
     """Create a run of the definition's current version (or return the one with this key)."""
     with dialects.read_transaction(ledger.engine) as connection:
-        row = _definition_row(connection, name)
-        if row is None:
-            raise NotFound(f"no definition named {name!r}")
+        row, definition = _current_definition(connection, name)
         if row.lifecycle not in (DefinitionLifecycle.ACTIVE, DefinitionLifecycle.DISABLED):
             raise Refused(f"definition {name} is {row.lifecycle}; it cannot be triggered")
-        spec = connection.execute(
-            sa.select(schema.definition_versions.c.spec).where(
-                schema.definition_versions.c.definition_id == row.id,
-                schema.definition_versions.c.version == row.current_version,
-            )
-        ).scalar_one()
         active = _active_runs(connection, row.id)
-    definition = definition_from_json(spec)
     unknown = sorted(set(parameters or {}) - set(definition.parameters))
     if unknown and definition.parameters:
         raise Refused(
@@ -183,16 +174,7 @@ def backfill(
     cross-pipeline dependencies like scheduled runs do.
     """
     with dialects.read_transaction(ledger.engine) as connection:
-        row = _definition_row(connection, name)
-        if row is None:
-            raise NotFound(f"no definition named {name!r}")
-        spec = connection.execute(
-            sa.select(schema.definition_versions.c.spec).where(
-                schema.definition_versions.c.definition_id == row.id,
-                schema.definition_versions.c.version == row.current_version,
-            )
-        ).scalar_one()
-    definition = definition_from_json(spec)
+        _, definition = _current_definition(connection, name)
     if definition.schedule is None:
         raise Refused(f"definition {name} has no schedule to backfill")
     if end < start:
@@ -392,6 +374,20 @@ def _definition_row(connection: sa.Connection, name: str) -> _DefinitionRow | No
     if row is None:
         return None
     return _DefinitionRow(row.id, row.current_version, row.lifecycle, row.name)
+
+
+def _current_definition(connection: sa.Connection, name: str) -> tuple[_DefinitionRow, Definition]:
+    """The definition's row and its current version, or NotFound."""
+    row = _definition_row(connection, name)
+    if row is None:
+        raise NotFound(f"no definition named {name!r}")
+    spec = connection.execute(
+        sa.select(schema.definition_versions.c.spec).where(
+            schema.definition_versions.c.definition_id == row.id,
+            schema.definition_versions.c.version == row.current_version,
+        )
+    ).scalar_one()
+    return row, definition_from_json(spec)
 
 
 def _active_runs(connection: sa.Connection, definition_id: str) -> list[str]:
