@@ -1,0 +1,457 @@
+"""Moving one run forward: trigger rules, attempt openings, the run's own states.
+
+The scheduler's loop decides *which* runs to look at; this module decides what each of them
+may do now, with the pure core (``trigger_rules``, ``run_state``, ``publication.plan``), and
+records it with compare-and-set. It keeps nothing between calls but caches of immutable
+definitions: what the loop must remember (when to look again, whether stops are due) comes
+back in :class:`Advanced`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+
+from veritask.core import decide, judge, run_state, trigger_rules
+from veritask.core.events import Event, EventKind
+from veritask.core.jsontypes import JSONObject
+from veritask.core.states import InstanceState, PublicationState, RunExecutionState
+from veritask.definitions.model import Definition
+from veritask.definitions.parse import definition_from_json
+from veritask.ledger import alerts, dialects, run_store, schema
+from veritask.ledger.ledger import Ledger
+from veritask.ledger.vocabulary import AlertCategory
+from veritask.scheduling import dependencies, publication, rules, sweeps
+from veritask.scheduling.dispatch import Dispatcher, Opened, RunContext, Submissions, new_event_id
+from veritask.scheduling.settings import Settings
+from veritask.scheduling.tokens import AttemptTokens
+
+#: How soon an instance whose predecessor is still being stopped is looked at again.
+_REPLACE_POLL = timedelta(milliseconds=250)
+
+
+@dataclass(frozen=True)
+class ActiveRun:
+    """A run the scheduler moves: executing, being cancelled, or publishing."""
+
+    id: str
+    definition_id: str
+    definition_version: int
+    logical_time: datetime | None
+    parameters: JSONObject
+    execution_state: RunExecutionState
+    version: int
+    publication_state: PublicationState
+    created_at: datetime
+
+
+@dataclass
+class TickReport:
+    """What one tick did; zero everywhere means the scheduler may sleep."""
+
+    opened: int = 0
+    decided: int = 0
+    submitted: int = 0
+    reports: int = 0
+    swept: int = 0
+    runs_moved: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def work(self) -> int:
+        return self.opened + self.decided + self.submitted + self.reports + self.runs_moved
+
+
+@dataclass
+class Advanced:
+    """What the loop must remember after moving a run."""
+
+    run_id: str
+    #: The run's instances, so that their workers' reports find the run again.
+    instance_ids: list[str]
+    #: When the run has to be looked at again (a retry comes due, a predecessor stops).
+    wake_at: list[datetime] = field(default_factory=list)
+    #: The run moved in a way that lets it move again at once.
+    again: bool = False
+    #: Stop requests were recorded that an engine has not been asked for yet.
+    stops_due: bool = False
+
+
+class Definitions:
+    """Stored definition versions, read once each: a version never changes."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+        self._definitions: dict[tuple[str, int], Definition] = {}
+        # Keyed by the identity of a cached definition, which lives as long as the cache.
+        self._graphs: dict[int, run_state.RunGraph] = {}
+
+    def get(self, definition_id: str, version: int) -> Definition:
+        key = (definition_id, version)
+        found = self._definitions.get(key)
+        if found is None:
+            v = schema.definition_versions.c
+            with dialects.read_transaction(self._ledger.engine) as connection:
+                spec = connection.execute(
+                    sa.select(v.spec).where(v.definition_id == definition_id, v.version == version)
+                ).scalar_one()
+            found = self._definitions[key] = definition_from_json(spec)
+        return found
+
+    def graph(self, definition: Definition) -> run_state.RunGraph:
+        """The definition's task graph, built once per cached version (runs of thousands of
+        tasks are moved many times a second)."""
+        found = self._graphs.get(id(definition))
+        if found is None:
+            found = self._graphs[id(definition)] = definition.run_graph()
+        return found
+
+
+class RunAdvancer:
+    """Moves runs forward for one scheduler."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        settings: Settings,
+        dispatcher: Dispatcher,
+        submissions: Submissions,
+        sweeper: sweeps.Sweeper,
+        definitions: Definitions,
+    ) -> None:
+        self.ledger = ledger
+        self.settings = settings
+        self.dispatcher = dispatcher
+        self.submissions = submissions
+        self.sweeper = sweeper
+        self.definitions = definitions
+
+    def advance(self, run: ActiveRun, now: datetime, report: TickReport) -> Advanced:
+        """Move one run forward: trigger rules, openings, its execution and publication."""
+        definition = self.definitions.get(run.definition_id, run.definition_version)
+        context = RunContext(run.id, definition, run.logical_time, run.parameters)
+        graph = self.definitions.graph(definition)
+        with dialects.read_transaction(self.ledger.engine) as connection:
+            briefs = run_store.instances_brief(connection, run.id)
+            gate = self._dependency_gate(connection, run, definition, now)
+        advanced = Advanced(run.id, instance_ids=[b.id for b in briefs])
+        states = {b.task_key: b.state for b in briefs}
+        work = [b for b in briefs if not publication.is_publication_key(b.task_key)]
+        publishing = [b for b in briefs if publication.is_publication_key(b.task_key)]
+        if run.execution_state is RunExecutionState.CANCELLING:
+            cancelled = self._cancel_run(briefs, states, now)
+            report.decided += cancelled
+            advanced.stops_due = cancelled > 0
+        elif run.execution_state is RunExecutionState.RUNNING:
+            self._move_instances(context, work, states, now, report, advanced, gate)
+        else:
+            # Publishing: its steps retry like any instance; the plan opens new ones.
+            retrying = [b for b in publishing if states[b.task_key] is InstanceState.UP_FOR_RETRY]
+            self._move_instances(context, retrying, states, now, report, advanced, None)
+        work_states = {b.task_key: states[b.task_key] for b in work}
+        execution = self._settle_run(run, graph, work, work_states, now, report)
+        if definition.publish is not None:
+            self._settle_publication(
+                run, context, execution, publishing, states, now, report, advanced
+            )
+        return advanced
+
+    def _dependency_gate(
+        self, connection: sa.Connection, run: ActiveRun, definition: Definition, now: datetime
+    ) -> dependencies.Verdict | None:
+        """Whether the run's roots wait for other pipelines (None: nothing to wait for)."""
+        if not definition.wait_for or run.execution_state is not RunExecutionState.RUNNING:
+            return None
+        verdict = dependencies.check(
+            connection,
+            definition,
+            logical_time=run.logical_time,
+            created_at=run.created_at,
+            now=now,
+        )
+        if verdict.released:
+            return None
+        if verdict.timed_out:
+            self._alert_dependency(run.id, verdict.reason)
+        return verdict
+
+    def _settle_publication(
+        self,
+        run: ActiveRun,
+        context: RunContext,
+        execution: RunExecutionState,
+        publishing: list[run_store.InstanceBrief],
+        states: dict[str, InstanceState],
+        now: datetime,
+        report: TickReport,
+        advanced: Advanced,
+    ) -> None:
+        """Move the run's publication state and open the steps it allows (design.md 4.3)."""
+        plan = publication.plan(context.definition, execution, run.publication_state, states)
+        if plan.state is not run.publication_state:
+            with self.ledger.engine.begin() as connection:
+                version, _ = run_store.run_version(connection, run.id)
+                run_store.set_publication_state(
+                    connection,
+                    run_id=run.id,
+                    expected_version=version,
+                    state=plan.state,
+                    reason=plan.reason,
+                    previous=run.publication_state,
+                    actor="scheduler",
+                    event_id=new_event_id(),
+                    now=now,
+                    evidence={key: states[key].value for key in states if key in plan.open_now},
+                )
+            report.runs_moved += 1
+            advanced.again = True
+        by_key = {b.task_key: b for b in publishing}
+        openings = [
+            self._opening(by_key[key], now)
+            for key in plan.open_now
+            if key in by_key and states[key] is InstanceState.CREATED
+        ]
+        self._open_and_submit(context, openings, states, report)
+
+    def _cancel_run(
+        self,
+        briefs: list[run_store.InstanceBrief],
+        states: dict[str, InstanceState],
+        now: datetime,
+    ) -> int:
+        unfinished = []
+        for brief in briefs:
+            if brief.state.is_terminal or brief.state in (
+                InstanceState.CANCELLING,
+                InstanceState.CANCEL_FAILED,
+            ):
+                continue
+            loaded = self.ledger.snapshot(brief.id)
+            if loaded is not None:
+                unfinished.append(loaded)
+        done = self.sweeper.cancel_instances(unfinished, now, reason="the run is cancelled")
+        if done:
+            keys = {b.id: b.task_key for b in briefs}
+            for snapshot, _ in unfinished:
+                after = self.ledger.snapshot(snapshot.instance_id)
+                if after is not None:
+                    states[keys[snapshot.instance_id]] = after[0].state
+        return done
+
+    def _move_instances(
+        self,
+        context: RunContext,
+        briefs: list[run_store.InstanceBrief],
+        states: dict[str, InstanceState],
+        now: datetime,
+        report: TickReport,
+        advanced: Advanced,
+        gate: dependencies.Verdict | None,
+    ) -> None:
+        """Open the attempts that may open and record the trigger rules' verdicts.
+
+        A skip or an upstream failure can decide the next tasks down at once, so the pass is
+        repeated on the states it produced until it decides nothing more.
+        """
+        graph = self.definitions.graph(context.definition)
+        ids = {b.task_key: b.id for b in briefs}
+        branches = rules.BranchChoices(self.ledger, ids)
+        pending = list(briefs)
+        openings: list[tuple[Event, Opened]] = []
+        while pending:
+            decisions: list[tuple[str, Event]] = []
+            waiting: list[run_store.InstanceBrief] = []
+            for brief in pending:
+                state = states[brief.task_key]
+                if state is InstanceState.CREATED:
+                    decision = self._rule(brief, graph, states, branches, now, gate)
+                    if isinstance(decision, Event):
+                        decisions.append((brief.task_key, decision))
+                    elif decision:
+                        openings.append(self._opening(brief, now))
+                    else:
+                        waiting.append(brief)
+                elif state is InstanceState.UP_FOR_RETRY:
+                    if brief.retry_at is not None and brief.retry_at > now:
+                        advanced.wake_at.append(brief.retry_at)
+                        continue
+                    opening = self._retry_opening(brief, context, now, advanced)
+                    if opening is not None:
+                        openings.append(opening)
+            if not decisions:
+                break
+            decisions.sort(key=lambda pair: pair[1].instance_id)  # one lock order for all
+            results = self.ledger.apply_batch([event for _, event in decisions])
+            moved = False
+            for (key, _), result in zip(decisions, results, strict=True):
+                if result.outcome is judge.Outcome.APPLIED and result.snapshot is not None:
+                    report.decided += 1
+                    states[key] = result.snapshot.state
+                    moved = True
+            pending = waiting if moved else []
+        self._open_and_submit(context, openings, states, report)
+
+    def _open_and_submit(
+        self,
+        context: RunContext,
+        openings: list[tuple[Event, Opened]],
+        states: dict[str, InstanceState],
+        report: TickReport,
+    ) -> None:
+        """Record the openings in batches, then hand the ones recorded to their engines."""
+        if not openings:
+            return
+        ordered = sorted(openings, key=lambda pair: pair[0].instance_id)
+        for start in range(0, len(ordered), self.settings.batch):
+            chunk = ordered[start : start + self.settings.batch]
+            results = self.ledger.apply_batch([event for event, _ in chunk])
+            for (_, opened), result in zip(chunk, results, strict=True):
+                if result.outcome is not judge.Outcome.APPLIED or result.snapshot is None:
+                    continue
+                report.opened += 1
+                states[opened.task_key] = result.snapshot.state
+                self.submissions.submit(context, opened)
+
+    def _rule(
+        self,
+        brief: run_store.InstanceBrief,
+        graph: run_state.RunGraph,
+        states: Mapping[str, InstanceState],
+        branches: rules.BranchChoices,
+        now: datetime,
+        gate: dependencies.Verdict | None,
+    ) -> Event | bool:
+        """The trigger rule's verdict on a CREATED instance: an event, open (True) or wait.
+
+        A root task of a run that waits for other pipelines (``gate``) waits too, and fails
+        as UPSTREAM_FAILED once the dependency timed out.
+        """
+        node = graph.node(brief.task_key)
+        if not node.after and gate is not None:
+            if gate.timed_out:
+                return rules.rule_event(brief, EventKind.UPSTREAM_FAILED, gate.reason, now, {})
+            return False
+        upstream = {key: states.get(key, InstanceState.CREATED) for key in node.after}
+        skipped_by = branches.skipped_by(node.key, node.after, upstream)
+        if skipped_by is not None:
+            return rules.rule_event(brief, EventKind.SKIPPED, skipped_by, now, upstream)
+        verdict = trigger_rules.evaluate(
+            node.trigger_rule, upstream, setup_upstreams=graph.setup_upstreams(node.key)
+        )
+        rule = f"{node.trigger_rule}: {verdict.reason}"
+        match verdict.outcome:
+            case trigger_rules.RuleOutcome.RUN:
+                return True
+            case trigger_rules.RuleOutcome.SKIP:
+                return rules.rule_event(brief, EventKind.SKIPPED, rule, now, upstream)
+            case trigger_rules.RuleOutcome.UPSTREAM_FAILED:
+                return rules.rule_event(brief, EventKind.UPSTREAM_FAILED, rule, now, upstream)
+            case _:
+                return False
+
+    def _opening(self, brief: run_store.InstanceBrief, now: datetime) -> tuple[Event, Opened]:
+        nonce = AttemptTokens.new_nonce()
+        attempt_no = brief.epoch + 1
+        token_hash = self.dispatcher.tokens.token_hash(brief.id, attempt_no, nonce)
+        event = Event(
+            new_event_id(),
+            brief.id,
+            attempt_no,
+            EventKind.ATTEMPT_OPENED,
+            "scheduler",
+            now,
+            {
+                "token_hash": token_hash,
+                "reason": "first",
+                "retry_index": 0,
+                "resubmit_index": 0,
+                "nonce": nonce,
+            },
+        )
+        return event, Opened(brief.id, attempt_no, brief.task_key, nonce)
+
+    def _retry_opening(
+        self,
+        brief: run_store.InstanceBrief,
+        context: RunContext,
+        now: datetime,
+        advanced: Advanced,
+    ) -> tuple[Event, Opened] | None:
+        loaded = self.ledger.snapshot(brief.id)
+        if loaded is None:
+            return None
+        snapshot, _ = loaded
+        if not self.sweeper.replaceable(snapshot, context, now):
+            advanced.wake_at.append(now + _REPLACE_POLL)
+            return None
+        nonce = AttemptTokens.new_nonce()
+        attempt_no = snapshot.epoch + 1
+        event = decide.open_attempt(
+            snapshot,
+            token_hash=self.dispatcher.tokens.token_hash(brief.id, attempt_no, nonce),
+            now=now,
+            event_id=new_event_id(),
+        )
+        if event is None:
+            return None
+        event = replace(event, evidence={**event.evidence, "nonce": nonce})
+        return event, Opened(brief.id, attempt_no, brief.task_key, nonce)
+
+    def _settle_run(
+        self,
+        run: ActiveRun,
+        graph: run_state.RunGraph,
+        briefs: list[run_store.InstanceBrief],
+        states: dict[str, InstanceState],
+        now: datetime,
+        report: TickReport,
+    ) -> RunExecutionState:
+        """Record the execution state the run's leaves imply; return the state it is in."""
+        if run.execution_state not in (RunExecutionState.RUNNING, RunExecutionState.CANCELLING):
+            return run.execution_state
+        waiting = {
+            b.task_key
+            for b in briefs
+            if states[b.task_key] is InstanceState.UP_FOR_RETRY and b.retry_at is not None
+        }
+        if run.execution_state is RunExecutionState.CANCELLING:
+            if all(state.is_terminal for state in states.values()):
+                target, reason = RunExecutionState.CANCELLED, "cancelled; every instance stopped"
+            else:
+                return run.execution_state
+        else:
+            verdict = run_state.execution_state(graph, states, waiting_for_time=waiting)
+            target, reason = verdict.state, verdict.reason
+            if verdict.blocking:
+                reason = f"{reason} (blocking: {', '.join(verdict.blocking)})"
+        if target is run.execution_state:
+            return target
+        with self.ledger.engine.begin() as connection:
+            run_store.set_execution_state(
+                connection,
+                run_id=run.id,
+                expected_version=run.version,
+                state=target,
+                reason=reason,
+                previous=run.execution_state,
+                actor="scheduler",
+                event_id=new_event_id(),
+                now=now,
+                evidence={"instances": {k: v.value for k, v in states.items()}},
+            )
+        report.runs_moved += 1
+        return target
+
+    def _alert_dependency(self, run_id: str, message: str) -> None:
+        alerts.raise_quietly(
+            self.ledger,
+            category=AlertCategory.DEPENDENCY,
+            dedup_key=f"dependency:run:{run_id}",
+            message=message,
+            run_id=run_id,
+            evidence={},
+        )
