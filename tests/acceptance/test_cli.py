@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import stat
 from pathlib import Path
@@ -145,6 +146,33 @@ def test_token_create_prints_the_token_alone_and_roles_hold(veritask: Veritask) 
     refused = veritask.cli("cancel", run_id, VERITASK_TOKEN=token)
     assert refused.returncode == 4
     assert "viewer" in refused.stderr
+
+
+def test_token_list_and_revoke(veritask: Veritask) -> None:
+    token = veritask.cli("token", "create", "--role", "viewer", "--name", "leaving").stdout.strip()
+    listed = veritask.cli("token", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    [mine] = [t for t in json.loads(listed.stdout) if t["name"] == "leaving"]
+    assert mine["revoked_at"] is None
+    assert "leaving" in veritask.cli("token", "list").stdout
+    revoked = veritask.cli("token", "revoke", mine["id"])
+    assert revoked.returncode == 0, revoked.stderr
+    assert veritask.cli("runs", VERITASK_TOKEN=token).returncode == 4
+    assert veritask.cli("token", "revoke", "no-such-token").returncode == 3
+
+
+def test_logs_search_across_a_definition(veritask: Veritask) -> None:
+    done = veritask.cli("trigger", "greeting", "--wait", "--key", "searched")
+    assert done.returncode == 0, done.stderr
+    found = veritask.cli("logs", "--definition", "greeting", "--search", "ACCEPTANCE", "--json")
+    assert found.returncode == 0, found.stderr
+    matches = json.loads(found.stdout)["matches"]
+    assert matches
+    assert all("hello from the acceptance test" in m["line"] for m in matches)
+    assert done.stdout.strip() in {m["run_id"] for m in matches}
+    plain = veritask.cli("logs", "--definition", "greeting", "--search", "acceptance")
+    assert "hello from the acceptance test" in plain.stdout
+    assert veritask.cli("logs", "--definition", "greeting").returncode == 2
 
 
 def test_a_wrong_token_exits_4(veritask: Veritask) -> None:

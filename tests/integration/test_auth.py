@@ -74,3 +74,41 @@ def test_an_api_token_is_not_an_attempt_token(api: Api) -> None:
 def test_a_token_request_with_a_bad_role_is_422(api: Api) -> None:
     response = api.http.post("/api/v2/tokens", json={"role": "superuser"})
     assert response.status_code == 422
+
+
+def test_an_admin_lists_and_revokes_tokens_but_not_the_last_admin(api: Api) -> None:
+    created = api.http.post("/api/v2/tokens", json={"role": "operator", "name": "ci"}).json()
+    listed = api.http.get("/api/v2/tokens").json()["items"]
+    by_id = {t["id"]: t for t in listed}
+    assert by_id[created["id"]] == {
+        "id": created["id"],
+        "name": "ci",
+        "role": "operator",
+        "created_at": created["created_at"],
+        "revoked_at": None,
+    }
+    assert all("token" not in t and "token_hash" not in t for t in listed)
+    client = api.client(created["token"])
+    assert client.get("/api/v2/runs").status_code == 200
+    revoked = api.http.post(f"/api/v2/tokens/{created['id']}/revoke")
+    assert revoked.status_code == 200
+    assert revoked.json()["revoked_at"] is not None
+    refused = client.get("/api/v2/runs")
+    assert refused.status_code == 401
+    assert "revoked" in refused.json()["detail"]
+    again = api.http.post(f"/api/v2/tokens/{created['id']}/revoke").json()
+    assert again["revoked_at"] == revoked.json()["revoked_at"]  # revoking twice changes nothing
+    assert api.http.post("/api/v2/tokens/nope/revoke").status_code == 404
+    admins = [t for t in listed if t["role"] == "admin" and t["revoked_at"] is None]
+    assert len(admins) == 1
+    last = api.http.post(f"/api/v2/tokens/{admins[0]['id']}/revoke")
+    assert last.status_code == 409
+    assert "last working admin" in last.json()["detail"]
+    assert api.http.get("/api/v2/runs").status_code == 200
+
+
+def test_only_admins_list_or_revoke_tokens(api: Api) -> None:
+    operator = api.client_with_role(TokenRole.OPERATOR)
+    assert operator.get("/api/v2/tokens").status_code == 403
+    [mine] = [t for t in api.http.get("/api/v2/tokens").json()["items"] if t["role"] == "operator"]
+    assert operator.post(f"/api/v2/tokens/{mine['id']}/revoke").status_code == 403

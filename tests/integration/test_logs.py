@@ -11,8 +11,8 @@ from veritask.execution import layout
 LINES = "".join(f"line {n} {'needle' if n % 10 == 0 else 'hay'}\n" for n in range(1, 101))
 
 
-def _finished_with_log(api: Api, log: Path) -> str:
-    api.apply(HELLO)
+def _finished_with_log(api: Api, log: Path, source: str = HELLO) -> str:
+    api.apply(source)
     instance_id = api.instance_ids(api.trigger("hello"))["greet"]
     token = "token-" + uuid.uuid4().hex
     attempt_no = open_attempt(api.platform, instance_id, token)
@@ -87,3 +87,45 @@ def test_logs_of_unknown_things_are_404_and_bad_ranges_422(api: Api) -> None:
     assert api.http.get(f"/api/v2/instances/{instance_id}/logs").status_code == 404  # no attempt
     bad = api.http.get(f"/api/v2/instances/{instance_id}/logs", params={"offset": -1})
     assert bad.status_code == 422
+
+
+def test_a_search_across_a_definition_names_run_task_attempt_and_line(api: Api) -> None:
+    first, second = api.platform.home / "first.log", api.platform.home / "second.log"
+    first.write_text(LINES)
+    second.write_text("nothing here\nthe NEEDLE again\n")
+    overlapping = HELLO + "concurrency: allow\n"
+    one = _finished_with_log(api, first, overlapping)
+    two = _finished_with_log(api, second, overlapping)
+    found = api.http.get(
+        "/api/v2/logs/search", params={"text": "needle", "definition": "hello"}
+    ).json()
+    assert found["attempts_searched"] == 2
+    assert found["truncated"] is False
+    by_instance: dict[str, list[tuple[int, str]]] = {}
+    for match in found["matches"]:
+        assert (match["task"], match["attempt_no"]) == ("greet", 1)
+        by_instance.setdefault(match["instance_id"], []).append((match["line_no"], match["line"]))
+    assert by_instance[one] == [(n, f"line {n} needle") for n in range(10, 101, 10)]
+    assert by_instance[two] == [(2, "the NEEDLE again")]
+    run_of_two = api.http.get(f"/api/v2/instances/{two}").json()["run_id"]
+    only_run = api.http.get(
+        "/api/v2/logs/search", params={"text": "needle", "run": run_of_two}
+    ).json()
+    assert [m["instance_id"] for m in only_run["matches"]] == [two]
+    capped = api.http.get(
+        "/api/v2/logs/search", params={"text": "needle", "instance": one, "limit": 3}
+    ).json()
+    assert (len(capped["matches"]), capped["truncated"]) == (3, True)
+
+
+def test_a_search_needs_exactly_one_known_scope(api: Api) -> None:
+    api.apply(HELLO)
+    path = "/api/v2/logs/search"
+    neither = api.http.get(path, params={"text": "x"})
+    assert neither.status_code == 422
+    assert neither.json()["errors"][0]["field"] == "definition"
+    both = api.http.get(path, params={"text": "x", "definition": "hello", "run": "r"})
+    assert both.status_code == 422
+    assert api.http.get(path, params={"text": "x", "definition": "nope"}).status_code == 404
+    assert api.http.get(path, params={"text": "x", "run": "nope"}).status_code == 404
+    assert api.http.get(path, params={"definition": "hello"}).status_code == 422  # no text

@@ -280,6 +280,22 @@ class LogChunk(Out):
     ended: bool
 
 
+class LogMatch(Out):
+    run_id: str
+    instance_id: str
+    task: str
+    attempt_no: int
+    line_no: int
+    line: str
+
+
+class LogSearch(Out):
+    text: str
+    matches: list[LogMatch]
+    attempts_searched: int
+    truncated: bool
+
+
 # -- callbacks ---------------------------------------------------------------------------------
 
 
@@ -332,6 +348,18 @@ class NewToken(Out):
     role: TokenRole
     token: str = Field(description="Shown once; only its hash is stored")
     created_at: datetime
+
+
+class TokenInfo(Out):
+    id: str
+    name: str
+    role: TokenRole
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class TokenList(Out):
+    items: list[TokenInfo]
 
 
 class Health(Out):

@@ -116,6 +116,21 @@ def runs_table(found: Iterable[JSONObject]) -> Table:
     return table
 
 
+def tokens_table(found: Iterable[JSONObject]) -> Table:
+    table = Table(title="API tokens", title_justify="left")
+    for column in ("ID", "NAME", "ROLE", "CREATED", "REVOKED"):
+        table.add_column(column, overflow="fold")
+    for t in found:
+        table.add_row(
+            text(t.get("id")),
+            text(t.get("name")),
+            text(t.get("role")),
+            when(t.get("created_at")),
+            when(t.get("revoked_at")) if t.get("revoked_at") else "",
+        )
+    return table
+
+
 def run_header(run: JSONObject) -> list[str]:
     return [
         f"run {text(run.get('id'))}  definition {text(run.get('definition'))} "

@@ -190,13 +190,44 @@ def show_command(ident: str, as_json: bool) -> None:
 
 
 @click.command("logs")
-@click.argument("ident", metavar="RUN_OR_INSTANCE")
+@click.argument("ident", metavar="[RUN_OR_INSTANCE]", required=False)
 @click.option("--follow", "follow_", is_flag=True, help="Keep printing until the run ends.")
 @click.option("--attempt", type=click.IntRange(min=1), default=None, help="Default: the latest.")
 @click.option("--search", default=None, help="Only the lines that contain this text.")
-def logs_command(ident: str, follow_: bool, attempt: int | None, search: str | None) -> None:
-    """Print the task output of a run's instances, or of one instance."""
+@click.option(
+    "--definition",
+    default=None,
+    help="With --search: search every attempt of this definition's recent runs.",
+)
+@JSON_OPTION
+def logs_command(
+    ident: str | None,
+    follow_: bool,
+    attempt: int | None,
+    search: str | None,
+    definition: str | None,
+    as_json: bool,
+) -> None:
+    """Print the task output of a run's instances or of one instance, or search the logs of a
+    run, an instance or a whole definition (--search, with --json for scripts)."""
+    if (ident is None) == (definition is None):
+        raise CliError(EXIT_USAGE, "give a RUN_OR_INSTANCE or --definition NAME (not both)")
+    searching = search is not None and attempt is None and not follow_
+    if (definition is not None or as_json) and not searching:
+        raise CliError(
+            EXIT_USAGE, "--definition and --json go with --search TEXT (not --attempt, --follow)"
+        )
     with api_client() as api:
+        if searching:
+            assert search is not None
+            if ident is None:
+                assert definition is not None
+                scope, name = "definition", definition
+            else:
+                scope, name = kind_of(api, ident), ident
+            _print_matches(api.get("/logs/search", {"text": search, scope: name}), as_json)
+            return
+        assert ident is not None
         kind = kind_of(api, ident)
         if kind == "run":
             run_id, only = ident, None
@@ -226,6 +257,21 @@ def logs_command(ident: str, follow_: bool, attempt: int | None, search: str | N
             )
             sys.stdout.write(render.text(chunk.get("text")))
             sys.stdout.flush()
+
+
+def _print_matches(found: JSONObject, as_json: bool) -> None:
+    if as_json:
+        render.print_json(found)
+        return
+    for match in render.items(found.get("matches")):
+        sys.stdout.write(
+            f"{render.text(match.get('run_id'))} {render.text(match.get('task'))}"
+            f"#{render.text(match.get('attempt_no'))}:{render.text(match.get('line_no'))}: "
+            f"{render.text(match.get('line'))}\n"
+        )
+    sys.stdout.flush()
+    if found.get("truncated"):
+        render.err.print("(more lines matched than one answer carries: narrow the search)")
 
 
 @click.command("cancel")
@@ -310,3 +356,28 @@ def token_create_command(role: str, name: str) -> None:
         created = api.post("/tokens", {"role": role, "name": name})
     sys.stdout.write(render.text(created.get("token")) + "\n")
     sys.stdout.flush()
+
+
+@token_group.command("list")
+@JSON_OPTION
+def token_list_command(as_json: bool) -> None:
+    """List API tokens: id, name, role, created, revoked (never the tokens themselves)."""
+    with api_client() as api:
+        found = render.items(api.get("/tokens").get("items"))
+    if as_json:
+        render.print_json(list[JSONValue](found))
+        return
+    render.out.print(render.tokens_table(found))
+
+
+@token_group.command("revoke")
+@click.argument("token_id", metavar="TOKEN_ID")
+@JSON_OPTION
+def token_revoke_command(token_id: str, as_json: bool) -> None:
+    """Revoke a token (by the id `token list` shows); it authenticates nobody from now on."""
+    with api_client() as api:
+        revoked = api.post(f"/tokens/{token_id}/revoke")
+    if as_json:
+        render.print_json(revoked)
+        return
+    render.out.print(f"token {revoked.get('id')} ({revoked.get('name')}) revoked")

@@ -8,6 +8,7 @@ predicate verbatim (``schema.*_PREDICATE``): SQLite uses a partial index only th
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
@@ -312,6 +313,51 @@ def search_instances(
             )
         )
     return found
+
+
+@dataclass(frozen=True)
+class AttemptLog:
+    """Where one attempt's log is, with what a search result names."""
+
+    run_id: str
+    instance_id: str
+    task_key: str
+    attempt_no: int
+    executor: str | None
+    log_location: str | None
+
+
+def attempt_logs(
+    connection: Connection,
+    *,
+    definition_id: str | None = None,
+    run_id: str | None = None,
+    instance_id: str | None = None,
+    limit: int = 500,
+) -> list[AttemptLog]:
+    """Attempts of a definition's runs (newest runs first), of a run, or of an instance."""
+    attempts = schema.attempts.c
+    statement = (
+        sa.select(
+            _instances.run_id,
+            _instances.id,
+            _instances.task_key,
+            attempts.attempt_no,
+            attempts.executor,
+            attempts.log_location,
+        )
+        .join(schema.task_instances, _instances.id == attempts.instance_id)
+        .join(schema.runs, _runs.id == _instances.run_id)
+        .order_by(_runs.created_at.desc(), _runs.id, _instances.task_key, attempts.attempt_no)
+        .limit(limit)
+    )
+    if definition_id is not None:
+        statement = statement.where(_runs.definition_id == definition_id)
+    if run_id is not None:
+        statement = statement.where(_instances.run_id == run_id)
+    if instance_id is not None:
+        statement = statement.where(_instances.id == instance_id)
+    return [AttemptLog(*row) for row in connection.execute(statement)]
 
 
 def unresolved_alerts(

@@ -8,10 +8,12 @@ any file of the server. Every answer is capped.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
 from veritask.execution import layout
+from veritask.ledger import dialects, queries
 from veritask.services import views
 from veritask.services.errors import InvalidInput, NotFound
 from veritask.services.platform import Platform
@@ -20,6 +22,10 @@ from veritask.services.platform import Platform
 MAX_CHUNK: Final = 1024 * 1024
 DEFAULT_TAIL: Final = 64 * 1024
 LOCAL_EXECUTOR: Final = "local"
+#: The most attempts one search reads, newest runs first.
+MAX_SEARCHED_ATTEMPTS: Final = 500
+#: The most matching lines one search returns.
+MAX_MATCHES: Final = 1000
 
 
 def read_log(
@@ -77,6 +83,96 @@ def read_log(
         truncated,
         ended,
     )
+
+
+def search_logs(
+    platform: Platform,
+    text: str,
+    *,
+    definition: str | None = None,
+    run_id: str | None = None,
+    instance_id: str | None = None,
+    max_matches: int = MAX_MATCHES,
+) -> views.LogSearch:
+    """The lines containing ``text`` (case-insensitive) in every attempt's log of a
+    definition's recent runs, of a run, or of an instance; exactly one scope is needed.
+
+    Logs outside VERITASK_HOME (another host's engine keeps them) are skipped, not refused:
+    one unreadable attempt does not hide the others' matches.
+    """
+    if not text.strip():
+        raise InvalidInput.about("text", "must not be blank")
+    if not 1 <= max_matches <= MAX_MATCHES:
+        raise InvalidInput.about("limit", f"must be between 1 and {MAX_MATCHES}")
+    scopes = [
+        name
+        for name, value in (("definition", definition), ("run", run_id), ("instance", instance_id))
+        if value is not None
+    ]
+    if len(scopes) != 1:
+        raise InvalidInput.about("definition", "give exactly one of definition, run or instance")
+    with dialects.read_transaction(platform.engine) as connection:
+        definition_id = None
+        if definition is not None:
+            row = queries.get_definition(connection, name=definition)
+            if row is None:
+                raise NotFound(f"no definition named {definition!r}")
+            definition_id = row.id
+        elif run_id is not None and queries.get_run(connection, run_id) is None:
+            raise NotFound(f"no run {run_id!r}")
+        elif instance_id is not None and queries.get_instance(connection, instance_id) is None:
+            raise NotFound(f"no instance {instance_id!r}")
+        attempts = queries.attempt_logs(
+            connection,
+            definition_id=definition_id,
+            run_id=run_id,
+            instance_id=instance_id,
+            limit=MAX_SEARCHED_ATTEMPTS + 1,
+        )
+    truncated = len(attempts) > MAX_SEARCHED_ATTEMPTS
+    attempts = attempts[:MAX_SEARCHED_ATTEMPTS]
+    matches: list[views.LogMatch] = []
+    budget = MAX_CHUNK
+    for attempt in attempts:
+        try:
+            location = _location(
+                platform,
+                attempt.instance_id,
+                attempt.attempt_no,
+                attempt.log_location,
+                attempt.executor,
+            )
+        except NotFound:
+            continue
+        if location is None:
+            continue
+        for line_no, line in _matching_lines(Path(location), text):
+            if len(matches) >= max_matches or len(line) > budget:
+                return views.LogSearch(text, tuple(matches), len(attempts), True)
+            budget -= len(line)
+            matches.append(
+                views.LogMatch(
+                    attempt.run_id,
+                    attempt.instance_id,
+                    attempt.task_key,
+                    attempt.attempt_no,
+                    line_no,
+                    line,
+                )
+            )
+    return views.LogSearch(text, tuple(matches), len(attempts), truncated)
+
+
+def _matching_lines(path: Path, needle: str) -> Iterator[tuple[int, str]]:
+    wanted = needle.casefold()
+    try:
+        with path.open("rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                line = raw.decode(errors="replace")
+                if wanted in line.casefold():
+                    yield number, line.rstrip("\n")
+    except (FileNotFoundError, IsADirectoryError):
+        return
 
 
 def _location(

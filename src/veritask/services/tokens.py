@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 import secrets
+from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
@@ -19,7 +20,7 @@ import sqlalchemy as sa
 from veritask.ledger import dialects, runs, schema
 from veritask.ledger.vocabulary import TokenRole as TokenRole  # re-exported for the API
 from veritask.services import views
-from veritask.services.errors import InvalidInput
+from veritask.services.errors import Conflict, InvalidInput, NotFound
 from veritask.services.platform import Platform
 
 #: What each role includes: a higher role may do everything a lower one may.
@@ -60,6 +61,64 @@ def create_token(platform: Platform, *, role: TokenRole, name: str) -> views.New
             )
         )
     return views.NewToken(token_id, name, role, token, now)
+
+
+def list_tokens(platform: Platform) -> list[views.TokenInfo]:
+    """Every API token, revoked ones included (oldest first); never the tokens themselves."""
+    t = schema.api_tokens.c
+    with dialects.read_transaction(platform.engine) as connection:
+        rows = connection.execute(
+            sa.select(t.id, t.name, t.role, t.created_at, t.revoked_at).order_by(t.created_at, t.id)
+        ).all()
+    return [_info(row) for row in rows]
+
+
+def revoke_token(platform: Platform, token_id: str) -> views.TokenInfo:
+    """Revoke a token from now on; revoking it again changes nothing.
+
+    The last admin token that still works is kept: without it nobody could create tokens.
+    """
+    t = schema.api_tokens.c
+    with platform.engine.begin() as connection:
+        row = connection.execute(
+            sa.select(t.id, t.name, t.role, t.created_at, t.revoked_at)
+            .where(t.id == token_id)
+            .with_for_update()
+        ).first()
+        if row is None:
+            raise NotFound(f"no token {token_id!r}")
+        if row.revoked_at is not None:
+            return _info(row)
+        if row.role == TokenRole.ADMIN.value:
+            # Locked, so that two revocations cannot each leave the other as the last admin
+            # (SQLite's writers are serialized anyway).
+            admins = connection.execute(
+                sa.select(t.id)
+                .where(t.role == TokenRole.ADMIN.value, t.revoked_at.is_(None))
+                .with_for_update()
+            ).all()
+            if len(admins) <= 1:
+                raise Conflict(
+                    f"token {token_id} is the last working admin token; create another "
+                    "admin token first"
+                )
+        now = platform.now()
+        connection.execute(
+            schema.api_tokens.update().where(t.id == token_id).values(revoked_at=now)
+        )
+    return replace(_info(row), revoked_at=now)
+
+
+def _info(row: sa.Row[*tuple[object, ...]]) -> views.TokenInfo:
+    found = row._mapping
+    revoked_at = found["revoked_at"]
+    return views.TokenInfo(
+        str(found["id"]),
+        str(found["name"]),
+        TokenRole(found["role"]),
+        found["created_at"],
+        revoked_at,
+    )
 
 
 def authenticate(platform: Platform, token: str) -> views.Principal | None:

@@ -295,6 +295,29 @@ class LogChunk:
 
 
 @dataclass(frozen=True)
+class LogMatch:
+    """One log line that matched a search, with the attempt it belongs to."""
+
+    run_id: str
+    instance_id: str
+    task: str
+    attempt_no: int
+    line_no: int
+    line: str
+
+
+@dataclass(frozen=True)
+class LogSearch:
+    """The lines that matched across a definition's runs, a run, or an instance (capped)."""
+
+    text: str
+    matches: tuple[LogMatch, ...]
+    attempts_searched: int
+    truncated: bool
+    """More lines matched, or more attempts were there, than one answer carries."""
+
+
+@dataclass(frozen=True)
 class Principal:
     """Who a bearer token names, and what it may do."""
 
@@ -306,6 +329,17 @@ class Principal:
     def actor(self) -> str:
         """The actor recorded for this person's decisions: ``operator:<name>``."""
         return f"operator:{self.name}"
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """An API token as a listing shows it: never the token itself."""
+
+    id: str
+    name: str
+    role: TokenRole
+    created_at: datetime
+    revoked_at: datetime | None
 
 
 @dataclass(frozen=True)

@@ -177,3 +177,26 @@ def override(
         actor=principal.actor,
     )
     return schemas.Overridden.model_validate(found)
+
+
+@router.get(
+    "/logs/search",
+    response_model=schemas.LogSearch,
+    responses=problems.documented(404, 422),
+    summary="Search the logs of a definition's recent runs, a run, or an instance",
+)
+def search_logs(
+    platform: PlatformDep,
+    _: Viewer,
+    text: Annotated[str, Query(min_length=1, max_length=200)],
+    definition: Annotated[str | None, Query(max_length=128)] = None,
+    run: Annotated[str | None, Query(max_length=128)] = None,
+    instance: Annotated[str | None, Query(max_length=256)] = None,
+    limit: Annotated[int, Query(ge=1, le=logs.MAX_MATCHES)] = logs.MAX_MATCHES,
+) -> schemas.LogSearch:
+    """Matching lines (case-insensitive) with their run, instance, task, attempt and line
+    number; exactly one of ``definition``, ``run`` or ``instance``."""
+    found = logs.search_logs(
+        platform, text, definition=definition, run_id=run, instance_id=instance, max_matches=limit
+    )
+    return schemas.LogSearch.model_validate(found)

@@ -1,4 +1,4 @@
-"""``/api/v2/tokens``: create API tokens (admins only)."""
+"""``/api/v2/tokens``: create, list and revoke API tokens (admins only)."""
 
 from __future__ import annotations
 
@@ -22,3 +22,25 @@ def create_token(body: schemas.TokenRequest, platform: PlatformDep, _: Admin) ->
     """The token is in this answer only; the server keeps its hash."""
     created = tokens.create_token(platform, role=body.role, name=body.name)
     return schemas.NewToken.model_validate(created)
+
+
+@router.get(
+    "",
+    response_model=schemas.TokenList,
+    summary="List API tokens (never the tokens themselves)",
+)
+def list_tokens(platform: PlatformDep, _: Admin) -> schemas.TokenList:
+    found = tokens.list_tokens(platform)
+    return schemas.TokenList(items=[schemas.TokenInfo.model_validate(t) for t in found])
+
+
+@router.post(
+    "/{token_id}/revoke",
+    response_model=schemas.TokenInfo,
+    responses=problems.documented(404, 409),
+    summary="Revoke an API token",
+)
+def revoke_token(token_id: str, platform: PlatformDep, _: Admin) -> schemas.TokenInfo:
+    """From now on the token authenticates nobody; revoking it again changes nothing. 409 for
+    the last admin token that still works."""
+    return schemas.TokenInfo.model_validate(tokens.revoke_token(platform, token_id))
