@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import itertools
+import os
 import statistics
 import subprocess
 import tempfile
@@ -60,6 +61,10 @@ class Figures:
     hop_p50_ms: float
     hop_p99_ms: float
     hop_max_ms: float
+    #: CPU per fan-out task: this process (scheduler, submission threads, the bench's polling)
+    #: and the local engine (supervisor, workers, the tasks' processes).
+    scheduler_cpu_ms: float
+    engine_cpu_ms: float
 
 
 # -- definitions ---------------------------------------------------------------------------
@@ -130,6 +135,17 @@ def _all_success(ledger: Ledger, run_id: str) -> None:
         raise RuntimeError(f"run {run_id} did not succeed everywhere: {states}")
 
 
+def _cpu_seconds_of_tree(pid: int | None) -> float:
+    """User + system CPU of a process and of its reaped descendants (the supervisor reaps its
+    workers, and each worker its task), from /proc: contention on the machine does not change
+    it, so it says what one task costs, where wall-clock rates only say what one run got."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
+    return (utime + stime + cutime + cstime) / os.sysconf("SC_CLK_TCK")
+
+
 def _fanout(ledger: Ledger, tasks: int) -> tuple[float, float]:
     name = f"fanout-{uuid.uuid4().hex[:6]}"
     triggers.apply_definition(ledger, _fanout_yaml(name, tasks))
@@ -193,7 +209,13 @@ def measure(database: str, url: str, args: argparse.Namespace) -> Figures:
             with _Loop(scheduler(), None):
                 _fanout(ledger, 20)  # warm up: imports, the supervisor, the page cache
             with _Loop(scheduler(), profile):
+                own_before = time.process_time()
+                engine_before = _cpu_seconds_of_tree(executor.supervisor_pid())
                 per_s, seconds = _fanout(ledger, args.tasks)
+                own_cpu = (time.process_time() - own_before) / args.tasks
+                engine_cpu = (
+                    _cpu_seconds_of_tree(executor.supervisor_pid()) - engine_before
+                ) / args.tasks
                 hops = _chain(ledger, args.chain)
         finally:
             executor.shutdown_supervisor()
@@ -207,6 +229,8 @@ def measure(database: str, url: str, args: argparse.Namespace) -> Figures:
         statistics.median(hops) * 1000,
         _percentile(hops, 0.99) * 1000,
         max(hops) * 1000,
+        own_cpu * 1000,
+        engine_cpu * 1000,
     )
 
 
@@ -333,6 +357,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"  fan-out: {f.fanout_per_s:8.1f} tasks/s ({f.fanout_seconds:.2f} s)   "
             f"x{f.fanout_per_s / executor_per_s:.2f} of the executor alone, "
             f"x{f.fanout_per_s / popen:.3f} of Popen   (target >= 200/s on SQLite)"
+        )
+        print(
+            f"  CPU per fan-out task: scheduler process {f.scheduler_cpu_ms:5.2f} ms, "
+            f"local engine {f.engine_cpu_ms:5.2f} ms  (2 cores: at most "
+            f"{2000 / (f.scheduler_cpu_ms + f.engine_cpu_ms):.0f} tasks/s with both busy)"
         )
         print(
             f"  chain hop SUCCESS -> next RUNNING: p50 {f.hop_p50_ms:6.1f} ms  "
