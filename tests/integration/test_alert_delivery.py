@@ -184,3 +184,22 @@ def test_owner_variables_and_backoff() -> None:
     assert settings.backoff(1) == timedelta(seconds=10)
     assert settings.backoff(3) == timedelta(seconds=40)
     assert settings.backoff(20) == timedelta(minutes=10)
+
+
+def test_a_run_late_for_its_expected_finish_raises_one_deadline_alert(
+    platform: Platform,
+) -> None:
+    from veritask.ledger.ledger import Ledger
+    from veritask.services import deadlines
+
+    triggers.apply_definition(platform.ledger, OWNED + "expected_finish: 2h\n")
+    triggers.trigger(platform.ledger, name="owned", kind=TriggerKind.MANUAL, actor="api")
+    assert deadlines.alert_late_runs(platform) == 0, "not late yet"
+
+    later = platform.now() + timedelta(hours=2, seconds=1)
+    late = Platform(Ledger(platform.engine, clock=lambda: later), platform.home)
+    assert deadlines.alert_late_runs(late) == 1
+    assert deadlines.alert_late_runs(late) == 0, "deduplicated per run"
+    with dialects.read_transaction(platform.engine) as connection:
+        row = connection.execute(sa.select(schema.alerts.c.category, schema.alerts.c.owner)).one()
+    assert tuple(row) == ("deadline", "data-platform")
