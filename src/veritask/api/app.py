@@ -9,9 +9,9 @@ from importlib import metadata
 from fastapi import APIRouter, FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from veritask.api import health, limits, problems, schemas, v1
+from veritask.api import health, limits, metrics, problems, schemas, v1
 from veritask.api.settings import ApiSettings
-from veritask.api.v2 import callbacks, definitions, runs, tokens
+from veritask.api.v2 import alerts, callbacks, definitions, durations, runs, tokens
 from veritask.services.platform import Platform
 
 TITLE = "Veritask"
@@ -44,8 +44,9 @@ def create_app(settings: ApiSettings, *, platform: Platform | None = None) -> Fa
     app.state.platform = owned
     problems.install(app)
     app.include_router(health.router)
+    app.include_router(metrics.router)
     v2 = APIRouter(prefix="/api/v2")
-    for module in (definitions, runs, callbacks, tokens):
+    for module in (definitions, runs, callbacks, tokens, alerts, durations):
         v2.include_router(module.router)
     app.include_router(v2)
     app.include_router(v1.router)

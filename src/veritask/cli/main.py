@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import click
 
-from veritask.cli import processes, verbs
+from veritask.cli import alerts, durations, operations, processes, verbs
 from veritask.cli.client import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
 
 
@@ -60,6 +60,13 @@ for command in (
     verbs.override_command,
     verbs.watch_command,
     verbs.token_group,
+    alerts.alerts_group,
+    durations.durations_command,
+    operations.verify_command,
+    operations.doctor_command,
+    operations.export_command,
+    operations.replay_command,
+    operations.purge_command,
 ):
     veritask.add_command(command)
 

@@ -51,10 +51,16 @@ class _Stop:
 
 
 def _configure_logging() -> None:
+    """``VERITASK_LOG_LEVEL`` (default WARNING) and ``VERITASK_LOG_FORMAT`` (text or json)."""
+    from veritask.services import log_format
+
+    handler = logging.StreamHandler(sys.stderr)
+    try:
+        handler.setFormatter(log_format.formatter(os.environ.get("VERITASK_LOG_FORMAT", "")))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     logging.basicConfig(
-        level=os.environ.get("VERITASK_LOG_LEVEL", "WARNING").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+        level=os.environ.get("VERITASK_LOG_LEVEL", "WARNING").upper(), handlers=[handler]
     )
 
 

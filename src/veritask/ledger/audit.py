@@ -160,13 +160,7 @@ def _invariants(ledger: Ledger) -> list[str]:
 
 def export_run(ledger: Ledger, run_id: str) -> Iterator[JSONObject]:
     """The run's whole history as JSON-ready lines: its rows first, then every event."""
-    d, v, r, t, e = (
-        schema.definitions,
-        schema.definition_versions,
-        schema.runs,
-        schema.task_instances,
-        schema.events,
-    )
+    d, v, r = schema.definitions, schema.definition_versions, schema.runs
     with dialects.read_transaction(ledger.engine) as connection:
         run = connection.execute(sa.select(r).where(r.c.id == run_id)).mappings().one()
         definition = (
@@ -182,23 +176,77 @@ def export_run(ledger: Ledger, run_id: str) -> Iterator[JSONObject]:
             .mappings()
             .one()
         )
-        instances = (
+        body = list(_run_lines(connection, run))
+    yield {"format": FORMAT, "run_id": run_id}
+    yield {"table": "definitions", "row": _plain(definition, drop=("current_version",))}
+    yield {"table": "definition_versions", "row": _plain(version)}
+    yield from body
+
+
+def export_definition(ledger: Ledger, definition_id: str) -> Iterator[JSONObject]:
+    """A definition's whole history: every version, its own lifecycle events, then every run
+    (oldest first) as :func:`export_run` writes it, without repeating the definition."""
+    d, v, r, e = (
+        schema.definitions,
+        schema.definition_versions,
+        schema.runs,
+        schema.events,
+    )
+    with dialects.read_transaction(ledger.engine) as connection:
+        definition = (
+            connection.execute(sa.select(d).where(d.c.id == definition_id)).mappings().one()
+        )
+        versions = (
             connection.execute(
-                sa.select(t.c.id, t.c.run_id, t.c.task_key, t.c.map_index, t.c.policy).where(
-                    t.c.run_id == run_id
-                )
+                sa.select(v).where(v.c.definition_id == definition_id).order_by(v.c.version)
             )
             .mappings()
             .all()
         )
-        events = (
-            connection.execute(sa.select(e).where(e.c.run_id == run_id).order_by(e.c.position))
+        own_events = (
+            connection.execute(
+                sa.select(e)
+                .where(e.c.subject_type == "definition", e.c.subject_id == definition_id)
+                .order_by(e.c.position)
+            )
             .mappings()
             .all()
         )
-    yield {"format": FORMAT, "run_id": run_id}
-    yield {"table": "definitions", "row": _plain(definition, drop=("current_version",))}
-    yield {"table": "definition_versions", "row": _plain(version)}
+        runs = (
+            connection.execute(
+                sa.select(r)
+                .where(r.c.definition_id == definition_id)
+                .order_by(r.c.created_at, r.c.id)
+            )
+            .mappings()
+            .all()
+        )
+        body = [line for run in runs for line in _run_lines(connection, run)]
+    yield {"format": FORMAT, "definition_id": definition_id}
+    yield {"table": "definitions", "row": _plain(definition)}
+    for version in versions:
+        yield {"table": "definition_versions", "row": _plain(version)}
+    for event in own_events:
+        yield {"table": "events", "row": _plain(event, drop=("position",))}
+    yield from body
+
+
+def _run_lines(connection: Connection, run: Any) -> Iterator[JSONObject]:
+    t, e = schema.task_instances, schema.events
+    instances = (
+        connection.execute(
+            sa.select(t.c.id, t.c.run_id, t.c.task_key, t.c.map_index, t.c.policy).where(
+                t.c.run_id == run["id"]
+            )
+        )
+        .mappings()
+        .all()
+    )
+    events = (
+        connection.execute(sa.select(e).where(e.c.run_id == run["id"]).order_by(e.c.position))
+        .mappings()
+        .all()
+    )
     yield {"table": "runs", "row": _plain(run, drop=("fold",))}
     for instance in instances:
         yield {"table": "task_instances", "row": _plain(instance)}

@@ -177,3 +177,36 @@ def purge_permitted(
         connection.execute(permit_table.insert().values(id=1))
         yield
         connection.execute(permit_table.delete())
+
+
+def upsert_adding(
+    connection: Connection,
+    table: sa.Table,
+    values: Mapping[str, object],
+    *,
+    key_columns: Sequence[str],
+    add_column: str,
+    set_columns: Sequence[str] = (),
+) -> None:
+    """INSERT the row, or on a key conflict add its ``add_column`` to the stored one (and
+    overwrite ``set_columns``): a counter that concurrent writers increment without a lost
+    update."""
+    name = connection.dialect.name
+    if name == "postgresql":
+        pg_insert = postgresql.insert(table).values(dict(values))
+        excluded = pg_insert.excluded
+        updates = {add_column: table.c[add_column] + excluded[add_column]}
+        updates.update({column: excluded[column] for column in set_columns})
+        connection.execute(
+            pg_insert.on_conflict_do_update(index_elements=list(key_columns), set_=updates)
+        )
+    elif name == "sqlite":
+        lite_insert = sqlite.insert(table).values(dict(values))
+        lite_excluded = lite_insert.excluded
+        lite_updates = {add_column: table.c[add_column] + lite_excluded[add_column]}
+        lite_updates.update({column: lite_excluded[column] for column in set_columns})
+        connection.execute(
+            lite_insert.on_conflict_do_update(index_elements=list(key_columns), set_=lite_updates)
+        )
+    else:
+        raise ValueError(f"unsupported dialect {name!r}")

@@ -30,7 +30,7 @@ from veritask.core.jsontypes import JSONObject
 from veritask.core.judge import Outcome
 from veritask.core.policy import TaskPolicy
 from veritask.core.states import InstanceState
-from veritask.ledger import dialects, errors, runs, schema, statements
+from veritask.ledger import dialects, errors, metric_values, runs, schema, statements
 
 Clock = Callable[[], datetime]
 
@@ -249,6 +249,7 @@ class Ledger:
             except _LostRace:
                 continue
             self._remember(touched)
+            _count((event,), (applied,))
             return applied
         raise errors.LedgerConflict(
             f"instance {event.instance_id}: lost {MAX_RACES} compare-and-set races in a row"
@@ -268,6 +269,7 @@ class Ledger:
             except _LostRace:
                 continue
             self._remember(touched)
+            _count(events, applied)
             return applied
         raise errors.LedgerConflict(f"a batch of {len(events)} lost {MAX_RACES} races in a row")
 
@@ -556,3 +558,17 @@ class Ledger:
             previous = before.get(view.attempt_no)
             if previous is None or statements.projected(previous) != statements.projected(view):
                 statements.upsert_attempt(connection, instance_id, view, loaded.policy)
+
+
+def _count(events: Sequence[Event], results: Sequence[Applied]) -> None:
+    """Count outcomes (and the reconciler's applied decisions) for ``/metrics``: in memory
+    here, added to ``metric_values`` by the process's housekeeping or its scrape."""
+    for event, applied in zip(events, results, strict=True):
+        outcome = applied.outcome.value
+        metric_values.PROCESS_TALLY.add(
+            "events_total", {"kind": event.kind.value, "outcome": outcome}
+        )
+        if event.actor == "reconciler" and applied.outcome is Outcome.APPLIED:
+            metric_values.PROCESS_TALLY.add(
+                "reconciler_decisions_total", {"kind": event.kind.value}
+            )

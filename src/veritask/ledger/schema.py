@@ -71,6 +71,7 @@ TERMINAL_INSTANCE_PREDICATE: Final = (
 DUE_RETRY_PREDICATE: Final = f"state = '{states.InstanceState.UP_FOR_RETRY}'"
 LEASED_ATTEMPT_PREDICATE: Final = _one_of("state", LEASED_ATTEMPT_STATES)
 UNRESOLVED_ALERT_PREDICATE: Final = f"status <> '{vocabulary.AlertStatus.RESOLVED}'"
+PENDING_DELIVERY_PREDICATE: Final = f"delivery_state = '{vocabulary.DeliveryState.PENDING}'"
 
 definitions = sa.Table(
     "definitions",
@@ -280,6 +281,12 @@ alerts = sa.Table(
     _time("opened_at", nullable=False),
     _time("acknowledged_at"),
     _time("resolved_at"),
+    # Who took and who closed it (an actor: ``operator:<name>``, ``scheduler``); 0002.
+    sa.Column("acknowledged_by", sa.String(160), nullable=True),
+    sa.Column("resolved_by", sa.String(160), nullable=True),
+    # Webhook delivery (services/alert_delivery.py): NULL when nothing is to be delivered.
+    sa.Column("delivery_state", sa.String(16), nullable=True),
+    _time("next_delivery_at"),
     sa.CheckConstraint(_one_of("category", vocabulary.AlertCategory), name="category"),
     sa.CheckConstraint(_one_of("status", vocabulary.AlertStatus), name="status"),
     # One unresolved alert per condition; a resolved one may be raised again.
@@ -297,6 +304,60 @@ alerts = sa.Table(
         postgresql_where=sa.text(UNRESOLVED_ALERT_PREDICATE),
         sqlite_where=sa.text(UNRESOLVED_ALERT_PREDICATE),
     ),
+    # The deliverer's queue: the few alerts still waiting for their webhook, by due time.
+    sa.Index(
+        "ix_alerts_pending_delivery",
+        "next_delivery_at",
+        postgresql_where=sa.text(PENDING_DELIVERY_PREDICATE),
+        sqlite_where=sa.text(PENDING_DELIVERY_PREDICATE),
+    ),
+)
+
+#: Every attempt to deliver an alert to a webhook, successful or not (0002).
+alert_deliveries = sa.Table(
+    "alert_deliveries",
+    metadata,
+    sa.Column("id", columns.PositionType, primary_key=True, autoincrement=True),
+    sa.Column("alert_id", columns.PositionType, nullable=False),
+    sa.Column("target", sa.String(1024), nullable=False),
+    sa.Column("attempt_no", sa.Integer, nullable=False),
+    _time("attempted_at", nullable=False),
+    sa.Column("delivered", sa.Boolean, nullable=False),
+    sa.Column("status_code", sa.Integer, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.ForeignKeyConstraint(["alert_id"], ["alerts.id"]),
+    sa.Index("ix_alert_deliveries_alert_id_attempt_no", "alert_id", "attempt_no"),
+    sqlite_autoincrement=True,
+)
+
+#: Operations people or housekeeping ran on the data itself: purges, log removals, repairs,
+#: replays; with who, when, what was asked and what was done (0002).
+operations = sa.Table(
+    "operations",
+    metadata,
+    sa.Column("id", columns.PositionType, primary_key=True, autoincrement=True),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("actor", sa.String(160), nullable=False),
+    _time("started_at", nullable=False),
+    _time("finished_at"),
+    sa.Column("dry_run", sa.Boolean, nullable=False),
+    sa.Column("parameters", columns.json_column_type(), nullable=False),
+    sa.Column("result", columns.json_column_type(none_as_null=True), nullable=True),
+    sa.CheckConstraint(_one_of("kind", vocabulary.OperationKind), name="kind"),
+    sa.Index("ix_operations_kind_started_at", "kind", "started_at"),
+    sqlite_autoincrement=True,
+)
+
+#: Counters and gauges that processes other than the API write (the scheduler's loop, the
+#: ledger's event outcomes, phase histograms) and ``/metrics`` reads at scrape time (0002).
+#: ``labels`` is the canonical ``k=v,k=v`` form of a bounded label set.
+metric_values = sa.Table(
+    "metric_values",
+    metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("labels", sa.String(512), primary_key=True),
+    sa.Column("value", sa.Double, nullable=False),
+    _time("updated_at", nullable=False),
 )
 
 api_tokens = sa.Table(
@@ -319,6 +380,8 @@ schedulers = sa.Table(
     sa.Column("pid", sa.Integer, nullable=False),
     _time("started_at", nullable=False),
     _time("heartbeat_at", nullable=False),
+    # When its loop last finished a tick (0002): the loop's lag, beside the lease's heartbeat.
+    _time("last_tick_at"),
 )
 
 #: SQLite has no transaction-local settings; the purge inserts this table's one row, deletes,

@@ -69,6 +69,32 @@ class AlertStatus(StrEnum):
     """The condition ended or someone closed it."""
 
 
+class DeliveryState(StrEnum):
+    """Where an alert's webhook delivery is (NULL in the table: nothing to deliver)."""
+
+    PENDING = "pending"
+    """Waiting for its first or next attempt (``next_delivery_at``)."""
+    DELIVERED = "delivered"
+    """A target answered 2xx."""
+    FAILED = "failed"
+    """Every attempt failed; the attempts are in ``alert_deliveries``."""
+    UNROUTED = "unrouted"
+    """No webhook was configured for its owner when it came due."""
+
+
+class OperationKind(StrEnum):
+    """What an operation in the ``operations`` table did."""
+
+    PURGE_EVENTS = "purge_events"
+    """Deleted the history of deleted definitions' runs past the retention period."""
+    REMOVE_LOGS = "remove_logs"
+    """Removed attempt logs of attempts that ended before the retention period."""
+    REPAIR = "repair"
+    """Rebuilt snapshots that differed from the fold of their events (``verify --repair``)."""
+    REPLAY = "replay"
+    """Loaded an export into this database and rebuilt its snapshots."""
+
+
 class TokenRole(StrEnum):
     """What an API token may do."""
 

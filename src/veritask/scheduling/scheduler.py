@@ -108,6 +108,8 @@ class Scheduler:
         self._newest_run: datetime | None = None
         self._held_back = False
         self._stops_due = True
+        #: When the loop last finished a tick: its lag is a metric (services/metrics.py).
+        self.last_tick_at: datetime | None = None
 
     @property
     def clock(self) -> sweeps.Clock:
@@ -218,6 +220,7 @@ class Scheduler:
             report.decided += self.sweeper.send_pending_stops(self.context_for)
         if report.swept:
             self._rescan = True  # decisions of the sweeps may move runs on
+        self.last_tick_at = now
         return report
 
     def _remember(self, advanced: Advanced) -> None:

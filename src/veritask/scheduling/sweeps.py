@@ -82,7 +82,11 @@ class Sweeper:
             try:
                 done += self._monitor_one(row.id, row.run_id, now, contexts)
             except Exception:  # one instance never stops the sweep
-                log.exception("monitor failed for instance %s", row.id)
+                log.exception(
+                    "monitor failed for instance %s",
+                    row.id,
+                    extra={"run_id": row.run_id, "instance_id": row.id, "attempt_no": row.epoch},
+                )
                 self._alert_platform(row.id, row.run_id, "the monitor failed on this instance")
         self._alert_late_retries(now)
         return done

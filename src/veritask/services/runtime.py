@@ -9,17 +9,22 @@ over the attempts that were running when the first one stopped.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Final
 
+import httpx
+
+from veritask.definitions import durations
 from veritask.execution import local, port
 from veritask.scheduling.lease import SchedulerAlreadyRunning, SchedulerLease
 from veritask.scheduling.scheduler import Scheduler
 from veritask.scheduling.settings import Settings
 from veritask.scheduling.tokens import AttemptTokens
-from veritask.services import definitions
+from veritask.services import alert_delivery, deadlines, definitions, metrics, operations
 from veritask.services.errors import SchedulerRefused
 from veritask.services.platform import Platform
 
@@ -30,6 +35,10 @@ OUTBOX: Final = "outbox"
 RESTART_DELAY_SECONDS: Final = 1.0
 #: How often the lease's heartbeat is written and deletions are moved on.
 HOUSEKEEPING_SECONDS: Final = 5.0
+#: ``VERITASK_RETENTION=90d`` turns the daily retention purge on (history and logs).
+RETENTION_VARIABLE: Final = "VERITASK_RETENTION"
+HOUSEKEEPING_ACTOR: Final = "housekeeping"
+PURGE_EVERY: Final = timedelta(days=1)
 
 
 class SchedulerRuntime:
@@ -50,7 +59,10 @@ class SchedulerRuntime:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._lease: SchedulerLease | None = None
+        self._scheduler: Scheduler | None = None
         self.executors: dict[str, port.Executor] = {}
+        self.webhooks = alert_delivery.WebhookSettings.from_environment()
+        self.retention = _retention_from_environment()
 
     @property
     def home(self) -> Path:
@@ -78,6 +90,7 @@ class SchedulerRuntime:
             settings=self.settings,
             commit_base_url=self.commit_base_url,
         )
+        self._scheduler = scheduler
         self._threads = [
             threading.Thread(
                 target=self._guarded, args=(scheduler.run,), name="veritask-scheduler", daemon=True
@@ -120,11 +133,66 @@ class SchedulerRuntime:
                 self._stop.wait(RESTART_DELAY_SECONDS)
 
     def _housekeeping(self, stop: threading.Event) -> None:
-        """The lease's heartbeat and the background steps of definition deletes."""
-        while not stop.wait(HOUSEKEEPING_SECONDS):
-            try:
-                if self._lease is not None:
-                    self._lease.beat()
-                definitions.advance_deletions(self.platform, executors=self.executors)
-            except Exception:  # one failed pass never stops the next
-                log.exception("housekeeping failed; trying again")
+        """The lease's heartbeat, deletions, and the observability steps: metrics, late runs,
+        alert webhooks, the retention purge when configured. Each step fails alone."""
+        with httpx.Client() as http:
+            while not stop.wait(HOUSEKEEPING_SECONDS):
+                steps: list[tuple[str, Callable[[], object]]] = [
+                    ("lease", self._beat),
+                    ("deletions", self._advance_deletions),
+                    ("metrics", self._record_metrics),
+                    ("deadlines", lambda: deadlines.alert_late_runs(self.platform)),
+                    ("alert webhooks", lambda: self._deliver_alerts(http)),
+                    ("retention", self._purge_when_due),
+                ]
+                for name, step in steps:
+                    try:
+                        step()
+                    except Exception:  # one failed step never stops the others or the next pass
+                        log.exception("housekeeping: %s failed; trying again", name)
+
+    def _beat(self) -> None:
+        if self._lease is not None:
+            self._lease.beat()
+
+    def _advance_deletions(self) -> None:
+        definitions.advance_deletions(self.platform, executors=self.executors)
+
+    def _record_metrics(self) -> None:
+        metrics.flush_process_counts(self.platform)
+        if self._lease is not None and self._scheduler is not None:
+            slots = {
+                name: executor.slots
+                for name, executor in self.executors.items()
+                if isinstance(executor, local.LocalExecutor)
+            }
+            metrics.record_scheduler(
+                self.platform,
+                scheduler_id=self._lease.id,
+                last_tick_at=self._scheduler.last_tick_at,
+                slots=slots,
+            )
+        metrics.observe_finished_instances(self.platform)
+
+    def _deliver_alerts(self, http: httpx.Client) -> None:
+        alert_delivery.deliver_due(self.platform, self.webhooks, http)
+
+    def _purge_when_due(self) -> None:
+        if self.retention is None:
+            return
+        last = operations.last_purge_at(self.platform, actor=HOUSEKEEPING_ACTOR)
+        if last is not None and self.platform.now() - last < PURGE_EVERY:
+            return
+        operations.purge(
+            self.platform, older_than=self.retention, dry_run=False, actor=HOUSEKEEPING_ACTOR
+        )
+
+
+def _retention_from_environment() -> timedelta | None:
+    configured = os.environ.get(RETENTION_VARIABLE)
+    if not configured:
+        return None
+    period = durations.parse_duration(configured)
+    if period <= timedelta():
+        raise ValueError(f"{RETENTION_VARIABLE}: must be more than 0")
+    return period

@@ -1,0 +1,238 @@
+"""The verbs that work on the database directly, like ``db upgrade``: ``verify``, ``doctor``,
+``export``, ``replay``, ``purge``. They must work when the API is down.
+
+The database is ``--database-url``, else ``VERITASK_DATABASE_URL``, else the SQLite file in
+``VERITASK_HOME``. Exit codes (design.md section 7): 0 everything held / done, 1 something did
+not hold or the operation failed, 2 bad usage or input, 3 not found, 4 refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+import click
+
+from veritask.cli import client, render
+from veritask.cli.client import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE, CliError
+from veritask.core.errors import VeritaskError
+from veritask.core.jsontypes import JSONObject
+
+if TYPE_CHECKING:
+    from veritask.services.platform import Platform
+
+DATABASE_OPTION = click.option(
+    "--database-url",
+    default=None,
+    help="SQLAlchemy URL; default VERITASK_DATABASE_URL, else SQLite in VERITASK_HOME.",
+)
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+def _actor() -> str:
+    return f"operator:{os.environ.get('USER', 'cli')}"
+
+
+@contextmanager
+def _platform(database_url: str | None, *, migrated: bool = True) -> Iterator[Platform]:
+    """The platform over the database, refusing one that is not at this version's schema."""
+    from veritask.ledger import dialects
+    from veritask.services import health
+    from veritask.services.platform import Platform
+
+    url = database_url or dialects.default_database_url()
+    platform = Platform.open(url, client.home())
+    try:
+        if migrated:
+            ready = health.readiness(platform)
+            if not ready.ready:
+                raise CliError(EXIT_FAILED, ready.detail)
+        yield platform
+    except VeritaskError as exc:
+        from veritask.services import errors
+
+        match exc:
+            case errors.NotFound():
+                raise CliError(EXIT_NOT_FOUND, str(exc)) from None
+            case errors.Conflict() | errors.Forbidden():
+                raise CliError(EXIT_REFUSED, str(exc)) from None
+            case errors.InvalidInput():
+                raise CliError(EXIT_USAGE, str(exc)) from None
+        raise CliError(EXIT_FAILED, str(exc)) from None
+    finally:
+        platform.close()
+
+
+@click.command("verify")
+@DATABASE_OPTION
+@click.option("--repair", is_flag=True, help="Rebuild snapshots that differ from their events.")
+@JSON_OPTION
+def verify_command(database_url: str | None, repair: bool, as_json: bool) -> None:
+    """Re-fold every instance's events and compare with the stored snapshots; check the
+    invariants at rest. Exit 0 if everything held (after --repair: holds now), 1 otherwise."""
+    from veritask.services import operations
+
+    with _platform(database_url) as platform:
+        report = operations.verify(platform, repair=repair, actor=_actor())
+    if as_json:
+        render.print_json(
+            {
+                "ok": report.ok,
+                "instances": report.instances,
+                "mismatches": list(report.mismatches),
+                "violations": list(report.violations),
+                "repaired": report.repaired,
+            }
+        )
+    else:
+        for line in (*report.mismatches, *report.violations):
+            render.out.print(line)
+        verdict = "all held" if report.ok else "NOT all held"
+        repaired = f"; {report.repaired} repaired" if repair else ""
+        render.out.print(f"{report.instances} instances verified: {verdict}{repaired}")
+    raise SystemExit(0 if report.ok else EXIT_FAILED)
+
+
+@click.command("doctor")
+@DATABASE_OPTION
+@JSON_OPTION
+def doctor_command(database_url: str | None, as_json: bool) -> None:
+    """Check the database, the schedulers, the executor, workers' clocks and disk space.
+    Exit 0 if nothing failed (warnings do not fail), 1 otherwise."""
+    from veritask.services import doctor
+
+    with _platform(database_url, migrated=False) as platform:
+        checks = doctor.diagnose(platform)
+    healthy = doctor.healthy(checks)
+    if as_json:
+        render.print_json({"healthy": healthy, "checks": [c.as_json() for c in checks]})
+    else:
+        for check in checks:
+            render.out.print(f"{check.status.value.upper():4}  {check.name}: {check.detail}")
+    raise SystemExit(0 if healthy else EXIT_FAILED)
+
+
+@click.command("export")
+@click.argument("run_id", required=False)
+@click.option("--definition", "name", default=None, help="Export every run of this definition.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    default=None,
+    help="Write to this file instead of stdout.",
+)
+@DATABASE_OPTION
+def export_command(
+    run_id: str | None, name: str | None, output: Path | None, database_url: str | None
+) -> None:
+    """Write a run's (or a definition's) full history as JSON Lines: rows, then every event."""
+    from veritask.services import operations
+
+    if (run_id is None) == (name is None):
+        raise CliError(EXIT_USAGE, "give a RUN_ID or --definition NAME (one of them)")
+    with _platform(database_url) as platform:
+        if run_id is not None:
+            lines = list(operations.export_run(platform, run_id))
+        else:
+            lines = list(operations.export_definition(platform, str(name)))
+    if output is None:
+        _write(sys.stdout, lines)
+    else:
+        with output.open("w", encoding="utf-8") as stream:
+            _write(stream, lines)
+
+
+def _write(stream: TextIO, lines: list[JSONObject]) -> None:
+    from veritask.services import operations
+
+    stream.writelines(operations.as_json_lines(lines))
+    stream.flush()
+
+
+@click.command("replay")
+@click.argument(
+    "path", type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path)
+)
+@DATABASE_OPTION
+@JSON_OPTION
+def replay_command(path: Path, database_url: str | None, as_json: bool) -> None:
+    """Load an export into an empty, migrated database and rebuild every snapshot from the
+    events alone. Exit 4 if the database is not empty."""
+    from veritask.services import operations
+
+    text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+    lines: list[JSONObject] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            parsed = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise CliError(EXIT_USAGE, f"{path}:{number}: not JSON: {exc.msg}") from None
+        if not isinstance(parsed, dict):
+            raise CliError(EXIT_USAGE, f"{path}:{number}: expected a JSON object")
+        lines.append(parsed)
+    with _platform(database_url) as platform:
+        try:
+            replayed = operations.replay(platform, lines, actor=_actor())
+        except (ValueError, KeyError) as exc:
+            raise CliError(EXIT_USAGE, f"{path}: not a Veritask export: {exc}") from None
+    if as_json:
+        render.print_json({"instances": len(replayed)})
+    else:
+        render.out.print(f"replayed {len(replayed)} instances from {path}")
+
+
+@click.command("purge")
+@click.option(
+    "--older-than",
+    required=True,
+    help="Retention period, e.g. 90d: only what ended (or was last touched) before it.",
+)
+@click.option("--dry-run", is_flag=True, help="Count what would go; remove nothing.")
+@click.option(
+    "--only",
+    type=click.Choice(["history", "logs"]),
+    default=None,
+    help="Only the deleted definitions' history, or only attempt logs.",
+)
+@DATABASE_OPTION
+@JSON_OPTION
+def purge_command(
+    older_than: str, dry_run: bool, only: str | None, database_url: str | None, as_json: bool
+) -> None:
+    """Remove the history of deleted definitions' runs and old attempt logs past a retention
+    period; each part is recorded in the operations table."""
+    from veritask.definitions.durations import InvalidDuration, parse_duration
+    from veritask.services import operations
+
+    try:
+        period = parse_duration(older_than)
+    except InvalidDuration as exc:
+        raise CliError(EXIT_USAGE, f"--older-than: {exc}") from None
+    if period.total_seconds() <= 0:
+        raise CliError(EXIT_USAGE, "--older-than: must be more than 0")
+    with _platform(database_url) as platform:
+        report = operations.purge(
+            platform,
+            older_than=period,
+            dry_run=dry_run,
+            actor=_actor(),
+            history=only in (None, "history"),
+            logs=only in (None, "logs"),
+        )
+    if as_json:
+        render.print_json(report.as_json())
+        return
+    verb = "would remove" if dry_run else "removed"
+    render.out.print(
+        f"{verb}: {report.runs} runs with {report.events} events "
+        f"({report.rejected_events} rejected), {report.log_files} log files "
+        f"({report.log_bytes} bytes); cutoff {report.cutoff.isoformat()}"
+    )

@@ -1,0 +1,111 @@
+"""Where an instance's time went, from transition times (design.md 5.8). Pure.
+
+Every time here is an ``event_time`` (when it happened, by the actor's clock) carried by the
+fold's attempt views, never a row's create or update time:
+
+- dependency wait = the first attempt's SCHEDULED - the instance's CREATED;
+- queue = RUNNING - QUEUED, per attempt;
+- execution = end - RUNNING, per attempt;
+- retry wait = the next attempt's SCHEDULED - the previous attempt's end.
+
+An interval whose end has not happened yet is open (``end`` None): a timeline draws it up to
+now, statistics leave it out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from veritask.core.fold import AttemptView
+
+
+class Phase(StrEnum):
+    """A phase of an instance's life, in the order they happen."""
+
+    DEPENDENCY_WAIT = "dependency_wait"
+    """From CREATED to the first attempt's SCHEDULED: upstream tasks, concurrency, time."""
+    QUEUE = "queue"
+    """From QUEUED (the engine acknowledged) to RUNNING (the worker started)."""
+    EXECUTION = "execution"
+    """From RUNNING to the attempt's end."""
+    RETRY_WAIT = "retry_wait"
+    """From an attempt's end to the next attempt's SCHEDULED."""
+
+
+@dataclass(frozen=True)
+class PhaseInterval:
+    """One phase of one attempt (``attempt_no`` 1 for the dependency wait)."""
+
+    phase: Phase
+    attempt_no: int
+    start: datetime
+    end: datetime | None
+
+    @property
+    def duration(self) -> timedelta | None:
+        """None while the phase is still going on."""
+        return None if self.end is None else self.end - self.start
+
+
+def phase_intervals(
+    created_at: datetime | None, attempts: Sequence[AttemptView]
+) -> list[PhaseInterval]:
+    """The instance's phases, attempt by attempt, from its creation time and its attempts."""
+    ordered = sorted(attempts, key=lambda view: view.attempt_no)
+    found: list[PhaseInterval] = []
+    if created_at is not None and ordered and ordered[0].scheduled_at is not None:
+        found.append(
+            PhaseInterval(
+                Phase.DEPENDENCY_WAIT, ordered[0].attempt_no, created_at, ordered[0].scheduled_at
+            )
+        )
+    elif created_at is not None and not ordered:
+        found.append(PhaseInterval(Phase.DEPENDENCY_WAIT, 1, created_at, None))
+    previous: AttemptView | None = None
+    for view in ordered:
+        if previous is not None and previous.ended_at is not None and view.scheduled_at:
+            found.append(
+                PhaseInterval(
+                    Phase.RETRY_WAIT, view.attempt_no, previous.ended_at, view.scheduled_at
+                )
+            )
+        if view.queued_at is not None:
+            queue_end = view.started_at
+            if queue_end is None and view.ended_at is not None:
+                queue_end = view.ended_at  # it ended without a start report: all of it queued
+            found.append(PhaseInterval(Phase.QUEUE, view.attempt_no, view.queued_at, queue_end))
+        if view.started_at is not None:
+            found.append(
+                PhaseInterval(Phase.EXECUTION, view.attempt_no, view.started_at, view.ended_at)
+            )
+        previous = view
+    # A retry not opened yet is no phase: its retry_at is a plan, not a transition.
+    return found
+
+
+def totals(intervals: Iterable[PhaseInterval]) -> dict[Phase, timedelta]:
+    """Time spent in each phase, over the closed intervals only."""
+    found: dict[Phase, timedelta] = {}
+    for interval in intervals:
+        duration = interval.duration
+        if duration is not None:
+            found[interval.phase] = found.get(interval.phase, timedelta()) + duration
+    return found
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The ``fraction`` (0..1) percentile by linear interpolation between closest ranks."""
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must be within 0..1, got {fraction}")
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * fraction
+    below, above = math.floor(position), math.ceil(position)
+    if below == above:
+        return ordered[below]
+    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)

@@ -1,0 +1,93 @@
+"""The recorded events of runs' instances, grouped by instance, for computing durations.
+
+One query per table for a whole run (or a definition's recent runs): the instances, then
+their events by ``run_id`` (indexed), never one query per instance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from veritask.core.events import Event, EventKind
+from veritask.core.jsontypes import JSONObject
+from veritask.ledger import schema
+
+
+@dataclass
+class InstanceHistory:
+    """One instance's identity, stored state and policy, and its recorded events."""
+
+    instance_id: str
+    run_id: str
+    task_key: str
+    map_index: int
+    state: str
+    policy: JSONObject
+    events: list[Event] = field(default_factory=list)
+
+
+def instance_histories(connection: Connection, run_ids: Sequence[str]) -> list[InstanceHistory]:
+    """The instances of these runs with their events, in run then task order."""
+    if not run_ids:
+        return []
+    t, e = schema.task_instances.c, schema.events.c
+    found = {
+        row.id: InstanceHistory(
+            row.id, row.run_id, row.task_key, row.map_index, row.state, row.policy
+        )
+        for row in connection.execute(
+            sa.select(t.id, t.run_id, t.task_key, t.map_index, t.state, t.policy)
+            .where(t.run_id.in_(run_ids))
+            .order_by(t.run_id, t.task_key, t.map_index)
+        )
+    }
+    rows = connection.execute(
+        sa.select(
+            e.event_id,
+            e.instance_id,
+            e.attempt_no,
+            e.kind,
+            e.actor,
+            e.event_time,
+            e.observed_at,
+            e.evidence,
+            e.seq,
+        )
+        .where(e.run_id.in_(run_ids), e.subject_type == "instance")
+        .order_by(e.position)
+    )
+    for row in rows:
+        history = found.get(row.instance_id)
+        if history is None:
+            continue
+        history.events.append(
+            Event(
+                event_id=row.event_id,
+                instance_id=row.instance_id,
+                attempt_no=row.attempt_no or 0,
+                kind=EventKind(row.kind),
+                actor=row.actor,
+                event_time=row.event_time,
+                evidence=row.evidence,
+                seq=row.seq,
+                observed_at=row.observed_at,
+            )
+        )
+    return list(found.values())
+
+
+def recent_run_ids(connection: Connection, definition_id: str, *, limit: int) -> list[str]:
+    """The ids of the definition's newest runs (keyset index on created_at, id)."""
+    r = schema.runs.c
+    return list(
+        connection.execute(
+            sa.select(r.id)
+            .where(r.definition_id == definition_id)
+            .order_by(r.created_at.desc(), r.id.desc())
+            .limit(limit)
+        ).scalars()
+    )

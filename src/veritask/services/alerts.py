@@ -1,0 +1,84 @@
+"""Alerts for people: list them by owner category, status and owner; acknowledge; resolve.
+
+Acknowledging and resolving are operator decisions: the actor (``operator:<name>``) and the
+time are recorded on the alert. An alert is never deleted: resolving it keeps its record and
+lets the same condition be raised again (design.md 5.4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from veritask.ledger import alerts, dialects
+from veritask.ledger.alerts import AlertRow
+from veritask.ledger.vocabulary import AlertCategory, AlertStatus
+from veritask.services.errors import Conflict, InvalidInput, NotFound
+from veritask.services.platform import Platform
+
+__all__ = [
+    "MAX_PAGE",
+    "AlertCategory",
+    "AlertRow",
+    "AlertStatus",
+    "acknowledge",
+    "get_alert",
+    "list_alerts",
+    "resolve",
+]
+
+MAX_PAGE: Final = 500
+
+
+def list_alerts(
+    platform: Platform,
+    *,
+    statuses: Sequence[AlertStatus] = (),
+    categories: Sequence[AlertCategory] = (),
+    owner: str | None = None,
+    run_id: str | None = None,
+    before_id: int | None = None,
+    limit: int = 100,
+) -> list[AlertRow]:
+    """Alerts newest first; with no status given, the unresolved ones (open and acknowledged)."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidInput.about("limit", f"must be between 1 and {MAX_PAGE}")
+    wanted = tuple(statuses) or (AlertStatus.OPEN, AlertStatus.ACKNOWLEDGED)
+    with dialects.read_transaction(platform.engine) as connection:
+        return alerts.list_alerts(
+            connection,
+            statuses=wanted,
+            categories=categories,
+            owner=owner,
+            run_id=run_id,
+            before_id=before_id,
+            limit=limit,
+        )
+
+
+def get_alert(platform: Platform, alert_id: int) -> AlertRow:
+    with dialects.read_transaction(platform.engine) as connection:
+        found = alerts.get_alert(connection, alert_id)
+    if found is None:
+        raise NotFound(f"no alert {alert_id}")
+    return found
+
+
+def acknowledge(platform: Platform, alert_id: int, *, actor: str) -> AlertRow:
+    """Someone took the alert; it stays unresolved (and still blocks a duplicate)."""
+    try:
+        return alerts.acknowledge(platform.ledger, alert_id, actor=actor)
+    except alerts.AlertNotFound as exc:
+        raise NotFound(str(exc)) from None
+    except alerts.AlertClosed as exc:
+        raise Conflict(str(exc), current_state=AlertStatus.RESOLVED.value) from None
+
+
+def resolve(platform: Platform, alert_id: int, *, actor: str) -> AlertRow:
+    """The condition is over or handled; the same condition may be raised again later."""
+    try:
+        return alerts.resolve(platform.ledger, alert_id, actor=actor)
+    except alerts.AlertNotFound as exc:
+        raise NotFound(str(exc)) from None
+    except alerts.AlertClosed as exc:
+        raise Conflict(str(exc), current_state=AlertStatus.RESOLVED.value) from None

@@ -1,0 +1,209 @@
+"""``veritask doctor``: is this installation able to do its job, and if not, what to look at.
+
+Each check reads the database or the data folder directly (the API may be the thing that is
+down) and says ``ok``, ``warn`` (works, but look at it) or ``fail`` (something does not work).
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Final
+
+import sqlalchemy as sa
+
+from veritask.core.jsontypes import JSONObject
+from veritask.execution import local
+from veritask.ledger import dialects, schema
+from veritask.scheduling.lease import STALE_AFTER
+from veritask.services import health
+from veritask.services.platform import Platform
+
+#: A worker whose reports carry times this far ahead of ours has a clock that is ahead.
+CLOCK_AHEAD_FAIL: Final = timedelta(seconds=5)
+#: Reports that typically arrive this late: a clock behind, or a slow path to the platform.
+DELAY_WARN: Final = timedelta(seconds=30)
+#: How many of the newest worker reports the clock check reads.
+CLOCK_SAMPLE: Final = 1000
+#: A scheduler loop that has not finished a tick for this long is stuck or overloaded.
+TICK_LAG_WARN: Final = timedelta(seconds=60)
+DISK_FAIL_BYTES: Final = 100 * 1024 * 1024
+DISK_WARN_BYTES: Final = 1024 * 1024 * 1024
+DISK_WARN_FRACTION: Final = 0.05
+
+
+class Status(StrEnum):
+    """How a check came out."""
+
+    OK = "ok"
+    """It holds."""
+    WARN = "warn"
+    """It works, but someone should look."""
+    FAIL = "fail"
+    """It does not work."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check: its name, how it came out, a sentence, and the figures it used."""
+
+    name: str
+    status: Status
+    detail: str
+    figures: JSONObject
+
+    def as_json(self) -> JSONObject:
+        return {
+            "name": self.name,
+            "status": self.status.value,
+            "detail": self.detail,
+            "figures": self.figures,
+        }
+
+
+def diagnose(platform: Platform) -> list[Check]:
+    """Every check, in order; the later ones are skipped when the database is not usable."""
+    found = [database(platform)]
+    if found[0].status is Status.FAIL:
+        return [*found, *(skipped(name) for name in ("schedulers", "clock skew"))]
+    steps: list[Callable[[Platform], Check]] = [schedulers, clock_skew]
+    found.extend(step(platform) for step in steps)
+    found.append(executor(platform.home))
+    found.extend(disk(platform.home))
+    return found
+
+
+def skipped(name: str) -> Check:
+    return Check(name, Status.FAIL, "not checked: the database is not usable", {})
+
+
+def database(platform: Platform) -> Check:
+    """Reachable, and migrated to the schema this version needs."""
+    ready = health.readiness(platform)
+    figures: JSONObject = {
+        "backend": ready.database,
+        "revision": ready.revision,
+        "expected_revision": ready.expected_revision,
+    }
+    status = Status.OK if ready.ready else Status.FAIL
+    return Check("database", status, ready.detail, figures)
+
+
+def schedulers(platform: Platform) -> Check:
+    """At least one scheduler beats its lease, and its loop ticks."""
+    now = platform.now()
+    s = schema.schedulers.c
+    with dialects.read_transaction(platform.engine) as connection:
+        rows = connection.execute(
+            sa.select(s.id, s.heartbeat_at, s.last_tick_at).order_by(s.heartbeat_at.desc())
+        ).all()
+    alive = [row for row in rows if now - row.heartbeat_at <= STALE_AFTER]
+    figures: JSONObject = {"alive": len(alive), "registered": len(rows)}
+    if not alive:
+        return Check(
+            "schedulers",
+            Status.FAIL,
+            "no scheduler is alive: nothing is scheduled, monitored or reconciled "
+            "(start `veritask up` or `veritask scheduler`)",
+            figures,
+        )
+    ticks = [row.last_tick_at for row in alive if row.last_tick_at is not None]
+    lag = (now - max(ticks)).total_seconds() if ticks else None
+    figures["loop_lag_seconds"] = lag
+    if lag is not None and lag > TICK_LAG_WARN.total_seconds():
+        return Check(
+            "schedulers",
+            Status.WARN,
+            f"{len(alive)} alive, but no loop finished a tick for {lag:.0f} s",
+            figures,
+        )
+    return Check("schedulers", Status.OK, f"{len(alive)} alive", figures)
+
+
+def clock_skew(platform: Platform) -> Check:
+    """Workers' clocks against ours: a report's event_time after its observed_at is a clock
+    ahead (nothing arrives before it happens); a large typical delay is a clock behind or a
+    slow path."""
+    e = schema.events.c
+    with dialects.read_transaction(platform.engine) as connection:
+        rows = connection.execute(
+            sa.select(e.event_time, e.observed_at)
+            .where(e.actor == "worker")
+            .order_by(e.position.desc())
+            .limit(CLOCK_SAMPLE)
+        ).all()
+    if not rows:
+        return Check("clock skew", Status.OK, "no worker reports to compare yet", {"reports": 0})
+    offsets = [(row.event_time - row.observed_at).total_seconds() for row in rows]
+    ahead = max(offsets)
+    delay = -statistics.median(offsets)
+    figures: JSONObject = {
+        "reports": len(rows),
+        "max_ahead_seconds": round(ahead, 3),
+        "median_delay_seconds": round(delay, 3),
+    }
+    if ahead > CLOCK_AHEAD_FAIL.total_seconds():
+        return Check(
+            "clock skew",
+            Status.FAIL,
+            f"a worker's clock is {ahead:.1f} s ahead of the platform's: durations and lags "
+            "computed from its reports are wrong (check NTP on the workers)",
+            figures,
+        )
+    if delay > DELAY_WARN.total_seconds():
+        return Check(
+            "clock skew",
+            Status.WARN,
+            f"worker reports arrive {delay:.1f} s after they happen (typical): a clock behind, "
+            "or a slow or spooling path to the platform",
+            figures,
+        )
+    return Check("clock skew", Status.OK, f"within {ahead:.2f} s", figures)
+
+
+def executor(home: Path) -> Check:
+    """The local executor's supervisor, if this machine runs one."""
+    if not (home / "executor").is_dir():
+        return Check("executor", Status.OK, "no local executor in this data folder", {})
+    pid = local.LocalExecutor(home=home).supervisor_pid()
+    if pid is None:
+        return Check(
+            "executor",
+            Status.WARN,
+            "the local supervisor does not answer (it exits after 10 idle minutes and starts "
+            "again with the next attempt)",
+            {"supervisor_pid": None},
+        )
+    return Check("executor", Status.OK, f"the local supervisor answers (pid {pid})", {"pid": pid})
+
+
+def disk(home: Path) -> list[Check]:
+    """Free space where attempt logs (``executor/``) and the event spool (``outbox/``) live."""
+    found = []
+    for name, path in (("disk: logs", home / "executor"), ("disk: spool", home / "outbox")):
+        where = path if path.exists() else home if home.exists() else Path.cwd()
+        usage = shutil.disk_usage(where)
+        fraction = usage.free / usage.total if usage.total else 0.0
+        figures: JSONObject = {
+            "path": str(where),
+            "free_bytes": usage.free,
+            "total_bytes": usage.total,
+        }
+        free = f"{usage.free / 2**30:.1f} GiB free ({fraction:.0%})"
+        if usage.free < DISK_FAIL_BYTES:
+            found.append(Check(name, Status.FAIL, f"{free} at {where}", figures))
+        elif usage.free < DISK_WARN_BYTES or fraction < DISK_WARN_FRACTION:
+            found.append(Check(name, Status.WARN, f"{free} at {where}", figures))
+        else:
+            found.append(Check(name, Status.OK, f"{free} at {where}", figures))
+    return found
+
+
+def healthy(checks: list[Check]) -> bool:
+    """No check failed (warnings do not fail the doctor)."""
+    return all(check.status is not Status.FAIL for check in checks)

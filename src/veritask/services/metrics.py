@@ -1,0 +1,334 @@
+"""What ``/metrics`` reports, and how the values get there from every process.
+
+Three sources (docs/operations.md, "Metrics"):
+
+1. **Gauges read from the database at scrape time**, with bounded queries on indexed columns:
+   instances by state (the unfinished ones: a partial index), open alerts by owner category,
+   attempts running per executor, the scheduler loop's lag (``schedulers.last_tick_at``).
+2. **Counters counted in memory by whichever process applies events** (the ledger's
+   ``Tally``) and added to ``metric_values`` by the scheduler's housekeeping and by each
+   scrape: events by kind and outcome, the reconciler's decisions by kind.
+3. **Phase histograms** per definition, observed once per instance when it reaches a final
+   state: a pass over the event log past a high-water mark kept in ``metric_values`` and
+   moved with compare-and-set, so two processes never count an instance twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Final
+
+import sqlalchemy as sa
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from veritask.core import durations
+from veritask.core.events import EventKind
+from veritask.core.fold import fold
+from veritask.core.policy import TaskPolicy
+from veritask.core.states import TERMINAL_INSTANCE_STATES, AttemptState, InstanceState
+from veritask.ledger import dialects, errors, metric_values, schema, timelines
+from veritask.ledger.metric_values import labels_key
+from veritask.ledger.vocabulary import AlertStatus
+from veritask.scheduling.lease import STALE_AFTER
+from veritask.services.platform import Platform
+
+PREFIX: Final = "veritask"
+#: Upper bounds (seconds) of the phase histograms' buckets: a second to a day.
+BUCKETS: Final = (0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
+#: Instances observed per pass: bounded work per scrape or housekeeping step.
+OBSERVE_BATCH: Final = 200
+#: The high-water mark of the histogram pass (a row of ``metric_values``).
+POSITION: Final = "durations_position"
+#: PostgreSQL may commit a lower event position after a higher one; the pass stays this far
+#: behind the newest events so that it never steps over one still being committed. SQLite
+#: serializes writers, so there it needs no margin.
+POSTGRES_SETTLE: Final = timedelta(seconds=2)
+
+_COUNTERS: Final = ("events_total", "reconciler_decisions_total")
+_HISTOGRAM: Final = ("phase_seconds_bucket", "phase_seconds_sum", "phase_seconds_count")
+_GAUGES: Final = ("executor_slots",)
+_TERMINAL = sorted(state.value for state in TERMINAL_INSTANCE_STATES)
+
+
+# -- writing: the histogram pass and the scheduler's figures -----------------------------------
+
+
+def observe_finished_instances(platform: Platform) -> int:
+    """Add the phases of instances that reached a final state since the last pass to the
+    histograms; the number of instances observed (0 if another process moved first)."""
+    e = schema.events.c
+    now = platform.now()
+    settle = POSTGRES_SETTLE if platform.database_backend == "postgresql" else timedelta()
+    with dialects.read_transaction(platform.engine) as connection:
+        mark = _position(connection)
+        top = connection.execute(
+            sa.select(sa.func.max(e.position)).where(e.observed_at <= now - settle)
+        ).scalar_one()
+        if top is None or top <= mark:
+            return 0
+        finished = connection.execute(
+            sa.select(e.position, e.instance_id)
+            .where(
+                e.position > mark,
+                e.position <= top,
+                e.subject_type == "instance",
+                e.to_state.in_(_TERMINAL),
+                sa.or_(e.from_state.is_(None), e.from_state.not_in(_TERMINAL)),
+            )
+            .order_by(e.position)
+            .limit(OBSERVE_BATCH)
+        ).all()
+        new_mark = finished[-1].position if len(finished) == OBSERVE_BATCH else top
+        observations = _observations(connection, [row.instance_id for row in finished])
+    try:
+        with platform.engine.begin() as connection:
+            if not _move_position(connection, mark, new_mark, now):
+                return 0
+            for (definition, phase), seconds in observations:
+                _observe(connection, definition, phase, seconds, now)
+    except errors.DuplicateKey:
+        return 0  # another process created the mark first: it does this pass
+    return len(finished)
+
+
+def _observations(
+    connection: sa.Connection, instance_ids: list[str]
+) -> list[tuple[tuple[str, str], float]]:
+    if not instance_ids:
+        return []
+    t, r, d = schema.task_instances.c, schema.runs.c, schema.definitions.c
+    runs = dict(
+        connection.execute(
+            sa.select(t.run_id, d.name)
+            .select_from(
+                schema.task_instances.join(schema.runs, r.id == t.run_id).join(
+                    schema.definitions, d.id == r.definition_id
+                )
+            )
+            .where(t.id.in_(instance_ids))
+        ).all()
+    )
+    wanted = set(instance_ids)
+    found = []
+    for history in timelines.instance_histories(connection, sorted(runs)):
+        if history.instance_id not in wanted:
+            continue
+        snapshot = fold(history.instance_id, history.events, TaskPolicy.from_json(history.policy))
+        created = [e.event_time for e in history.events if e.kind is EventKind.INSTANCE_CREATED]
+        intervals = durations.phase_intervals(min(created) if created else None, snapshot.attempts)
+        for phase, spent in durations.totals(intervals).items():
+            found.append(((runs[history.run_id], phase.value), spent.total_seconds()))
+    return found
+
+
+def _position(connection: sa.Connection) -> int:
+    m = schema.metric_values.c
+    value = connection.execute(
+        sa.select(m.value).where(m.name == POSITION, m.labels == "")
+    ).scalar_one_or_none()
+    return 0 if value is None else int(value)
+
+
+def _move_position(connection: sa.Connection, mark: int, new_mark: int, now: datetime) -> bool:
+    m = schema.metric_values.c
+    if mark == 0 and _position(connection) == 0:
+        exists = connection.execute(
+            sa.select(m.name).where(m.name == POSITION, m.labels == "")
+        ).first()
+        if exists is None:
+            connection.execute(
+                schema.metric_values.insert().values(
+                    name=POSITION, labels="", value=float(new_mark), updated_at=now
+                )
+            )
+            return True
+    moved = connection.execute(
+        schema.metric_values.update()
+        .where(m.name == POSITION, m.labels == "", m.value == float(mark))
+        .values(value=float(new_mark), updated_at=now)
+    ).rowcount
+    return bool(moved == 1)
+
+
+def _observe(
+    connection: sa.Connection, definition: str, phase: str, seconds: float, now: datetime
+) -> None:
+    base = {"definition": definition, "phase": phase}
+    for bound in (*BUCKETS, float("inf")):
+        if seconds <= bound:
+            labels = labels_key({**base, "le": _bound(bound)})
+            metric_values.add(connection, "phase_seconds_bucket", labels, 1.0, now)
+    metric_values.add(connection, "phase_seconds_sum", labels_key(base), seconds, now)
+    metric_values.add(connection, "phase_seconds_count", labels_key(base), 1.0, now)
+
+
+def _bound(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(bound)
+
+
+def record_scheduler(
+    platform: Platform, *, scheduler_id: str, last_tick_at: datetime | None, slots: dict[str, int]
+) -> None:
+    """The scheduler process's own figures: its loop's last tick and its executors' slots."""
+    now = platform.now()
+    with platform.engine.begin() as connection:
+        if last_tick_at is not None:
+            connection.execute(
+                schema.schedulers.update()
+                .where(schema.schedulers.c.id == scheduler_id)
+                .values(last_tick_at=last_tick_at)
+            )
+        for executor, count in sorted(slots.items()):
+            metric_values.set_value(
+                connection, "executor_slots", labels_key({"executor": executor}), count, now
+            )
+
+
+def flush_process_counts(platform: Platform) -> None:
+    """Add this process's counted event outcomes to the table."""
+    metric_values.flush(platform.engine, metric_values.PROCESS_TALLY, platform.now())
+
+
+# -- reading: the scrape ---------------------------------------------------------------------
+
+
+def registry(platform: Platform) -> CollectorRegistry:
+    """A registry whose one collector reads the database when it is scraped."""
+    found = CollectorRegistry(auto_describe=False)
+    found.register(_DatabaseCollector(platform))
+    return found
+
+
+class _DatabaseCollector(Collector):
+    def __init__(self, platform: Platform) -> None:
+        self.platform = platform
+
+    def collect(self) -> Iterator[Metric]:
+        with dialects.read_transaction(self.platform.engine) as connection:
+            yield from _instances(connection)
+            yield from _alerts(connection)
+            yield from _executors(connection)
+            yield from _scheduler_lag(connection, self.platform.now())
+            stored = metric_values.read(connection, (*_COUNTERS, *_HISTOGRAM, *_GAUGES))
+        yield from _stored(stored)
+
+
+def _instances(connection: sa.Connection) -> Iterator[Metric]:
+    t = schema.task_instances.c
+    unfinished = sorted(set(InstanceState) - TERMINAL_INSTANCE_STATES)
+    counts = dict.fromkeys((state.value for state in unfinished), 0)
+    counts.update(
+        connection.execute(
+            sa.select(t.state, sa.func.count()).where(t.state.in_(list(counts))).group_by(t.state)
+        ).all()
+    )
+    family = GaugeMetricFamily(
+        f"{PREFIX}_instances",
+        "Unfinished task instances by state (finished ones: see veritask_events_total)",
+        labels=["state"],
+    )
+    for state, count in sorted(counts.items()):
+        family.add_metric([state], count)
+    yield family
+
+
+def _alerts(connection: sa.Connection) -> Iterator[Metric]:
+    a = schema.alerts.c
+    family = GaugeMetricFamily(
+        f"{PREFIX}_alerts_open",
+        "Unresolved alerts by owner category and status (open or acknowledged)",
+        labels=["category", "status"],
+    )
+    rows = connection.execute(
+        sa.select(a.category, a.status, sa.func.count())
+        .where(a.status != AlertStatus.RESOLVED.value)
+        .group_by(a.category, a.status)
+        .order_by(a.category, a.status)
+    ).all()
+    for category, status, count in rows:
+        family.add_metric([category, status], count)
+    yield family
+
+
+def _executors(connection: sa.Connection) -> Iterator[Metric]:
+    a = schema.attempts.c
+    family = GaugeMetricFamily(
+        f"{PREFIX}_executor_slots_in_use",
+        "Attempts running (a worker started them) per executor",
+        labels=["executor"],
+    )
+    rows = connection.execute(
+        sa.select(a.executor, sa.func.count())
+        .where(a.state == AttemptState.RUNNING.value)
+        .group_by(a.executor)
+        .order_by(a.executor)
+    ).all()
+    for executor, count in rows:
+        family.add_metric([executor or ""], count)
+    yield family
+
+
+def _scheduler_lag(connection: sa.Connection, now: datetime) -> Iterator[Metric]:
+    s = schema.schedulers.c
+    rows = connection.execute(sa.select(s.heartbeat_at, s.last_tick_at)).all()
+    alive = [row for row in rows if now - row.heartbeat_at <= STALE_AFTER]
+    yield GaugeMetricFamily(
+        f"{PREFIX}_schedulers_alive", "Schedulers whose lease heartbeat is fresh", value=len(alive)
+    )
+    ticks = [row.last_tick_at for row in alive if row.last_tick_at is not None]
+    if ticks:
+        yield GaugeMetricFamily(
+            f"{PREFIX}_scheduler_loop_lag_seconds",
+            "Seconds since the most recent tick of any live scheduler's loop finished",
+            value=max(0.0, (now - max(ticks)).total_seconds()),
+        )
+
+
+def _stored(stored: list[metric_values.Value]) -> Iterator[Metric]:
+    events = CounterMetricFamily(
+        f"{PREFIX}_events",
+        "Instance events by kind and outcome (applied, duplicate, stale, conflict, rejected)",
+        labels=["kind", "outcome"],
+    )
+    decisions = CounterMetricFamily(
+        f"{PREFIX}_reconciler_decisions",
+        "Decisions the reconciler recorded, by event kind",
+        labels=["kind"],
+    )
+    slots = GaugeMetricFamily(
+        f"{PREFIX}_executor_slots", "Slots each executor offers", labels=["executor"]
+    )
+    buckets: dict[tuple[str, str], list[tuple[str, float]]] = {}
+    sums: dict[tuple[str, str], float] = {}
+    for value in stored:
+        labels = value.labels
+        match value.name:
+            case "events_total":
+                events.add_metric([labels.get("kind", ""), labels.get("outcome", "")], value.value)
+            case "reconciler_decisions_total":
+                decisions.add_metric([labels.get("kind", "")], value.value)
+            case "executor_slots":
+                slots.add_metric([labels.get("executor", "")], value.value)
+            case "phase_seconds_bucket":
+                key = (labels.get("definition", ""), labels.get("phase", ""))
+                buckets.setdefault(key, []).append((labels.get("le", "+Inf"), value.value))
+            case "phase_seconds_sum":
+                sums[(labels.get("definition", ""), labels.get("phase", ""))] = value.value
+    histogram = HistogramMetricFamily(
+        f"{PREFIX}_phase_seconds",
+        "Time per phase of instances that finished, per definition (design.md 5.8)",
+        labels=["definition", "phase"],
+    )
+    for key, found in sorted(buckets.items()):
+        # A bucket no observation reached has no row: it counts 0.
+        counts = dict(found)
+        ordered = [(_bound(b), counts.get(_bound(b), 0.0)) for b in (*BUCKETS, float("inf"))]
+        histogram.add_metric(list(key), ordered, sums.get(key, 0.0))
+    yield from (events, decisions, slots, histogram)

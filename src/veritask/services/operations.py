@@ -1,0 +1,319 @@
+"""Operations on the data itself — verify and repair, export, replay, the retention purge —
+each recorded as a row of ``operations`` (who, when, what was asked, what was done).
+
+These work on the database directly, not through the API: they must work when the API is
+down, and a repair or a replay is exactly what one does when something is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Final
+
+import sqlalchemy as sa
+
+from veritask.core.jsontypes import JSONObject, JSONValue
+from veritask.core.states import DefinitionLifecycle
+from veritask.ledger import audit, dialects, queries, retention, schema
+from veritask.ledger.vocabulary import OperationKind
+from veritask.services.definitions import ACTIVE_RUN_STATES
+from veritask.services.errors import Conflict, NotFound
+from veritask.services.platform import Platform
+
+log = logging.getLogger(__name__)
+
+#: Runs per purge transaction: bounded work and locks.
+_PURGE_CHUNK: Final = 200
+
+
+@dataclass
+class Recorded:
+    """The result an operation fills in while it runs; written when it ends."""
+
+    result: JSONObject = field(default_factory=dict)
+
+
+@contextmanager
+def recorded(
+    platform: Platform, kind: OperationKind, *, actor: str, dry_run: bool, parameters: JSONObject
+) -> Iterator[Recorded]:
+    """Record the operation's start, let it run, record its result (or its error)."""
+    o = schema.operations.c
+    with platform.engine.begin() as connection:
+        operation_id = connection.execute(
+            schema.operations.insert()
+            .values(
+                kind=kind.value,
+                actor=actor,
+                started_at=platform.now(),
+                dry_run=dry_run,
+                parameters=parameters,
+            )
+            .returning(o.id)
+        ).scalar_one()
+    found = Recorded()
+    try:
+        yield found
+    except Exception as exc:
+        found.result = {**found.result, "error": str(exc)}
+        raise
+    finally:
+        with platform.engine.begin() as connection:
+            connection.execute(
+                schema.operations.update()
+                .where(o.id == operation_id)
+                .values(finished_at=platform.now(), result=found.result)
+            )
+
+
+def recent_operations(platform: Platform, *, limit: int = 50) -> list[JSONObject]:
+    """The newest operations, as plain JSON (for people and ``--json``)."""
+    o = schema.operations.c
+    with dialects.read_transaction(platform.engine) as connection:
+        rows = connection.execute(
+            sa.select(schema.operations).order_by(o.id.desc()).limit(limit)
+        ).mappings()
+        return [
+            {
+                "id": row["id"],
+                "kind": row["kind"],
+                "actor": row["actor"],
+                "started_at": row["started_at"].isoformat(),
+                "finished_at": row["finished_at"].isoformat() if row["finished_at"] else None,
+                "dry_run": row["dry_run"],
+                "parameters": row["parameters"],
+                "result": row["result"],
+            }
+            for row in rows
+        ]
+
+
+# -- verify, export, replay --------------------------------------------------------------------
+
+
+def verify(platform: Platform, *, repair: bool, actor: str) -> audit.Report:
+    """Re-fold every instance, compare with its snapshot, check the invariants at rest.
+
+    With ``repair``, snapshots that differ are rebuilt from their events (a recorded
+    operation), then everything is verified again: the report returned is that second look.
+    """
+    found = audit.verify(platform.ledger)
+    if not repair or not found.mismatches:
+        return found
+    parameters: JSONObject = {"mismatches": len(found.mismatches)}
+    with recorded(
+        platform, OperationKind.REPAIR, actor=actor, dry_run=False, parameters=parameters
+    ) as operation:
+        repaired = audit.verify(platform.ledger, repair=True)
+        operation.result = {"repaired": repaired.repaired}
+    after = audit.verify(platform.ledger)
+    after.repaired = repaired.repaired
+    return after
+
+
+def export_run(platform: Platform, run_id: str) -> Iterator[JSONObject]:
+    """A run's full history as export lines (``NotFound`` if there is no such run)."""
+    with dialects.read_transaction(platform.engine) as connection:
+        if queries.get_run(connection, run_id) is None:
+            raise NotFound(f"no run {run_id!r}")
+    return audit.export_run(platform.ledger, run_id)
+
+
+def export_definition(platform: Platform, name: str) -> Iterator[JSONObject]:
+    """A definition's full history (every version and run) as export lines."""
+    with dialects.read_transaction(platform.engine) as connection:
+        row = queries.get_definition(connection, name=name)
+    if row is None:
+        raise NotFound(f"no definition named {name!r}")
+    return audit.export_definition(platform.ledger, row.id)
+
+
+def replay(platform: Platform, lines: Iterable[JSONObject], *, actor: str) -> list[str]:
+    """Load an export into this empty database and rebuild every snapshot from its events.
+
+    ``Conflict`` if the database already holds definitions: a replay is the proof that the
+    events alone rebuild the state, so it starts from nothing.
+    """
+    with dialects.read_transaction(platform.engine) as connection:
+        existing = connection.execute(sa.select(sa.func.count()).select_from(schema.definitions))
+        if existing.scalar_one():
+            raise Conflict("the database is not empty: replay loads an export into a new one")
+    with recorded(
+        platform, OperationKind.REPLAY, actor=actor, dry_run=False, parameters={}
+    ) as operation:
+        replayed = audit.replay(platform.ledger, lines)
+        operation.result = {"instances": len(replayed)}
+    return replayed
+
+
+# -- retention ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PurgeReport:
+    """What the purge removed (or, on a dry run, would remove)."""
+
+    dry_run: bool
+    cutoff: datetime
+    runs: int
+    events: int
+    rejected_events: int
+    log_files: int
+    log_bytes: int
+
+    def as_json(self) -> JSONObject:
+        return {
+            "dry_run": self.dry_run,
+            "cutoff": self.cutoff.isoformat(),
+            "runs": self.runs,
+            "events": self.events,
+            "rejected_events": self.rejected_events,
+            "log_files": self.log_files,
+            "log_bytes": self.log_bytes,
+        }
+
+
+def purge(
+    platform: Platform,
+    *,
+    older_than: timedelta,
+    dry_run: bool,
+    actor: str,
+    history: bool = True,
+    logs: bool = True,
+) -> PurgeReport:
+    """The retention purge (design.md 5.7), each part a recorded operation.
+
+    ``history``: the runs of deleted and purged definitions whose last event is older than
+    ``older_than`` lose their events and their snapshot rows together (so that ``verify``
+    still holds: no snapshot outlives its events). ``logs``: the logs of attempts that ended
+    before the cutoff are removed from ``VERITASK_HOME``.
+    """
+    cutoff = platform.now() - older_than
+    runs = events = rejected = files = size = 0
+    parameters: JSONObject = {"older_than_seconds": older_than.total_seconds()}
+    if history:
+        with recorded(
+            platform,
+            OperationKind.PURGE_EVENTS,
+            actor=actor,
+            dry_run=dry_run,
+            parameters=parameters,
+        ) as operation:
+            runs, events, rejected = _purge_history(platform, cutoff, dry_run=dry_run)
+            operation.result = {"runs": runs, "events": events, "rejected_events": rejected}
+    if logs:
+        with recorded(
+            platform, OperationKind.REMOVE_LOGS, actor=actor, dry_run=dry_run, parameters=parameters
+        ) as operation:
+            files, size = _remove_logs(platform, cutoff, dry_run=dry_run)
+            operation.result = {"files": files, "bytes": size}
+    return PurgeReport(dry_run, cutoff, runs, events, rejected, files, size)
+
+
+def last_purge_at(platform: Platform, *, actor: str) -> datetime | None:
+    """When ``actor`` last started a history purge (housekeeping runs one a day at most)."""
+    o = schema.operations.c
+    with dialects.read_transaction(platform.engine) as connection:
+        found: datetime | None = connection.execute(
+            sa.select(sa.func.max(o.started_at)).where(
+                o.kind == OperationKind.PURGE_EVENTS.value, o.actor == actor
+            )
+        ).scalar_one()
+    return found
+
+
+def _purgeable_runs(platform: Platform, cutoff: datetime) -> list[str]:
+    d, r, e = schema.definitions.c, schema.runs.c, schema.events.c
+    gone = [DefinitionLifecycle.DELETED.value, DefinitionLifecycle.PURGED.value]
+    newest = sa.select(sa.func.max(e.observed_at)).where(e.run_id == r.id).scalar_subquery()
+    with dialects.read_transaction(platform.engine) as connection:
+        candidates = set(
+            connection.execute(
+                sa.select(r.id)
+                .join(schema.definitions, d.id == r.definition_id)
+                .where(
+                    d.lifecycle.in_(gone),
+                    r.execution_state.not_in([s.value for s in ACTIVE_RUN_STATES]),
+                    sa.or_(newest.is_(None), newest < cutoff),
+                )
+            ).scalars()
+        )
+        # A rerun that stays keeps its original: runs.rerun_of is a foreign key.
+        kept_originals = set(
+            connection.execute(
+                sa.select(r.rerun_of).where(r.rerun_of.is_not(None), r.id.not_in(candidates))
+            ).scalars()
+        )
+    return sorted(candidates - kept_originals)
+
+
+def _purge_history(platform: Platform, cutoff: datetime, *, dry_run: bool) -> tuple[int, int, int]:
+    run_ids = _purgeable_runs(platform, cutoff)
+    events = rejected = 0
+    t, a, e, x = (
+        schema.task_instances.c,
+        schema.attempts.c,
+        schema.events.c,
+        schema.rejected_events.c,
+    )
+    for start in range(0, len(run_ids), _PURGE_CHUNK):
+        chunk = run_ids[start : start + _PURGE_CHUNK]
+        if dry_run:
+            with dialects.read_transaction(platform.engine) as connection:
+                events += connection.execute(
+                    sa.select(sa.func.count()).where(e.run_id.in_(chunk))
+                ).scalar_one()
+                rejected += connection.execute(
+                    sa.select(sa.func.count()).where(x.run_id.in_(chunk))
+                ).scalar_one()
+            continue
+        with platform.engine.begin() as connection:
+            result = retention.purge_events(connection, run_ids=chunk)
+            events += result.events
+            rejected += result.rejected_events
+            instances = sa.select(t.id).where(t.run_id.in_(chunk)).scalar_subquery()
+            connection.execute(schema.attempts.delete().where(a.instance_id.in_(instances)))
+            connection.execute(schema.task_instances.delete().where(t.run_id.in_(chunk)))
+            connection.execute(schema.runs.delete().where(schema.runs.c.id.in_(chunk)))
+    return len(run_ids), events, rejected
+
+
+def _remove_logs(platform: Platform, cutoff: datetime, *, dry_run: bool) -> tuple[int, int]:
+    a = schema.attempts.c
+    with dialects.read_transaction(platform.engine) as connection:
+        locations = connection.execute(
+            sa.select(a.log_location).where(a.ended_at < cutoff, a.log_location.is_not(None))
+        ).scalars()
+        paths = [Path(location) for location in locations if location]
+    files = size = 0
+    for path in paths:
+        # Only files inside the data folder: a log location is data, never a command.
+        if not path.resolve().is_relative_to(platform.home) or not path.is_file():
+            continue
+        files += 1
+        size += path.stat().st_size
+        if not dry_run:
+            try:
+                path.unlink()
+            except OSError as exc:
+                log.warning("could not remove %s: %s", path, exc)
+    return files, size
+
+
+def as_json_lines(lines: Iterable[JSONObject]) -> Iterator[str]:
+    """Export lines as JSON Lines text."""
+    for line in lines:
+        yield json.dumps(line, sort_keys=True, default=_jsonable) + "\n"
+
+
+def _jsonable(value: object) -> JSONValue:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"not JSON: {type(value).__name__}")

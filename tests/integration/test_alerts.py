@@ -1,0 +1,84 @@
+"""Alerts over HTTP: routed by the definition's owner, deduplicated, acknowledged and resolved
+by operators (who and when recorded), refused to viewers."""
+
+from __future__ import annotations
+
+from tests.integration.conftest import Api
+from veritask.ledger import alerts
+from veritask.ledger.vocabulary import AlertCategory
+from veritask.services.tokens import TokenRole
+
+OWNED = """\
+name: owned
+owner: data-platform
+tasks:
+  greet: {run: echo hello}
+"""
+
+
+def _raise(api: Api, run_id: str, key: str = "lost:1") -> bool:
+    return alerts.raise_alert(
+        api.platform.ledger,
+        category=AlertCategory.RECONCILIATION,
+        dedup_key=key,
+        message="attempt 1 is LOST",
+        evidence={"state": "LOST"},
+        run_id=run_id,
+    )
+
+
+def test_an_alert_about_a_run_is_routed_to_its_definitions_owner(api: Api) -> None:
+    api.apply(OWNED)
+    run_id = api.trigger("owned")
+    assert _raise(api, run_id)
+
+    listed = api.http.get("/api/v2/alerts").json()["items"]
+
+    assert len(listed) == 1
+    assert listed[0]["owner"] == "data-platform"
+    assert listed[0]["definition"] == "owned"
+    assert listed[0]["category"] == "reconciliation"
+    assert listed[0]["status"] == "open"
+    by_owner = api.http.get("/api/v2/alerts", params={"owner": "someone-else"}).json()
+    assert by_owner["items"] == []
+    by_category = api.http.get("/api/v2/alerts", params={"category": "engine"}).json()
+    assert by_category["items"] == []
+
+
+def test_acknowledge_and_resolve_record_who_and_when_and_viewers_are_refused(api: Api) -> None:
+    api.apply(OWNED)
+    run_id = api.trigger("owned")
+    _raise(api, run_id)
+    alert_id = api.http.get("/api/v2/alerts").json()["items"][0]["id"]
+    viewer = api.client_with_role(TokenRole.VIEWER)
+    operator = api.client_with_role(TokenRole.OPERATOR)
+
+    refused = viewer.post(f"/api/v2/alerts/{alert_id}/acknowledge")
+    assert refused.status_code == 403
+    assert refused.headers["content-type"].startswith("application/problem+json")
+
+    acknowledged = operator.post(f"/api/v2/alerts/{alert_id}/acknowledge")
+    assert acknowledged.status_code == 200, acknowledged.text
+    body = acknowledged.json()
+    assert body["status"] == "acknowledged"
+    assert body["acknowledged_by"] == f"operator:{TokenRole.OPERATOR}-user"
+    assert body["acknowledged_at"] is not None
+    # Acknowledged is still unresolved: the same condition is not raised twice.
+    assert not _raise(api, run_id)
+
+    resolved = operator.post(f"/api/v2/alerts/{alert_id}/resolve")
+    assert resolved.status_code == 200, resolved.text
+    assert resolved.json()["resolved_by"] == f"operator:{TokenRole.OPERATOR}-user"
+    again = operator.post(f"/api/v2/alerts/{alert_id}/resolve")
+    assert again.status_code == 409
+    assert again.json()["current_state"] == "resolved"
+    # Resolved frees the condition: it may be raised again, as a new alert.
+    assert _raise(api, run_id)
+    statuses = api.http.get("/api/v2/alerts", params={"status": ["open", "resolved"]}).json()
+    assert [item["status"] for item in statuses["items"]] == ["open", "resolved"]
+
+
+def test_an_unknown_alert_is_not_found(api: Api) -> None:
+    response = api.http.post("/api/v2/alerts/999/acknowledge")
+    assert response.status_code == 404
+    assert response.json()["type"] == "/problems/not-found"
