@@ -125,7 +125,10 @@ def duration_in(t: i18n.Translator) -> Callable[[timedelta | None], str]:
     def duration(span: timedelta | None) -> str:
         if span is None:
             return "—"
-        seconds = max(0, round(span.total_seconds()))
+        exact = max(0.0, span.total_seconds())
+        if 0 < exact < 10 and exact != int(exact):
+            return t("unit.seconds", n=f"{exact:.1f}")  # short phases still compare
+        seconds = round(exact)
         hours, rest = divmod(seconds, 3600)
         minutes, seconds = divmod(rest, 60)
         parts = []
