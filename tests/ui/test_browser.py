@@ -17,7 +17,7 @@ from tests.acceptance.conftest import Veritask, shut_down, start_up
 from tests.ui.conftest import require_browser
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page
+    from playwright.sync_api import Browser, Dialog, Page
 
 pytestmark = pytest.mark.slow
 
@@ -230,7 +230,12 @@ def test_a_script_in_a_description_is_shown_as_text(browser: Browser, up: Verita
     # Definition names are slugs, so the description carries the script.
     page = signed_in(browser, up, admin_token(up))
     dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+    def record(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", record)
     page.goto(up.url + "/ui/definitions")
     expect(page.locator("tr[data-definition='quick'] .description")).to_contain_text(
         "<script>alert(1)</script>"
