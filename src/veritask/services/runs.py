@@ -7,6 +7,7 @@ engine: the scheduler sends the stops and records the confirmations (design.md 5
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection, Mapping
 from typing import Final
 
@@ -180,17 +181,37 @@ def run_edges(platform: Platform, run_id: str) -> tuple[views.TaskEdge, ...]:
     """The edges of the run's task graph, from the definition version the run was made of."""
     with dialects.read_transaction(platform.engine) as connection:
         row = _run_row(connection, run_id)
+        cached = _cached_edges(row.definition_id, row.definition_version)
+        if cached is not None:
+            return cached
         version = queries.get_definition_version(
             connection, definition_id=row.definition_id, version=row.definition_version
         )
     if version is None:
         return ()
     spec = parse.definition_from_json(version.spec)
-    return tuple(
+    edges = tuple(
         views.TaskEdge(upstream, task.key)
         for task in spec.tasks.values()
         for upstream in task.after
     )
+    with _EDGES_LOCK:  # pages render in a thread pool
+        _EDGES[(row.definition_id, row.definition_version)] = edges
+        while len(_EDGES) > _EDGES_KEPT:
+            _EDGES.pop(next(iter(_EDGES)))
+    return edges
+
+
+#: Edges by (definition id, version). A version never changes once stored, so its graph can
+#: be kept: a run page of 1,000 tasks does not parse its definition again on every refresh.
+_EDGES: dict[tuple[str, int], tuple[views.TaskEdge, ...]] = {}
+_EDGES_KEPT: Final = 64
+_EDGES_LOCK = threading.Lock()
+
+
+def _cached_edges(definition_id: str, version: int) -> tuple[views.TaskEdge, ...] | None:
+    with _EDGES_LOCK:
+        return _EDGES.get((definition_id, version))
 
 
 def history(
