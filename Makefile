@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint typecheck unit fuzz bench soak docs clean
+.PHONY: up test lint typecheck unit fuzz bench soak docs screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,8 @@ test: $(STAMP) lint typecheck
 	$(BIN)/pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench tools
+	$(BIN)/ruff format --check src tests bench tools
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
@@ -32,12 +32,13 @@ typecheck: $(STAMP)
 fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest tests/unit -k property -p no:timeout
 
-# Figures for the ledger, the executor and the scheduler, each beside its baseline; never run
-# by the tests.
+# Figures for the ledger, the executor, the scheduler and the web UI's render of a 1,000-instance
+# run, each beside its baseline or target; never run by the tests.
 bench: $(STAMP)
 	$(BIN)/python -m bench.ledger
 	$(BIN)/python -m bench.executor
 	$(BIN)/python -m bench.scheduler
+	$(BIN)/python -m bench.ui
 
 # The scheduler's kill -9 fault test at length (SOAK_ITERATIONS per database, a new random
 # seed each time unless SOAK_SEED is given); not part of `make test`.
@@ -46,6 +47,11 @@ SOAK_SEED ?= $(shell date +%s)
 soak: $(STAMP)
 	VERITASK_SOAK_ITERATIONS=$(SOAK_ITERATIONS) VERITASK_SOAK_SEED=$(SOAK_SEED) \
 		$(BIN)/pytest tests/scheduling/test_faults.py -k killing --timeout=0 -v
+
+# The web UI's pages in English and Chinese (docs/screenshots/*.png), from a real `up` and
+# Chromium (/usr/bin/chromium: apt-get install chromium fonts-wqy-microhei).
+screenshots: $(STAMP)
+	$(BIN)/python -m tools.screenshots
 
 docs: $(STAMP)
 	$(BIN)/python -m veritask.docgen

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # imported at run time only by the verbs that start processes
 
 DEFAULT_PORT: Final = 8765
 DEFAULT_HOST: Final = "127.0.0.1"
+GRACEFUL_SHUTDOWN_SECONDS: Final = 3
 
 log = logging.getLogger("veritask")
 
@@ -85,15 +86,29 @@ def _serve(app: FastAPI, sock: socket.socket, stop: _Stop) -> None:
         log_level=os.environ.get("VERITASK_LOG_LEVEL", "warning").lower(),
         access_log=False,
         lifespan="on",
+        # Open browser tabs hold server-sent event streams; a stop waits this long for them.
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
     server = uvicorn.Server(config)
     stop.install()
     server.run(sockets=[sock])
 
 
+def _application(database_url: str, home: Path, platform: Platform) -> FastAPI:
+    """The API with the web UI mounted on it: one process serves both."""
+    from veritask.api.app import create_app
+    from veritask.api.settings import ApiSettings
+    from veritask.ui import app as ui_app
+
+    app = create_app(ApiSettings(database_url, home), platform=platform)
+    ui_app.install(app)
+    return app
+
+
 def _announce(url: str, token: str, created: bool, home: Path) -> None:
     lines = [
         f"Veritask is up at {url}",
+        f"open {url}/ in a browser and sign in with the admin token below",
         f"admin token ({'new' if created else 'kept'} in {home / client.TOKEN_FILE}): {token}",
         f"data folder: {home}",
         "the CLI on this machine finds both by itself; elsewhere:",
@@ -132,8 +147,6 @@ def _load_examples(platform: Platform, folder: Path) -> None:
 def up_command(port: int, host: str, slots: int | None, examples: Path) -> None:
     """Migrate, then run the API and the scheduler in this process until Ctrl-C."""
     _configure_logging()
-    from veritask.api.app import create_app
-    from veritask.api.settings import ApiSettings
     from veritask.ledger import dialects, migrate
     from veritask.services import errors, tokens
     from veritask.services.platform import Platform
@@ -163,8 +176,7 @@ def up_command(port: int, host: str, slots: int | None, examples: Path) -> None:
             _load_examples(platform, examples)
         tokens.write_private(home / client.URL_FILE, url)
         _announce(url, token, created, home)
-        app = create_app(ApiSettings(database_url, home), platform=platform)
-        _serve(app, sock, _Stop())
+        _serve(_application(database_url, home, platform), sock, _Stop())
     finally:
         runtime.stop()
         platform.close()
@@ -177,8 +189,6 @@ def up_command(port: int, host: str, slots: int | None, examples: Path) -> None:
 def server_command(port: int, host: str) -> None:
     """Run the API alone (run `veritask db upgrade` first, and a scheduler somewhere)."""
     _configure_logging()
-    from veritask.api.app import create_app
-    from veritask.api.settings import ApiSettings
     from veritask.ledger import dialects
     from veritask.services import health, tokens
     from veritask.services.platform import Platform
@@ -196,7 +206,7 @@ def server_command(port: int, host: str) -> None:
         token, created = tokens.admin_token_for_home(platform, home)
         tokens.write_private(home / client.URL_FILE, url)
         _announce(url, token, created, home)
-        _serve(create_app(ApiSettings(database_url, home), platform=platform), sock, _Stop())
+        _serve(_application(database_url, home, platform), sock, _Stop())
     finally:
         platform.close()
 

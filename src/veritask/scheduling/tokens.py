@@ -32,16 +32,7 @@ class AttemptTokens:
     @classmethod
     def from_home(cls, home: Path) -> AttemptTokens:
         """The secret from VERITASK_SECRET, else ``home/secret`` (created on first use)."""
-        from_env = os.environ.get(SECRET_ENV)
-        if from_env:
-            return cls(from_env.encode())
-        path = home / "secret"
-        if not path.exists():
-            home.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                handle.write(secrets.token_hex(32))
-        return cls(path.read_text().strip().encode())
+        return cls(load_secret(home))
 
     @staticmethod
     def new_nonce() -> str:
@@ -53,3 +44,25 @@ class AttemptTokens:
 
     def token_hash(self, instance_id: str, attempt_no: int, nonce: str) -> str:
         return judge.hash_token(self.mint(instance_id, attempt_no, nonce))
+
+
+def load_secret(home: Path) -> bytes:
+    """The platform secret: VERITASK_SECRET, else ``home/secret`` (created on first use).
+
+    Attempt tokens are minted under it; other keys (the web UI's session cookie) are derived
+    from it with a label of their own, so one secret never signs two kinds of thing.
+    """
+    from_env = os.environ.get(SECRET_ENV)
+    if from_env:
+        return from_env.encode()
+    path = home / "secret"
+    if not path.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass  # another process created it meanwhile: read theirs
+        else:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_hex(32))
+    return path.read_text().strip().encode()

@@ -85,6 +85,38 @@ def get_definition(platform: Platform, name: str) -> views.DefinitionDetail:
     )
 
 
+def version_source(platform: Platform, name: str, version: int) -> str:
+    """The stored source (YAML or JSON, as applied) of one version of a definition."""
+    with dialects.read_transaction(platform.engine) as connection:
+        row = _row(connection, name)
+        found = queries.get_definition_version(connection, definition_id=row.id, version=version)
+    if found is None:
+        raise NotFound(f"definition {name} has no version {version}")
+    return found.source
+
+
+def deletion_preview(platform: Platform, name: str) -> views.DeletionPreview:
+    """What :func:`delete_definition` would do now; it changes nothing."""
+    r = schema.runs.c
+    with dialects.read_transaction(platform.engine) as connection:
+        row = _row(connection, name)
+        active = _active_runs(connection, row.id)
+        total = connection.execute(
+            sa.select(sa.func.count()).where(r.definition_id == row.id)
+        ).scalar_one()
+        specs = _current_specs(connection)
+    lifecycle = DefinitionLifecycle(row.lifecycle)
+    view = _view(row, specs.get(row.id), platform.now())
+    return views.DeletionPreview(
+        name=name,
+        lifecycle=lifecycle,
+        stops_schedule=view.cron is not None and lifecycle is DefinitionLifecycle.ACTIVE,
+        runs_to_cancel=tuple(active),
+        runs_kept=int(total),
+        already_deleting=lifecycle in _GONE,
+    )
+
+
 def set_enabled(platform: Platform, name: str, *, enabled: bool, actor: str) -> views.Definition:
     """Let the schedule fire (``active``) or not (``disabled``); manual triggers still work."""
     target = DefinitionLifecycle.ACTIVE if enabled else DefinitionLifecycle.DISABLED

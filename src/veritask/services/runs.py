@@ -7,9 +7,11 @@ engine: the scheduler sends the stops and records the confirmations (design.md 5
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection, Mapping
 from typing import Final
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from veritask.core import decide
@@ -17,7 +19,7 @@ from veritask.core.jsontypes import JSONValue
 from veritask.core.judge import Outcome
 from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
 from veritask.definitions import parse
-from veritask.ledger import dialects, pagination, queries
+from veritask.ledger import dialects, pagination, queries, schema
 from veritask.ledger.ledger import StaleDecision
 from veritask.ledger.rows import EventRow, InstanceRow, RunRow
 from veritask.ledger.vocabulary import SubjectType as SubjectType  # re-exported for the API
@@ -175,6 +177,43 @@ def get_instance(platform: Platform, instance_id: str) -> views.InstanceDetail:
     )
 
 
+def run_edges(platform: Platform, run_id: str) -> tuple[views.TaskEdge, ...]:
+    """The edges of the run's task graph, from the definition version the run was made of."""
+    with dialects.read_transaction(platform.engine) as connection:
+        row = _run_row(connection, run_id)
+        cached = _cached_edges(row.definition_id, row.definition_version)
+        if cached is not None:
+            return cached
+        version = queries.get_definition_version(
+            connection, definition_id=row.definition_id, version=row.definition_version
+        )
+    if version is None:
+        return ()
+    spec = parse.definition_from_json(version.spec)
+    edges = tuple(
+        views.TaskEdge(upstream, task.key)
+        for task in spec.tasks.values()
+        for upstream in task.after
+    )
+    with _EDGES_LOCK:  # pages render in a thread pool
+        _EDGES[(row.definition_id, row.definition_version)] = edges
+        while len(_EDGES) > _EDGES_KEPT:
+            _EDGES.pop(next(iter(_EDGES)))
+    return edges
+
+
+#: Edges by (definition id, version). A version never changes once stored, so its graph can
+#: be kept: a run page of 1,000 tasks does not parse its definition again on every refresh.
+_EDGES: dict[tuple[str, int], tuple[views.TaskEdge, ...]] = {}
+_EDGES_KEPT: Final = 64
+_EDGES_LOCK = threading.Lock()
+
+
+def _cached_edges(definition_id: str, version: int) -> tuple[views.TaskEdge, ...] | None:
+    with _EDGES_LOCK:
+        return _EDGES.get((definition_id, version))
+
+
 def history(
     platform: Platform,
     subject_type: SubjectType,
@@ -208,6 +247,39 @@ def history(
             limit=limit + 1,
         )
     return _history(subject_type, subject, events, limit)
+
+
+def rejected_events(
+    platform: Platform, instance_id: str, *, limit: int = 200
+) -> tuple[views.RejectedEvent, ...]:
+    """The events refused for this instance, oldest first (at most ``limit``)."""
+    if not 1 <= limit <= MAX_HISTORY:
+        raise InvalidInput.about("limit", f"must be between 1 and {MAX_HISTORY}")
+    x = schema.rejected_events.c
+    with dialects.read_transaction(platform.engine) as connection:
+        _instance_row(connection, instance_id)
+        rows = connection.execute(
+            sa.select(schema.rejected_events)
+            .where(x.instance_id == instance_id)
+            .order_by(x.position)
+            .limit(limit)
+        ).all()
+    return tuple(
+        views.RejectedEvent(
+            position=row.position,
+            event_id=row.event_id,
+            attempt_no=row.attempt_no,
+            kind=row.kind,
+            actor=row.actor,
+            event_time=row.event_time,
+            observed_at=row.observed_at,
+            payload=dict(row.payload)
+            if isinstance(row.payload, dict)
+            else {"payload": row.payload},
+            reason=row.reason,
+        )
+        for row in rows
+    )
 
 
 def _history(

@@ -8,6 +8,7 @@ entirely (``scheduling.tokens``): they prove a worker, never a person.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import re
 import secrets
@@ -19,6 +20,7 @@ import sqlalchemy as sa
 
 from veritask.ledger import dialects, runs, schema
 from veritask.ledger.vocabulary import TokenRole as TokenRole  # re-exported for the API
+from veritask.scheduling import tokens as attempt_tokens
 from veritask.services import views
 from veritask.services.errors import Conflict, InvalidInput, NotFound
 from veritask.services.platform import Platform
@@ -133,6 +135,28 @@ def authenticate(platform: Platform, token: str) -> views.Principal | None:
             )
         ).first()
     return None if row is None else views.Principal(row.id, row.name, TokenRole(row.role))
+
+
+def principal_by_id(platform: Platform, token_id: str) -> views.Principal | None:
+    """Who the token with this id names, or None once it is revoked (or never existed).
+
+    The web UI's session names the token by id, so that a revoked token ends its sessions.
+    """
+    t = schema.api_tokens.c
+    with dialects.read_transaction(platform.engine) as connection:
+        row = connection.execute(
+            sa.select(t.id, t.name, t.role).where(t.id == token_id, t.revoked_at.is_(None))
+        ).first()
+    return None if row is None else views.Principal(row.id, row.name, TokenRole(row.role))
+
+
+def session_key(platform: Platform) -> bytes:
+    """The key that signs the web UI's session cookies, derived from the platform secret.
+
+    A label of its own keeps a session signature from ever being an attempt token.
+    """
+    secret = attempt_tokens.load_secret(platform.home)
+    return hmac.new(secret, b"veritask/ui-session/v1", hashlib.sha256).digest()
 
 
 def admin_token_for_home(platform: Platform, home: Path) -> tuple[str, bool]:

@@ -84,6 +84,21 @@ class Deletion:
     purge: bool
 
 
+@dataclass(frozen=True)
+class DeletionPreview:
+    """What a delete would do now, shown before anyone confirms it (design.md 5.7)."""
+
+    name: str
+    lifecycle: DefinitionLifecycle
+    stops_schedule: bool
+    """The definition has a schedule that is firing now and will stop."""
+    runs_to_cancel: tuple[str, ...]
+    """Active runs that will be asked to stop; the definition is ``deleted`` once they have."""
+    runs_kept: int
+    """Runs whose history stays readable after the delete."""
+    already_deleting: bool
+
+
 # -- runs, instances, attempts --------------------------------------------------------------
 
 
@@ -169,6 +184,14 @@ class RunDetail:
 
 
 @dataclass(frozen=True)
+class TaskEdge:
+    """An edge of a run's task graph: ``downstream`` waits for ``upstream``."""
+
+    upstream: str
+    downstream: str
+
+
+@dataclass(frozen=True)
 class RunPage:
     """One page of runs, newest first, and the cursor of the next page (None on the last)."""
 
@@ -196,6 +219,24 @@ class HistoryEvent:
     reason: str | None
     from_state: str | None
     to_state: str | None
+
+
+@dataclass(frozen=True)
+class RejectedEvent:
+    """An event the ledger refused (malformed, bad token, actor not allowed…), kept for audit.
+
+    Never folded; it may reuse a known ``event_id`` (that can be why it was refused).
+    """
+
+    position: int
+    event_id: str | None
+    attempt_no: int | None
+    kind: str | None
+    actor: str | None
+    event_time: datetime | None
+    observed_at: datetime
+    payload: JSONObject
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -351,6 +392,49 @@ class NewToken:
     role: TokenRole
     token: str
     created_at: datetime
+
+
+@dataclass(frozen=True)
+class SchedulerProcess:
+    """A scheduler that holds (or held) the lease, and whether its heartbeat is fresh."""
+
+    id: str
+    host: str
+    pid: int
+    started_at: datetime
+    heartbeat_at: datetime
+    alive: bool
+
+
+@dataclass(frozen=True)
+class ExecutorLoad:
+    """How many attempts one executor holds now (open, queued, running or stopping)."""
+
+    executor: str
+    in_use: int
+
+
+@dataclass(frozen=True)
+class DecisionCount:
+    """How many reconciler decisions of one kind were recorded in the window."""
+
+    kind: str
+    count: int
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What the platform is doing now: the health panel of the web UI."""
+
+    schedulers: tuple[SchedulerProcess, ...]
+    executors: tuple[ExecutorLoad, ...]
+    instances_waiting_to_start: int
+    """Instances with an open attempt the engine has not started: SCHEDULED or QUEUED."""
+    runs_queued: int
+    """Runs waiting for a concurrency slot."""
+    reconciler_decisions: tuple[DecisionCount, ...]
+    decisions_since: datetime
+    observed_at: datetime
 
 
 @dataclass(frozen=True)

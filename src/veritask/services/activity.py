@@ -1,0 +1,96 @@
+"""What the platform is doing now, and how far its ledger has got.
+
+The web UI's health panel reads :func:`platform_activity`: the schedulers and whether their
+heartbeat is fresh, the attempts each executor holds, how much waits to start, and what the
+reconciler decided in the last hour. Its live pages poll :func:`latest_position`, one indexed
+``max(position)`` per call, to learn cheaply that something changed.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Final
+
+import sqlalchemy as sa
+
+from veritask.core.states import ACTIVE_ATTEMPT_STATES, InstanceState, RunExecutionState
+from veritask.ledger import dialects, schema
+from veritask.scheduling.lease import STALE_AFTER
+from veritask.services import views
+from veritask.services.platform import Platform
+
+#: How far back the panel counts the reconciler's decisions.
+DECISION_WINDOW: Final = timedelta(hours=1)
+RECONCILER: Final = "reconciler"
+_WAITING_TO_START = (InstanceState.SCHEDULED.value, InstanceState.QUEUED.value)
+
+
+def platform_activity(platform: Platform) -> views.Activity:
+    """The schedulers, the executors' load, the queue and the reconciler's recent decisions."""
+    now = platform.now()
+    since = now - DECISION_WINDOW
+    s, a, t, r, e = (
+        schema.schedulers.c,
+        schema.attempts.c,
+        schema.task_instances.c,
+        schema.runs.c,
+        schema.events.c,
+    )
+    with dialects.read_transaction(platform.engine) as connection:
+        schedulers = connection.execute(sa.select(schema.schedulers).order_by(s.started_at)).all()
+        loads = connection.execute(
+            sa.select(a.executor, sa.func.count())
+            .where(a.state.in_(sorted(state.value for state in ACTIVE_ATTEMPT_STATES)))
+            .group_by(a.executor)
+            .order_by(a.executor)
+        ).all()
+        waiting = connection.execute(
+            sa.select(sa.func.count()).where(t.state.in_(_WAITING_TO_START))
+        ).scalar_one()
+        queued_runs = connection.execute(
+            sa.select(sa.func.count()).where(r.execution_state == RunExecutionState.QUEUED.value)
+        ).scalar_one()
+        decisions = connection.execute(
+            sa.select(e.kind, sa.func.count())
+            .where(e.actor == RECONCILER, e.observed_at >= since)
+            .group_by(e.kind)
+            .order_by(e.kind)
+        ).all()
+    return views.Activity(
+        schedulers=tuple(
+            views.SchedulerProcess(
+                row.id,
+                row.host,
+                row.pid,
+                row.started_at,
+                row.heartbeat_at,
+                now - row.heartbeat_at <= STALE_AFTER,
+            )
+            for row in schedulers
+        ),
+        executors=tuple(views.ExecutorLoad(row[0] or "?", int(row[1])) for row in loads),
+        instances_waiting_to_start=int(waiting),
+        runs_queued=int(queued_runs),
+        reconciler_decisions=tuple(views.DecisionCount(row[0], int(row[1])) for row in decisions),
+        decisions_since=since,
+        observed_at=now,
+    )
+
+
+def latest_position(
+    platform: Platform, *, run_id: str | None = None, instance_id: str | None = None
+) -> int:
+    """The position of the newest event (of the run or instance when given), 0 if none.
+
+    Positions only grow, so a reader that saw position P and now sees more knows that
+    something changed, without reading what.
+    """
+    e = schema.events.c
+    statement = sa.select(sa.func.max(e.position))
+    if instance_id is not None:
+        statement = statement.where(e.instance_id == instance_id)
+    elif run_id is not None:
+        statement = statement.where(e.run_id == run_id)
+    with dialects.read_transaction(platform.engine) as connection:
+        found = connection.execute(statement).scalar_one_or_none()
+    return int(found or 0)

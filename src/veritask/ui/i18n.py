@@ -1,0 +1,66 @@
+"""Every string a page shows, in English and Simplified Chinese: one JSON catalog per language.
+
+Templates and page code call ``t(key, **values)``; a key missing from a catalog is a bug that
+the catalog test finds (both catalogs have the same keys, every key used exists), and at run
+time it shows as the key itself rather than failing the page.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from importlib import resources
+from typing import Final
+
+
+class Language(StrEnum):
+    """A language the UI speaks; the value is the catalog's file name and the HTML lang."""
+
+    EN = "en"
+    """English."""
+    ZH = "zh"
+    """Simplified Chinese (简体中文)."""
+
+
+DEFAULT_LANGUAGE: Final = Language.EN
+LANGUAGE_NAMES: Final = {Language.EN: "English", Language.ZH: "简体中文"}
+
+
+@functools.cache
+def catalog(language: Language) -> Mapping[str, str]:
+    """The catalog of ``language``: message key → text with ``{name}`` placeholders."""
+    text = resources.files("veritask.ui").joinpath("catalogs", f"{language.value}.json")
+    loaded = json.loads(text.read_text(encoding="utf-8"))
+    if not isinstance(loaded, dict):
+        raise TypeError(f"catalog {language} is not an object")
+    return {str(key): str(value) for key, value in loaded.items()}
+
+
+@dataclass(frozen=True)
+class Translator:
+    """``t(key, **values)`` in one language."""
+
+    language: Language
+
+    def __call__(self, key: str, **values: object) -> str:
+        text = catalog(self.language).get(key, key)
+        return text.format(**values) if values else text
+
+    def has(self, key: str) -> bool:
+        return key in catalog(self.language)
+
+
+def pick_language(cookie: str | None, accept_language: str | None) -> Language:
+    """The language chosen by cookie, else the first the browser prefers that we speak."""
+    if cookie is not None and cookie in {language.value for language in Language}:
+        return Language(cookie)
+    for part in (accept_language or "").split(","):
+        tag = part.split(";")[0].strip().lower()
+        if tag.startswith("zh"):
+            return Language.ZH
+        if tag.startswith("en"):
+            return Language.EN
+    return DEFAULT_LANGUAGE

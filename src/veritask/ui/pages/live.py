@@ -1,0 +1,74 @@
+"""Server-sent events that tell a page its data changed; the page fetches itself again.
+
+The stream polls the ledger's newest event position (of one run or instance, or of all)
+once a second — an indexed ``max(position)`` — and sends ``changed`` when it grew. It sends
+no data a page could not read anyway. Each stream ends after :data:`STREAM_SECONDS`
+(``EventSource`` reconnects by itself, with ``Last-Event-ID``), so that a server being
+stopped never waits long for an open browser tab.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Annotated, Final
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from veritask.services import activity
+from veritask.services.platform import Platform
+from veritask.ui import context
+from veritask.ui.pages.routing import UiRoute
+
+router = APIRouter(prefix="/ui/live", route_class=UiRoute, include_in_schema=False)
+POLL_SECONDS: Final = 1.0
+STREAM_SECONDS: Final = 25.0
+RECONNECT_MILLISECONDS: Final = 1000
+
+
+@router.get("")
+def stream(
+    request: Request,
+    run: Annotated[str | None, Query(max_length=128)] = None,
+    instance: Annotated[str | None, Query(max_length=256)] = None,
+    since: Annotated[int, Query(ge=0)] = 0,
+) -> Response:
+    found = context.page(request)
+    last_seen = request.headers.get("last-event-id", "")
+    start = max(since, int(last_seen) if last_seen.isdigit() else 0)
+    return StreamingResponse(
+        changes(found.platform, request, run=run, instance=instance, since=start),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+async def changes(
+    platform: Platform,
+    request: Request,
+    *,
+    run: str | None,
+    instance: str | None,
+    since: int,
+    poll_seconds: float = POLL_SECONDS,
+    stream_seconds: float = STREAM_SECONDS,
+) -> AsyncIterator[str]:
+    """``changed`` messages (with the new position as their id) until the stream's time is up."""
+    yield f"retry: {RECONNECT_MILLISECONDS}\n\n"
+    seen = since
+    loop = asyncio.get_running_loop()
+    ends = loop.time() + stream_seconds
+    while loop.time() < ends:
+        if await request.is_disconnected():
+            return
+        position = await run_in_threadpool(
+            activity.latest_position, platform, run_id=run, instance_id=instance
+        )
+        if position > seen:
+            seen = position
+            yield f"id: {position}\nevent: changed\ndata: {position}\n\n"
+        else:
+            yield ": idle\n\n"  # a comment keeps proxies from closing a quiet stream
+        await asyncio.sleep(poll_seconds)

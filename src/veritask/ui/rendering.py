@@ -1,0 +1,170 @@
+"""The Jinja environment (autoescaped), and how values look on a page.
+
+Dates are shown in the viewer's time zone with the UTC time in the ``title`` (on hover);
+states are a colour *and* a glyph and a translated word, so that they read without colour.
+"""
+
+from __future__ import annotations
+
+import json
+import zoneinfo
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+import jinja2
+from markupsafe import Markup, escape
+
+from veritask.ui import i18n
+
+#: A glyph per state family, beside the colour (for colour-blind readers) and the word.
+STATE_GLYPHS: Final = {
+    "SUCCESS": "✓",
+    "PUBLISHED": "✓",
+    "NOT_REQUIRED": "–",
+    "FAILED": "✗",
+    "START_FAILED": "✗",
+    "UPSTREAM_FAILED": "⊘",
+    "CHECK_FAILED": "✗",
+    "PUBLISH_FAILED": "✗",
+    "TIMEOUT": "⌛",
+    "CANCELLED": "■",
+    "CANCELLING": "◧",
+    "CANCEL_FAILED": "⚠",
+    "RUNNING": "▶",
+    "CHECKING": "▶",
+    "PUBLISHING": "▶",
+    "LOST": "?",
+    "QUEUED": "…",
+    "SCHEDULED": "…",
+    "CREATED": "○",
+    "PENDING": "○",
+    "UP_FOR_RETRY": "↻",
+    "SKIPPED": "↷",
+    "REMOVED": "–",
+    "NOT_RECEIVED": "∅",
+    "ABANDONED": "⊗",
+}
+
+#: The colour family of each state (a CSS class); the glyph and the word carry the meaning.
+STATE_TONES: Final = {
+    "SUCCESS": "good",
+    "PUBLISHED": "good",
+    "FAILED": "bad",
+    "START_FAILED": "bad",
+    "UPSTREAM_FAILED": "bad",
+    "CHECK_FAILED": "bad",
+    "PUBLISH_FAILED": "bad",
+    "TIMEOUT": "bad",
+    "NOT_RECEIVED": "bad",
+    "ABANDONED": "bad",
+    "CANCEL_FAILED": "warn",
+    "LOST": "warn",
+    "UP_FOR_RETRY": "warn",
+    "CANCELLING": "warn",
+    "CANCELLED": "muted",
+    "SKIPPED": "muted",
+    "REMOVED": "muted",
+    "NOT_REQUIRED": "muted",
+    "RUNNING": "live",
+    "CHECKING": "live",
+    "PUBLISHING": "live",
+}
+
+_environment = jinja2.Environment(
+    loader=jinja2.PackageLoader("veritask.ui", "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def environment() -> jinja2.Environment:
+    """The one environment: autoescape on, undefined names are errors."""
+    return _environment
+
+
+def render(template: str, *, t: i18n.Translator, zone: zoneinfo.ZoneInfo, **values: object) -> str:
+    """``template`` rendered with the helpers bound to the viewer's language and zone."""
+    helpers: dict[str, object] = {
+        "t": t,
+        "lang": t.language.value,
+        "languages": i18n.LANGUAGE_NAMES,
+        "zone": zone.key,
+        "when": when_in(zone),
+        "duration": duration_in(t),
+        "state": state_in(t),
+        "as_json": as_json,
+        "tone": tone,
+        "glyph": glyph,
+    }
+    return _environment.get_template(template).render(**helpers, **values)
+
+
+def when_in(zone: zoneinfo.ZoneInfo) -> Callable[[datetime | None], Markup]:
+    """``when(dt)``: a ``<time>`` in the viewer's zone with the UTC time on hover."""
+
+    def when(moment: datetime | None) -> Markup:
+        if moment is None:
+            return Markup('<span class="none">—</span>')
+        utc = moment.astimezone(UTC)
+        local = moment.astimezone(zone)
+        return Markup('<time datetime="{}" title="{}">{}</time>').format(
+            utc.isoformat(),
+            utc.strftime("%Y-%m-%d %H:%M:%S UTC"),
+            local.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        )
+
+    return when
+
+
+def duration_in(t: i18n.Translator) -> Callable[[timedelta | None], str]:
+    """``duration(td)``: ``1h 2m 3s`` in the viewer's language."""
+
+    def duration(span: timedelta | None) -> str:
+        if span is None:
+            return "—"
+        exact = max(0.0, span.total_seconds())
+        if 0 < exact < 10 and exact != int(exact):
+            return t("unit.seconds", n=f"{exact:.1f}")  # short phases still compare
+        seconds = round(exact)
+        hours, rest = divmod(seconds, 3600)
+        minutes, seconds = divmod(rest, 60)
+        parts = []
+        if hours:
+            parts.append(t("unit.hours", n=hours))
+        if minutes:
+            parts.append(t("unit.minutes", n=minutes))
+        if seconds or not parts:
+            parts.append(t("unit.seconds", n=seconds))
+        return " ".join(parts)
+
+    return duration
+
+
+def state_in(t: i18n.Translator) -> Callable[[str | None], Markup]:
+    """``state(value)``: a badge with the colour, the glyph and the translated word."""
+
+    def state(value: str | None) -> Markup:
+        if value is None:
+            return Markup('<span class="none">—</span>')
+        return Markup(
+            '<span class="badge tone-{}" data-state="{}"><span aria-hidden="true">{}</span> {}'
+            "</span>"
+        ).format(tone(value), value, glyph(value), t(f"state.{value}"))
+
+    return state
+
+
+def tone(value: str) -> str:
+    return STATE_TONES.get(value, "idle")
+
+
+def glyph(value: str) -> str:
+    return STATE_GLYPHS.get(value, "·")
+
+
+def as_json(value: object) -> Markup:
+    """A JSON value, escaped, for ``<pre>``: user data is never markup."""
+    return escape(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str))

@@ -1,0 +1,107 @@
+"""Both catalogs say the same things, and every word a page shows comes from them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from veritask.core.events import OpenReason, OverrideScope
+from veritask.core.states import (
+    AttemptState,
+    DefinitionLifecycle,
+    InstanceState,
+    PublicationState,
+    RunExecutionState,
+    TriggerKind,
+)
+from veritask.ledger.vocabulary import EventOutcome, TokenRole
+from veritask.ui import i18n
+from veritask.ui.timeline import PhaseKind
+
+UI = Path(str(resources.files("veritask.ui")))
+TEMPLATES = sorted((UI / "templates").glob("*.html"))
+SOURCES = [*sorted((UI / "pages").glob("*.py")), UI / "context.py", UI / "rendering.py"]
+LITERAL_KEY = re.compile(r"""\bt\(\s*["']([a-z_]+\.[a-z_.]+)["']""")
+# Jinja blocks, expressions and comments, then tags: what is left is text a reader sees.
+JINJA = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}", re.S)
+TAG = re.compile(r"<[^>]*>", re.S)
+SHOWN_ATTRIBUTES = re.compile(r'\b(?:title|placeholder|aria-label|alt)="([^"]*)"')
+# Not words: the product's name (the same in both languages) and HTML entities.
+ALLOWED_TEXT = {"Veritask"}
+
+
+def test_both_catalogs_have_the_same_keys() -> None:
+    english, chinese = i18n.catalog(i18n.Language.EN), i18n.catalog(i18n.Language.ZH)
+    assert set(english) - set(chinese) == set()
+    assert set(chinese) - set(english) == set()
+
+
+def test_both_catalogs_use_the_same_placeholders() -> None:
+    english, chinese = i18n.catalog(i18n.Language.EN), i18n.catalog(i18n.Language.ZH)
+    for key, text in english.items():
+        assert set(re.findall(r"\{(\w+)\}", text)) == set(re.findall(r"\{(\w+)\}", chinese[key])), (
+            key
+        )
+
+
+def test_the_chinese_catalog_is_translated() -> None:
+    english, chinese = i18n.catalog(i18n.Language.EN), i18n.catalog(i18n.Language.ZH)
+    same = {k for k in english if english[k] == chinese[k] and re.search("[a-z]{3}", english[k])}
+    assert same == {"app.name"}
+
+
+@pytest.mark.parametrize("path", TEMPLATES + SOURCES, ids=lambda p: p.name)
+def test_every_key_used_is_in_the_catalog(path: Path) -> None:
+    english = i18n.catalog(i18n.Language.EN)
+    used = set(LITERAL_KEY.findall(path.read_text()))
+    assert used - set(english) == set()
+
+
+@pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: p.name)
+def test_templates_show_no_text_outside_the_catalog(path: Path) -> None:
+    source = path.read_text()
+    without_code = JINJA.sub(" ", source)
+    shown = TAG.sub(" ", without_code)
+    words = set(re.findall(r"[A-Za-z\u4e00-\u9fff]{2,}", shown))
+    assert words - ALLOWED_TEXT == set(), f"text not in the catalog in {path.name}"
+    for value in SHOWN_ATTRIBUTES.findall(without_code):
+        assert not re.search(r"[A-Za-z]{2,}", value), f"attribute text {value!r} in {path.name}"
+
+
+@pytest.mark.parametrize(
+    ("prefix", "values"),
+    [
+        ("state", InstanceState),
+        ("state", AttemptState),
+        ("state", RunExecutionState),
+        ("state", PublicationState),
+        ("lifecycle", DefinitionLifecycle),
+        ("trigger_kind", TriggerKind),
+        ("role", TokenRole),
+        ("outcome", [*EventOutcome, "rejected"]),
+        ("outcome_explain", [*EventOutcome, "rejected"]),
+        ("phase", PhaseKind),
+        ("scope", OverrideScope),
+        ("open_reason", OpenReason),
+    ],
+)
+def test_every_state_and_kind_has_a_name(prefix: str, values: Iterable[object]) -> None:
+    english = i18n.catalog(i18n.Language.EN)
+    missing = {f"{prefix}.{value}" for value in values} - set(english)
+    assert missing == set()
+
+
+def test_the_language_is_the_cookies_then_the_browsers() -> None:
+    assert i18n.pick_language("zh", "en-US") is i18n.Language.ZH
+    assert i18n.pick_language(None, "zh-CN,zh;q=0.9") is i18n.Language.ZH
+    assert i18n.pick_language("klingon", "fr, en;q=0.5") is i18n.Language.EN
+    assert i18n.pick_language(None, None) is i18n.DEFAULT_LANGUAGE
+
+
+def test_a_missing_key_shows_as_itself() -> None:
+    assert i18n.Translator(i18n.Language.ZH)("no.such.key") == "no.such.key"
+    assert i18n.Translator(i18n.Language.ZH)("editor.line", line=3) == "第 3 行"

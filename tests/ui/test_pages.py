@@ -1,0 +1,225 @@
+"""The pages over HTTP: sign-in, CSRF, roles, escaping, the editor, deletes, diffs, live."""
+
+from __future__ import annotations
+
+import re
+
+from tests.ui.conftest import Ui, csrf_of
+from veritask.services import definitions, runs
+from veritask.services.tokens import TokenRole
+
+
+def test_the_address_up_prints_leads_to_sign_in(ui: Ui) -> None:
+    http = ui.client()
+    first = http.get("/")
+    assert first.status_code == 303
+    assert http.get(first.headers["location"]).headers["location"] == "/ui/sign-in"
+    page = http.get("/ui/sign-in")
+    assert page.status_code == 200
+    assert 'name="token"' in page.text
+
+
+def test_pages_need_a_session(ui: Ui) -> None:
+    answer = ui.client().get("/ui/definitions")
+    assert answer.status_code == 303
+    assert answer.headers["location"].startswith("/ui/sign-in?next=/ui/definitions")
+
+
+def test_the_session_cookie_is_httponly_lax_and_signed(ui: Ui) -> None:
+    http = ui.client()
+    page = http.get("/ui/sign-in")
+    answer = http.post(
+        "/ui/sign-in",
+        data={"csrf": csrf_of(page.text), "token": ui.tokens[TokenRole.VIEWER], "next": "/ui/"},
+    )
+    cookie = answer.headers["set-cookie"]
+    assert "veritask_session=" in cookie
+    assert "httponly" in cookie.lower()
+    assert "samesite=lax" in cookie.lower()
+    assert ui.tokens[TokenRole.VIEWER] not in cookie  # the token itself never leaves
+    http.cookies.set("veritask_session", http.cookies["veritask_session"][:-3] + "AAA")
+    assert http.get("/ui/definitions").status_code == 303  # a forged signature signs nobody
+
+
+def test_a_wrong_token_is_refused_with_a_message(ui: Ui) -> None:
+    http = ui.client()
+    csrf = csrf_of(http.get("/ui/sign-in").text)
+    answer = http.post("/ui/sign-in", data={"csrf": csrf, "token": "vt_nobody", "next": "/ui/"})
+    assert answer.status_code == 401
+    assert "unknown or revoked" in answer.text
+
+
+def test_sign_in_without_the_csrf_token_is_refused(ui: Ui) -> None:
+    http = ui.client()
+    http.get("/ui/sign-in")
+    answer = http.post("/ui/sign-in", data={"token": ui.tokens[TokenRole.ADMIN]})
+    assert answer.status_code == 403
+    assert "veritask_session" not in answer.headers.get("set-cookie", "")
+
+
+def test_a_form_without_the_sessions_csrf_token_records_nothing(ui: Ui) -> None:
+    admin = ui.signed_in(TokenRole.ADMIN)
+    for csrf in ("", "not-the-token"):
+        answer = admin.http.post("/ui/definitions/pipeline/trigger", data={"csrf": csrf})
+        assert answer.status_code == 403
+        assert "security token" in answer.text
+    assert runs.list_runs(ui.platform, definition="pipeline").items == ()
+
+
+def test_a_viewer_sees_no_actions_and_a_forged_post_is_refused(ui: Ui) -> None:
+    viewer = ui.signed_in(TokenRole.VIEWER)
+    page = viewer.http.get("/ui/definitions/pipeline").text
+    assert "trigger-form" not in page
+    assert "/disable" not in page
+    answer = viewer.http.post(
+        "/ui/definitions/pipeline/trigger", data={"csrf": viewer.csrf, "param.table": "x"}
+    )
+    assert answer.status_code == 403
+    assert "operator" in answer.text
+    assert runs.list_runs(ui.platform, definition="pipeline").items == ()
+    run_id = runs.trigger_run(ui.platform, "pipeline", actor="test").run_id
+    run_page = viewer.http.get(f"/ui/runs/{run_id}").text
+    assert "cancel-run" not in run_page
+    refused = viewer.http.post(
+        f"/ui/runs/{run_id}/cancel", data={"csrf": viewer.csrf, "reason": "forged"}
+    )
+    assert refused.status_code == 403
+    assert runs.get_run(ui.platform, run_id).run.execution_state != "CANCELLING"
+
+
+def test_an_operator_triggers_with_parameters_and_a_key(ui: Ui) -> None:
+    operator = ui.signed_in(TokenRole.OPERATOR)
+    answer = operator.http.post(
+        "/ui/definitions/pipeline/trigger",
+        data={"csrf": operator.csrf, "param.table": "orders", "idempotency_key": "k-1"},
+    )
+    assert answer.status_code == 303
+    run_id = answer.headers["location"].rsplit("/", 1)[1]
+    run = runs.get_run(ui.platform, run_id).run
+    assert run.parameters == {"table": "orders"}
+    assert run.idempotency_key == "pipeline:k-1"  # keys are scoped to their definition
+    assert run.trigger_kind == "manual"
+
+
+def test_user_text_is_escaped_everywhere(ui: Ui) -> None:
+    admin = ui.signed_in(TokenRole.ADMIN)
+    run_id = runs.trigger_run(
+        ui.platform, "pipeline", actor="test", parameters={"table": "<img src=x onerror=alert(2)>"}
+    ).run_id
+    for path in ("/ui/definitions", "/ui/definitions/pipeline", f"/ui/runs/{run_id}"):
+        page = admin.http.get(path).text
+        assert "<script>alert(1)</script>" not in page
+        assert "<img src=x" not in page
+        assert "<b>data</b>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in admin.http.get("/ui/definitions").text
+
+
+def test_the_editor_shows_each_problem_at_its_line(ui: Ui) -> None:
+    admin = ui.signed_in(TokenRole.ADMIN)
+    source = "name: broken\ntasks:\n  a: {run: echo a}\n  b: {run: echo b, after: [missing]}\n"
+    answer = admin.http.post("/ui/definitions/new", data={"csrf": admin.csrf, "source": source})
+    assert answer.status_code == 422
+    lines = re.findall(r'class="editor-error" data-line="(\d+)"', answer.text)
+    assert lines == ["4"]
+    assert 'class="flagged"' in answer.text
+    assert "missing" in answer.text
+    fixed = source.replace("[missing]", "[a]")
+    saved = admin.http.post("/ui/definitions/new", data={"csrf": admin.csrf, "source": fixed})
+    assert saved.status_code == 303
+    assert saved.headers["location"] == "/ui/definitions/broken"
+
+
+def test_an_operator_cannot_apply_definitions(ui: Ui) -> None:
+    operator = ui.signed_in(TokenRole.OPERATOR)
+    assert operator.http.get("/ui/definitions/new").status_code == 403
+    answer = operator.http.post(
+        "/ui/definitions/new", data={"csrf": operator.csrf, "source": "name: x\ntasks: {}\n"}
+    )
+    assert answer.status_code == 403
+
+
+def test_two_versions_show_their_difference(ui: Ui) -> None:
+    changed = definitions.get_definition(ui.platform, "pipeline").source or ""
+    definitions.apply_definition(
+        ui.platform, changed.replace('"echo load"', '"echo loaded"'), actor="test"
+    )
+    viewer = ui.signed_in(TokenRole.VIEWER)
+    page = viewer.http.get("/ui/definitions/pipeline?from=1&to=2").text
+    assert '<span class="d-del">-  load: {run: &#34;echo load&#34;' in page
+    assert '<span class="d-add">+  load: {run: &#34;echo loaded&#34;' in page
+
+
+def test_delete_shows_what_will_happen_before_it_happens(ui: Ui) -> None:
+    admin = ui.signed_in(TokenRole.ADMIN)
+    run_id = runs.trigger_run(ui.platform, "pipeline", actor="test").run_id
+    preview = admin.http.get("/ui/definitions/pipeline/delete")
+    assert preview.status_code == 200
+    assert run_id in preview.text
+    assert definitions.get_definition(ui.platform, "pipeline").definition.lifecycle == "active"
+    answer = admin.http.post(
+        "/ui/definitions/pipeline/delete", data={"csrf": admin.csrf, "purge": ""}
+    )
+    assert answer.status_code == 303
+    lifecycle = definitions.get_definition(ui.platform, "pipeline").definition.lifecycle
+    assert lifecycle in ("deleting", "deleted")
+
+
+def test_a_run_page_draws_the_graph_and_both_states(ui: Ui) -> None:
+    viewer = ui.signed_in(TokenRole.VIEWER)
+    run_id = runs.trigger_run(ui.platform, "pipeline", actor="test").run_id
+    page = viewer.http.get(f"/ui/runs/{run_id}").text
+    assert page.count('class="node"') == len(runs.get_run(ui.platform, run_id).instances)
+    assert page.count('class="edge"') == 2
+    assert 'class="run-execution"' in page and 'class="run-publication"' in page
+    assert f"/ui/live?run={run_id}" in page
+
+
+def test_the_health_panel_answers(ui: Ui) -> None:
+    viewer = ui.signed_in(TokenRole.VIEWER)
+    page = viewer.http.get("/ui/health")
+    assert page.status_code == 200
+    assert 'id="queue-depth"' in page.text
+
+
+def test_the_language_switches_by_cookie(ui: Ui) -> None:
+    viewer = ui.signed_in(TokenRole.VIEWER)
+    answer = viewer.http.post(
+        "/ui/language", data={"csrf": viewer.csrf, "language": "zh", "next": "/ui/definitions"}
+    )
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/ui/definitions"
+    page = viewer.http.get("/ui/definitions").text
+    assert '<html lang="zh-CN">' in page
+    assert "定义" in page
+
+
+def test_language_switch_never_leaves_the_ui(ui: Ui) -> None:
+    viewer = ui.signed_in(TokenRole.VIEWER)
+    answer = viewer.http.post(
+        "/ui/language", data={"csrf": viewer.csrf, "language": "en", "next": "//evil.example"}
+    )
+    assert answer.headers["location"] == "/ui/"
+
+
+def test_dates_are_in_the_viewers_zone_with_utc_on_hover(ui: Ui) -> None:
+    viewer = ui.signed_in(TokenRole.VIEWER)
+    runs.trigger_run(ui.platform, "pipeline", actor="test")
+    viewer.http.cookies.set("veritask_tz", "Asia/Shanghai")
+    page = viewer.http.get("/ui/definitions/pipeline").text
+    found = re.search(r'<time datetime="[^"]+" title="([^"]+ UTC)">([^<]+)</time>', page)
+    assert found is not None
+    assert found.group(2).endswith("CST")
+
+
+def test_the_live_stream_says_when_the_run_changed(ui: Ui) -> None:
+    viewer = ui.signed_in(TokenRole.VIEWER)
+    run_id = runs.trigger_run(ui.platform, "pipeline", actor="test").run_id
+    with viewer.http.stream("GET", f"/ui/live?run={run_id}&since=0") as stream:
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        seen = ""
+        for chunk in stream.iter_text():
+            seen += chunk
+            if "event: changed" in seen:
+                break
+    assert "retry: 1000" in seen
+    assert re.search(r"id: \d+\nevent: changed", seen)

@@ -1,0 +1,1 @@
+"""Commands for maintainers (``make screenshots``); never run by the tests."""

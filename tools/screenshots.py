@@ -1,0 +1,147 @@
+"""Regenerate ``docs/screenshots/*.png``: the web UI's pages, in English and in Chinese.
+
+Starts ``veritask up`` in a temporary folder with the repository's examples, runs a few of
+them through the API, then drives Chromium (``/usr/bin/chromium``, or ``VERITASK_CHROMIUM``)
+with Playwright and saves each page. Run it with ``make screenshots``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+import httpx
+from playwright.sync_api import Page, ViewportSize, sync_playwright
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+OUTPUT: Final = ROOT / "docs" / "screenshots"
+CHROMIUM: Final = os.environ.get("VERITASK_CHROMIUM", "/usr/bin/chromium")
+VIEWPORT: Final[ViewportSize] = {"width": 1280, "height": 860}
+ZONE: Final = "Asia/Shanghai"
+BROKEN: Final = "name: broken\ntasks:\n  a: {run: echo a, after: [missing]}\n"
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 60.0) -> object:
+    give_up = time.monotonic() + timeout
+    while time.monotonic() < give_up:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+def start(home: Path) -> tuple[subprocess.Popen[bytes], str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VERITASK_")}
+    env["VERITASK_HOME"] = str(home)
+    env["PYTHONPATH"] = str(ROOT / "examples")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "veritask.cli.main", "up", "--port", "0", "--examples", "examples"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for(lambda: (home / "url").exists() and (home / "token").exists(), "veritask up")
+    url = (home / "url").read_text().strip()
+    token = (home / "token").read_text().strip()
+    wait_for(lambda: _ready(url), "the API")
+    return process, url, token
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(url + "/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def run_examples(url: str, token: str) -> dict[str, str]:
+    """Trigger a few examples and wait until each run has finished; their run ids."""
+    api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    started = {
+        name: api.post(f"/api/v2/definitions/{name}/runs", json={}).json()["run_id"]
+        for name in ("branching", "hello", "progress")
+    }
+
+    def finished() -> bool:
+        states = [
+            api.get(f"/api/v2/runs/{run}").json()["execution_state"] for run in started.values()
+        ]
+        return all(state in ("SUCCESS", "FAILED", "CANCELLED") for state in states)
+
+    wait_for(finished, "the example runs", timeout=120)
+    return started
+
+
+def shoot(page: Page, url: str, name: str) -> None:
+    page.goto(url)
+    page.wait_for_load_state("networkidle")
+    page.screenshot(path=str(OUTPUT / f"{name}.png"), full_page=False)
+
+
+def main() -> None:
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="veritask-shots-") as folder:
+        process, url, token = start(Path(folder) / "home")
+        try:
+            runs = run_examples(url, token)
+            api = httpx.Client(
+                base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+            )
+            detail = api.get(f"/api/v2/runs/{runs['progress']}").json()
+            instance = detail["instances"][0]["id"]
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(
+                    executable_path=CHROMIUM, args=["--no-sandbox"]
+                )
+                for language in ("en", "zh"):
+                    context = browser.new_context(viewport=VIEWPORT, timezone_id=ZONE)
+                    context.add_cookies(
+                        [
+                            {"name": "veritask_tz", "value": ZONE, "url": url},
+                            {"name": "veritask_lang", "value": language, "url": url},
+                        ]
+                    )
+                    page = context.new_page()
+                    shoot(page, url + "/", f"sign-in.{language}")
+                    page.fill("#token", token)
+                    page.click("form[action='/ui/sign-in'] button[type=submit]")
+                    page.wait_for_url("**/ui/definitions")
+                    shoot(page, url + "/ui/definitions", f"definitions.{language}")
+                    shoot(page, url + "/ui/definitions/branching", f"definition.{language}")
+                    shoot(page, url + f"/ui/runs/{runs['branching']}", f"run.{language}")
+                    shoot(page, url + f"/ui/instances/{instance}", f"instance.{language}")
+                    shoot(page, url + "/ui/health", f"health.{language}")
+                    page.goto(url + "/ui/definitions/new")
+                    page.fill(
+                        "#source", "name: broken\ntasks:\n  a: {run: echo a, after: [missing]}\n"
+                    )
+                    page.click("#editor-form button[type=submit]")
+                    page.wait_for_selector(".editor-error")
+                    page.screenshot(path=str(OUTPUT / f"editor.{language}.png"))
+                    context.close()
+                browser.close()
+        finally:
+            process.terminate()
+            process.wait(30)
+            subprocess.run([sys.executable, "-c", _STOP_SUPERVISOR, folder + "/home"], check=False)
+    for path in sorted(OUTPUT.glob("*.png")):
+        print(f"{path.relative_to(ROOT)}  {path.stat().st_size // 1024} KiB")
+
+
+# The local executor's supervisor outlives `up` on purpose; this tool leaves none behind.
+_STOP_SUPERVISOR: Final = (
+    "import sys, pathlib; from veritask.execution import local; "
+    "local.LocalExecutor(home=pathlib.Path(sys.argv[1])).shutdown_supervisor()"
+)
+
+
+if __name__ == "__main__":
+    main()
