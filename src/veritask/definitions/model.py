@@ -161,9 +161,7 @@ class TaskSpec:
                 )
         else:
             if self.run is not None or self.call is not None:
-                raise DefinitionError.one(
-                    f"tasks.{self.key}", "a sql task has no run and no call"
-                )
+                raise DefinitionError.one(f"tasks.{self.key}", "a sql task has no run and no call")
             if not self.sql.strip():
                 raise DefinitionError.one(f"tasks.{self.key}.sql", "the statement is empty")
             if self.connection is None or not SLUG.fullmatch(self.connection):

@@ -9,12 +9,13 @@ over the attempts that were running when the first one stopped.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from veritask.execution import local, port
+from veritask.execution import engines, local, port
 from veritask.scheduling.lease import SchedulerAlreadyRunning, SchedulerLease
 from veritask.scheduling.scheduler import Scheduler
 from veritask.scheduling.settings import Settings
@@ -69,7 +70,7 @@ class SchedulerRuntime:
             raise SchedulerRefused(str(exc)) from None
         self._lease = lease
         executor = local.LocalExecutor(home=self.home, slots=self.slots)
-        self.executors = {LOCAL_EXECUTOR: executor}
+        self.executors = {LOCAL_EXECUTOR: executor, **engines.from_environment(os.environ)}
         scheduler = Scheduler(
             self.platform.ledger,
             executors=self.executors,
