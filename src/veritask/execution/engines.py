@@ -26,4 +26,11 @@ def from_environment(environ: Mapping[str, str]) -> dict[str, port.Executor]:
         from veritask.execution.sql import engine  # only deployments that use it pay the import
 
         found[SQL_EXECUTOR] = engine.SqlExecutor(servers=servers)
+    from veritask.execution.celery import settings  # light: no Celery import
+
+    celery = settings.CelerySettings.from_environment(environ)
+    if celery is not None:
+        from veritask.execution.celery import executor
+
+        found[CELERY_EXECUTOR] = executor.CeleryExecutor(celery)
     return found
