@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,8 +163,3 @@ def make_hosts(celery_services: None, tmp_path: Path) -> Iterator[Callable[..., 
     yield make
     for hosts in made:
         hosts.stop_all()
-
-
-def wait_seconds(seconds: float) -> None:
-    """Only where a real broker's timer must pass (a visibility timeout)."""
-    time.sleep(seconds)
