@@ -44,7 +44,9 @@ import sys
 from veritask.execution.celery import app as celery_app
 from veritask.execution.celery.settings import CelerySettings
 app = celery_app.make_app(CelerySettings(broker_url=sys.argv[1], backend_url=sys.argv[2]))
-app.task(name="bench.noop")(lambda: None)
+@app.task(name="bench.noop")
+def noop():
+    return None
 app.worker_main(["worker", "--queues=" + sys.argv[3], "--concurrency=" + sys.argv[4],
                  "--hostname=" + sys.argv[5], "--loglevel=WARNING", "--without-gossip",
                  "--without-mingle", "--pool=prefork"])
