@@ -102,6 +102,9 @@ def _task(task: TaskSpec) -> JSONObject:
         data["run"] = task.run
     if task.call is not None:
         data["call"] = task.call
+    if task.sql is not None:
+        data["sql"] = task.sql
+        data["connection"] = task.connection
     data.update(
         {
             "with": dict(task.with_),
@@ -116,6 +119,8 @@ def _task(task: TaskSpec) -> JSONObject:
         }
     )
     data.update(_policy(task.policy))
+    if task.sql is not None:
+        del data["with"]  # a sql task has no parameters of its own: the statement is all
     return data
 
 

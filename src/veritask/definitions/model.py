@@ -147,9 +147,27 @@ class TaskSpec:
     skip_exit_code: int = DEFAULT_SKIP_EXIT_CODE
     queue: str | None = None
     executor: str = DEFAULT_EXECUTOR
+    sql: str | None = None
+    """One SQL statement, run on the server named by ``connection`` (executor ``sql``)."""
+    connection: str | None = None
+    """The SQL server a ``sql`` task runs on, a name the platform's settings map to a URL."""
 
     def __post_init__(self) -> None:
-        _check_step(self.run, self.call, f"tasks.{self.key}")
+        if self.sql is None:
+            _check_step(self.run, self.call, f"tasks.{self.key}")
+            if self.connection is not None:
+                raise DefinitionError.one(
+                    f"tasks.{self.key}.connection", "only a sql task names a connection"
+                )
+        else:
+            if self.run is not None or self.call is not None:
+                raise DefinitionError.one(f"tasks.{self.key}", "a sql task has no run and no call")
+            if not self.sql.strip():
+                raise DefinitionError.one(f"tasks.{self.key}.sql", "the statement is empty")
+            if self.connection is None or not SLUG.fullmatch(self.connection):
+                raise DefinitionError.one(
+                    f"tasks.{self.key}.connection", "a sql task needs a connection name"
+                )
         if self.decides_run and self.role is not TaskRole.TEARDOWN:
             raise DefinitionError.one(
                 f"tasks.{self.key}.decides_run", "only a teardown task may set decides_run"

@@ -76,8 +76,12 @@ TASK_FIELDS = (
     "queue",
     "executor",
     "requires_commit",
+    "sql",
+    "connection",
     *POLICY_FIELDS,
 )
+#: The executor a task with ``sql`` uses unless it names another.
+SQL_EXECUTOR = "sql"
 SCHEDULE_FIELDS = ("cron", "timezone", "catchup")
 CATCHUP_FIELDS = ("enabled", "max_runs")
 CHECK_FIELDS = ("name", "run", "call")
@@ -232,7 +236,8 @@ class _Reader(Reader):
         self.edges[key] = []
         if f is None:
             return None
-        run, call = self.step(f, path, line)
+        sql, connection = self.sql(f, path, line)
+        run, call = (None, None) if sql is not None else self.step(f, path, line)
         with_ = self.json_object(f.get("with"), f"{path}.with")
         after = self.after(f.get("after"), key)
         role = self.choice(f.get("role"), f"{path}.role", TaskRole, TaskRole.WORK)
@@ -264,11 +269,12 @@ class _Reader(Reader):
             maximum=255,
         )
         task_queue = self.text(f.get("queue"), f"{path}.queue") or queue
-        executor = self.slug(f.get("executor"), f"{path}.executor", DEFAULT_EXECUTOR)
+        default_executor = DEFAULT_EXECUTOR if sql is None else SQL_EXECUTOR
+        executor = self.slug(f.get("executor"), f"{path}.executor", default_executor)
         requires_commit = self.boolean(f.get("requires_commit"), f"{path}.requires_commit", False)
         base = replace(defaults, requires_commit=requires_commit)
         policy = self.policy(f, path, base, None)
-        if run is None and call is None:
+        if run is None and call is None and sql is None:
             return None
         return self.attempt(
             lambda: TaskSpec(
@@ -283,11 +289,50 @@ class _Reader(Reader):
                 policy=policy,
                 skip_exit_code=skip_exit_code or DEFAULT_SKIP_EXIT_CODE,
                 queue=task_queue,
-                executor=executor or DEFAULT_EXECUTOR,
+                executor=executor or default_executor,
+                sql=sql,
+                connection=connection,
             ),
             line,
             since,
         )
+
+    def sql(
+        self, f: Mapping[str, Entry], path: str, line: int | None
+    ) -> tuple[str | None, str | None]:
+        """``sql`` with its ``connection``: a statement for a SQL engine instead of run/call."""
+        sql = self.text(f.get("sql"), f"{path}.sql")
+        connection = self.text(f.get("connection"), f"{path}.connection")
+        if connection is not None and not SLUG.fullmatch(connection):
+            self.add(
+                f"{path}.connection",
+                entry_line(f.get("connection")),
+                slug_message(connection, "connection name"),
+            )
+        if sql is None:
+            if connection is not None:
+                self.add(
+                    f"{path}.connection",
+                    entry_line(f.get("connection")),
+                    "only a sql task names a connection",
+                )
+            return None, None
+        for other in ("run", "call", "with"):
+            if other in f:
+                self.add(
+                    f"{path}.{other}",
+                    entry_line(f.get(other)),
+                    f"a sql task has no {other}: the statement is the whole task",
+                )
+        if not sql.strip():
+            self.add(f"{path}.sql", entry_line(f.get("sql")), "the statement is empty")
+        if connection is None:
+            self.add(
+                f"{path}.connection",
+                line,
+                "a sql task needs connection: the name of a server in the platform's settings",
+            )
+        return sql, connection
 
     def step(
         self, f: Mapping[str, Entry], path: str, line: int | None

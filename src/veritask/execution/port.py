@@ -42,6 +42,19 @@ class ObservationSource(StrEnum):
     """The local supervisor's queue."""
     ATTEMPT_DIR = "attempt_dir"
     """The attempt directory on disk: its presence, its spec, its identity files."""
+    CELERY_RESULT = "celery_result"
+    """The Celery result backend: the outcome a Celery task returned (the worker's exit record)."""
+    CELERY_INSPECT = "celery_inspect"
+    """Celery's ``inspect`` broadcast: the task is active, reserved or scheduled on a worker."""
+    CELERY_CLAIM = "celery_claim"
+    """The per-attempt claim and lease that a Veritask Celery worker keeps while it runs it."""
+    CELERY_SUBMISSION = "celery_submission"
+    """The executor's own record that it sent the attempt to the broker (queued, not taken)."""
+    SQL_ACTIVITY = "sql_activity"
+    """The SQL server's activity view (``pg_stat_activity``), by application name and pid."""
+    SQL_MARKER = "sql_marker"
+    """The marker tables in the SQL server: the claim row and the completion row written in the
+    same transaction as the work."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +94,24 @@ class PythonCallable:
         return self.target.partition(":")[2]
 
 
-TaskSpec: TypeAlias = ShellCommand | PythonCallable
+@dataclass(frozen=True)
+class SqlStatement:
+    """A task that is one SQL statement, run by a SQL engine on the server named ``connection``.
+
+    No worker runs it: the statement runs in the server, which outlives every Veritask process.
+    """
+
+    statement: str
+    connection: str
+
+    def __post_init__(self) -> None:
+        if not self.statement.strip():
+            raise ValueError("SqlStatement.statement must not be empty")
+        if not self.connection:
+            raise ValueError("SqlStatement.connection must name a connection")
+
+
+TaskSpec: TypeAlias = ShellCommand | PythonCallable | SqlStatement
 
 
 @dataclass(frozen=True)
@@ -133,6 +163,8 @@ class AttemptSpec:
     delivery_retry_max: timedelta = timedelta(seconds=30)
     #: How long a worker keeps trying to deliver after the task ended; the spool stays on disk.
     delivery_deadline: timedelta = timedelta(hours=1)
+    #: The engine's queue for this attempt (a Celery queue); None for the engine's default.
+    queue: str | None = None
 
     def __post_init__(self) -> None:
         check_instance_id(self.instance_id)

@@ -55,6 +55,8 @@ def encode_spec(spec: port.AttemptSpec) -> jsontypes.JSONObject:
             task = {"type": "shell", "command": command}
         case port.PythonCallable(target=target, params=params):
             task = {"type": "python", "target": target, "params": dict(params)}
+        case port.SqlStatement(statement=statement, connection=connection):
+            task = {"type": "sql", "statement": statement, "connection": connection}
     callback: jsontypes.JSONObject
     match spec.callback:
         case port.HttpCallback(base_url=base_url, timeout=timeout):
@@ -84,6 +86,7 @@ def encode_spec(spec: port.AttemptSpec) -> jsontypes.JSONObject:
         "workdir": None if spec.workdir is None else str(spec.workdir),
         "delivery_retry_max_seconds": spec.delivery_retry_max.total_seconds(),
         "delivery_deadline_seconds": spec.delivery_deadline.total_seconds(),
+        "queue": spec.queue,
     }
 
 
@@ -97,6 +100,10 @@ def decode_spec(obj: jsontypes.JSONObject) -> port.AttemptSpec:
         case "python":
             task = port.PythonCallable(
                 _field(task_obj, "target", str), _field(task_obj, "params", dict)
+            )
+        case "sql":
+            task = port.SqlStatement(
+                _field(task_obj, "statement", str), _field(task_obj, "connection", str)
             )
         case other:
             raise ValueError(f"unknown task type {other!r}")
@@ -133,6 +140,7 @@ def decode_spec(obj: jsontypes.JSONObject) -> port.AttemptSpec:
         workdir=None if workdir is None else Path(workdir),
         delivery_retry_max=_seconds(obj, "delivery_retry_max_seconds"),
         delivery_deadline=_seconds(obj, "delivery_deadline_seconds"),
+        queue=_optional(obj, "queue", str),
     )
 
 

@@ -147,6 +147,9 @@ def start(
                 # Both sides set the group, so that a signal sent right now reaches the child.
                 with contextlib.suppress(PermissionError, ProcessLookupError):
                     os.setpgid(pid, pid)
+            case port.SqlStatement():
+                os.close(read_fd)
+                raise StartFailed("a SQL statement runs on a SQL engine (executor: sql), not here")
     finally:
         os.close(write_fd)
     started_at = wire.utc_now()

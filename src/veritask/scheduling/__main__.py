@@ -17,6 +17,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
+from veritask.execution import engines
 from veritask.execution.local import LocalExecutor
 from veritask.ledger import dialects, errors, migrate
 from veritask.ledger.ledger import Ledger
@@ -83,7 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     scheduler = Scheduler(
         ledger,
-        executors={"local": LocalExecutor(home=home, slots=args.slots)},
+        executors={
+            "local": LocalExecutor(home=home, slots=args.slots),
+            **engines.from_environment(os.environ),
+        },
         tokens=AttemptTokens.from_home(home),
         outbox=home / "outbox",
         settings=settings,

@@ -82,7 +82,9 @@ class Dispatcher:
         params = {**run.definition.parameters, **run.parameters}
         values = templates.context(run_id=run.run_id, logical_time=run.logical_time, params=params)
         work: port.TaskSpec
-        if task.run is not None:
+        if task.sql is not None:
+            work = port.SqlStatement(templates.render(task.sql, values), str(task.connection))
+        elif task.run is not None:
             work = port.ShellCommand(templates.render(task.run, values))
         else:
             rendered = {k: templates.render_json(v, values) for k, v in task.with_.items()}
@@ -104,6 +106,7 @@ class Dispatcher:
             timeout=task.policy.timeout,
             skip_exit_code=task.skip_exit_code,
             heartbeat_interval=min(port.AttemptSpec.heartbeat_interval, task.policy.lease / 3),
+            queue=task.queue,
         )
 
     def submit(self, run: RunContext, opened: Opened, now: datetime) -> Event:

@@ -8,11 +8,13 @@ any file of the server. Every answer is capped.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
 from veritask.execution import layout
+from veritask.execution.celery import settings as celery_settings
 from veritask.ledger import dialects, queries
 from veritask.services import views
 from veritask.services.errors import InvalidInput, NotFound
@@ -26,6 +28,8 @@ LOCAL_EXECUTOR: Final = "local"
 MAX_SEARCHED_ATTEMPTS: Final = 500
 #: The most matching lines one search returns.
 MAX_MATCHES: Final = 1000
+#: Its workers run on other hosts and ship their logs to the result backend (Redis).
+CELERY_EXECUTOR: Final = "celery"
 
 
 def read_log(
@@ -58,8 +62,12 @@ def read_log(
     attempt = snapshot.attempt(number)
     if attempt is None:
         raise NotFound(f"instance {instance_id} has no attempt {number}")
-    location = _location(platform, instance_id, number, attempt.log_location, attempt.executor)
     ended = attempt.state.is_terminal
+    if attempt.executor == CELERY_EXECUTOR:
+        shipped = _shipped_log(instance_id, number)
+        if shipped is not None:
+            return _from_bytes(instance_id, number, shipped, offset, tail, search, limit, ended)
+    location = _location(platform, instance_id, number, attempt.log_location, attempt.executor)
     if location is None:
         return views.LogChunk(instance_id, number, None, 0, 0, 0, "", False, ended)
     path = Path(location)
@@ -231,3 +239,63 @@ def _search(path: Path, needle: str, limit: int) -> tuple[str, bool]:
     except FileNotFoundError:
         return "", False
     return "".join(found), False
+
+
+def _shipped_log(instance_id: str, attempt_no: int) -> bytes | None:
+    """The log a Celery worker shipped, from the backend that VERITASK_CELERY_* names."""
+    configured = celery_settings.CelerySettings.from_environment(os.environ)
+    if configured is None:
+        return None
+    from veritask.execution.celery import claims  # the Redis client, only when configured
+
+    store = claims.Claims.connect(configured.backend_url, retention=configured.retention)
+    try:
+        return store.read_log(claims.attempt_key(instance_id, attempt_no))
+    finally:
+        store.client.close()
+
+
+def _from_bytes(
+    instance_id: str,
+    attempt_no: int,
+    data: bytes,
+    offset: int | None,
+    tail: int,
+    search: str | None,
+    limit: int,
+    ended: bool,
+) -> views.LogChunk:
+    """The same answer as for a file, over a log held in memory (capped by the worker)."""
+    size = len(data)
+    location = f"celery:{instance_id}/{attempt_no}"
+    if search:
+        wanted = search.casefold()
+        found: list[str] = []
+        used = 0
+        truncated = False
+        for raw in data.splitlines(keepends=True):
+            line = raw.decode(errors="replace")
+            if wanted in line.casefold():
+                if used + len(raw) > limit:
+                    truncated = True
+                    break
+                found.append(line)
+                used += len(raw)
+        text = "".join(found)
+        return views.LogChunk(
+            instance_id, attempt_no, location, size, 0, size, text, truncated, ended
+        )
+    start = min(offset if offset is not None else max(0, size - tail), size)
+    length = min(limit, size - start) if offset is not None else min(limit, tail, size - start)
+    part = data[start : start + length]
+    return views.LogChunk(
+        instance_id,
+        attempt_no,
+        location,
+        size,
+        start,
+        start + len(part),
+        part.decode(errors="replace"),
+        start + len(part) < size,
+        ended,
+    )

@@ -19,7 +19,7 @@ from typing import Final
 import httpx
 
 from veritask.definitions import durations
-from veritask.execution import local, port
+from veritask.execution import engines, local, port
 from veritask.scheduling.lease import SchedulerAlreadyRunning, SchedulerLease
 from veritask.scheduling.scheduler import Scheduler
 from veritask.scheduling.settings import Settings
@@ -81,7 +81,7 @@ class SchedulerRuntime:
             raise SchedulerRefused(str(exc)) from None
         self._lease = lease
         executor = local.LocalExecutor(home=self.home, slots=self.slots)
-        self.executors = {LOCAL_EXECUTOR: executor}
+        self.executors = {LOCAL_EXECUTOR: executor, **engines.from_environment(os.environ)}
         scheduler = Scheduler(
             self.platform.ledger,
             executors=self.executors,

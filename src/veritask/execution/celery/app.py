@@ -1,0 +1,51 @@
+"""The Celery application that the executor sends to and the Veritask workers consume from.
+
+The configuration is the part of at-least-once delivery we choose: a message is acknowledged
+only after its attempt ended (``acks_late``) and is given back when the process running it
+dies (``reject_on_worker_lost``), so a lost worker never loses an attempt; a worker takes one
+message at a time (``prefetch_multiplier = 1``), so one busy worker does not hold messages
+another could run. What at-least-once costs — a second delivery of an attempt — is refused by
+the claim (``claims.py``, ``task.py``).
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from veritask.execution.celery.settings import CelerySettings
+
+#: The one Celery task name: it runs an attempt through the Veritask worker program.
+RUN_ATTEMPT = "veritask.run_attempt"
+
+
+def make_app(settings: CelerySettings) -> Celery:
+    app = Celery("veritask", broker=settings.broker_url, backend=settings.backend_url)
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue=settings.default_queue,
+        task_create_missing_queues=True,
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_expires=settings.retention,
+        # A STARTED state would be written by every delivery, refused ones too, over the
+        # result of the one that ran: the claim's lease says "running" instead.
+        task_track_started=False,
+        broker_connection_retry_on_startup=True,
+        broker_connection_max_retries=None,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+        task_send_sent_event=False,
+    )
+    if settings.visibility_timeout is not None:
+        seconds = settings.visibility_timeout.total_seconds()
+        app.conf.broker_transport_options = {
+            "visibility_timeout": seconds,
+            # Kombu sweeps for overdue messages every interval x throttle seconds (100 s by
+            # default): keep the sweep in step with a short timeout.
+            "unacked_restore_interval": max(1, int(seconds // 2)),
+            "unacked_restore_throttle": 1,
+        }
+    return app

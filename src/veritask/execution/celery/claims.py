@@ -1,0 +1,153 @@
+"""The per-attempt records that the executor and the workers keep in Redis.
+
+Keys (``<key>`` is ``<instance_id>/<attempt_no>``):
+
+- ``veritask:submitted:<key>``: the executor sent the attempt (its token digest and queue).
+- ``veritask:claim:<key>``: the one delivery allowed to run it, taken with ``SET NX``; a
+  stop requested before any delivery took it takes it instead, as ``cancelled``.
+- ``veritask:lease:<key>``: refreshed by the claiming worker while the attempt runs; it lapses
+  when the worker's host dies.
+- ``veritask:cancel:<key>``: a stop was requested (the worker polls it).
+- ``veritask:refused:<key>``: a list, one entry per delivery refused because of the claim.
+- ``veritask:log:<key>``: the task's log, appended in chunks by the worker, capped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+
+import redis
+
+from veritask.core import jsontypes
+from veritask.execution import wire
+
+CANCELLED_BEFORE_START = "cancelled-before-start"
+
+
+def attempt_key(instance_id: str, attempt_no: int) -> str:
+    return f"{instance_id}/{attempt_no}"
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Who holds an attempt: a worker (``worker`` is ``<celery hostname>:<pid>``) or a stop."""
+
+    worker: str
+    claimed_at: str
+
+    @property
+    def cancelled_before_start(self) -> bool:
+        return self.worker == CANCELLED_BEFORE_START
+
+
+class Claims:
+    """The records of one Redis database; every method is one or two round trips."""
+
+    def __init__(self, client: redis.Redis, *, retention: timedelta) -> None:
+        self.client = client
+        self.retention_ms = int(retention.total_seconds() * 1000)
+
+    @classmethod
+    def connect(cls, url: str, *, retention: timedelta) -> Claims:
+        return cls(redis.Redis.from_url(url, socket_timeout=5), retention=retention)
+
+    # --- submission ---------------------------------------------------------------------
+
+    def record_submission(self, key: str, *, token: str, task_id: str, queue: str) -> bool:
+        value = json.dumps(
+            {"token_digest": token_digest(token), "task_id": task_id, "queue": queue}
+        )
+        return bool(
+            self.client.set(f"veritask:submitted:{key}", value, nx=True, px=self.retention_ms)
+        )
+
+    def submission(self, key: str) -> jsontypes.JSONObject | None:
+        return _json_object(self.client.get(f"veritask:submitted:{key}"))
+
+    # --- the claim ----------------------------------------------------------------------
+
+    def claim(self, key: str, worker: str) -> bool:
+        """Take the attempt for ``worker``; False if another delivery or a stop holds it."""
+        value = json.dumps({"worker": worker, "claimed_at": wire.format_time(wire.utc_now())})
+        return bool(self.client.set(f"veritask:claim:{key}", value, nx=True, px=self.retention_ms))
+
+    def holder(self, key: str) -> Claim | None:
+        found = _json_object(self.client.get(f"veritask:claim:{key}"))
+        if found is None:
+            return None
+        return Claim(str(found.get("worker")), str(found.get("claimed_at")))
+
+    def record_refusal(self, key: str, evidence: jsontypes.JSONObject) -> None:
+        name = f"veritask:refused:{key}"
+        with self.client.pipeline() as pipe:
+            pipe.rpush(name, json.dumps(evidence))
+            pipe.pexpire(name, self.retention_ms)
+            pipe.execute()
+
+    def refusals(self, key: str) -> list[jsontypes.JSONObject]:
+        raw = self.client.lrange(f"veritask:refused:{key}", 0, -1)
+        return [found for item in raw if (found := _json_object(item)) is not None]
+
+    # --- the lease and stops ------------------------------------------------------------
+
+    def refresh_lease(self, key: str, worker: str, *, lease: timedelta) -> None:
+        self.client.set(f"veritask:lease:{key}", worker, px=int(lease.total_seconds() * 1000))
+
+    def release_lease(self, key: str) -> None:
+        self.client.delete(f"veritask:lease:{key}")
+
+    def lease_holder(self, key: str) -> str | None:
+        return _text(self.client.get(f"veritask:lease:{key}"))
+
+    def request_cancel(self, key: str) -> None:
+        now = wire.format_time(wire.utc_now())
+        self.client.set(f"veritask:cancel:{key}", now, nx=True, px=self.retention_ms)
+
+    def cancel_requested(self, key: str) -> bool:
+        return bool(self.client.exists(f"veritask:cancel:{key}"))
+
+    # --- the log ------------------------------------------------------------------------
+
+    def append_log(self, key: str, chunk: bytes, *, cap: int) -> int:
+        """Append what fits under ``cap``; returns how many bytes were kept."""
+        name = f"veritask:log:{key}"
+        room = cap - int(self.client.strlen(name))
+        kept = chunk[: max(0, room)]
+        if kept:
+            with self.client.pipeline() as pipe:
+                pipe.append(name, kept)
+                pipe.pexpire(name, self.retention_ms)
+                pipe.execute()
+        return len(kept)
+
+    def read_log(self, key: str) -> bytes | None:
+        value = self.client.get(f"veritask:log:{key}")
+        return value.encode() if isinstance(value, str) else value
+
+    def forget(self, key: str) -> None:
+        self.client.delete(
+            *(
+                f"veritask:{kind}:{key}"
+                for kind in ("submitted", "claim", "lease", "cancel", "refused", "log")
+            )
+        )
+
+
+def _text(raw: bytes | str | None) -> str | None:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def _json_object(raw: object) -> jsontypes.JSONObject | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, bytes | str):
+        raise ValueError(f"unexpected value in Redis: {raw!r}")
+    found = json.loads(raw)
+    return found if isinstance(found, dict) else None

@@ -1,0 +1,284 @@
+"""``CeleryExecutor``: the Executor port over Celery, RabbitMQ (or any broker) and Redis.
+
+The external id is ``celery:<instance_id>/<attempt_no>``, which is also the Celery task id:
+a repeated submit names the same task, and ``describe`` needs no lookup table.
+
+``describe`` takes the strongest evidence first and says where it came from:
+
+| evidence | answer | source |
+|---|---|---|
+| a result in the backend (the exit record) | succeeded / failed, category | ``celery_result`` |
+| the claim was taken by a stop before any delivery | failed, ``cancelled`` | ``celery_claim`` |
+| the claim's lease is fresh | running | ``celery_claim`` |
+| a worker reports it active / reserved / scheduled | running / pending | ``celery_inspect`` |
+| claimed, the lease lapsed, no worker has it, no result | **unknown** | ``celery_claim`` |
+| sent, never claimed | pending (waiting in the broker) | ``celery_submission`` |
+| never sent | not_found | ``celery_submission`` |
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+
+import redis
+from celery.result import AsyncResult
+from kombu.exceptions import OperationalError as KombuOperationalError
+
+from veritask.core import jsontypes
+from veritask.execution import errors, port, records
+from veritask.execution.celery import app as celery_app
+from veritask.execution.celery import claims as claim_records
+from veritask.execution.celery import task as celery_task
+from veritask.execution.celery.settings import CelerySettings
+
+EXTERNAL_ID_PREFIX = "celery:"
+
+
+def external_id(instance_id: str, attempt_no: int) -> str:
+    return EXTERNAL_ID_PREFIX + claim_records.attempt_key(instance_id, attempt_no)
+
+
+class CeleryExecutor:
+    """Sends attempts to Veritask Celery workers (``python -m veritask.execution.celery``)."""
+
+    def __init__(self, settings: CelerySettings) -> None:
+        self.settings = settings
+        self.app = celery_app.make_app(settings)
+        self.claims = claim_records.Claims.connect(
+            settings.backend_url, retention=settings.retention
+        )
+
+    # --- the port -----------------------------------------------------------------------
+
+    def submit(self, *, spec: port.AttemptSpec) -> port.Submission:
+        if isinstance(spec.task, port.SqlStatement):
+            raise errors.ExecutorError("a sql task runs on the sql executor, not on Celery")
+        key = claim_records.attempt_key(spec.instance_id, spec.attempt_no)
+        task_id = external_id(spec.instance_id, spec.attempt_no)
+        queue = spec.queue or self.settings.default_queue
+        with _engine_errors(task_id):
+            sent = self.claims.submission(key)
+            if sent is not None:
+                if sent.get("token_digest") != claim_records.token_digest(spec.attempt_token):
+                    raise errors.ExecutorError(
+                        f"attempt {key} was submitted before with another attempt token",
+                        retryable=False,
+                    )
+                return port.Submission(task_id, created=False)
+            # Sent before it is recorded: a crash in between leaves a message the record does
+            # not know, so the reconciler submits again, and the claim refuses the second copy.
+            self.app.send_task(
+                celery_app.RUN_ATTEMPT,
+                args=[records.encode_spec(self._for_remote_worker(spec))],
+                task_id=task_id,
+                queue=queue,
+            )
+            created = self.claims.record_submission(
+                key, token=spec.attempt_token, task_id=task_id, queue=queue
+            )
+        return port.Submission(task_id, created=created)
+
+    def describe(self, *, external_id: str) -> port.Observation:
+        key = self._key(external_id)
+        with _engine_errors(external_id):
+            return self._describe(external_id, key)
+
+    def cancel(self, *, external_id: str) -> None:
+        key = self._key(external_id)
+        with _engine_errors(external_id):
+            self.claims.request_cancel(key)
+            # No delivery took it yet: the stop takes the claim, so none ever will; confirmed.
+            if self.claims.claim(key, claim_records.CANCELLED_BEFORE_START):
+                self.app.control.revoke(external_id)
+                return
+            # A worker runs it: SIGTERM to the process running the delivery, which forwards it
+            # to the Veritask worker; that one kills the task's group after its grace period.
+            self.app.control.revoke(external_id, terminate=True, signal="SIGTERM")
+
+    def cleanup(self, *, external_id: str) -> None:
+        key = self._key(external_id)
+        with _engine_errors(external_id):
+            seen = self._describe(external_id, key)
+            if seen.engine_state in (port.EngineState.PENDING, port.EngineState.RUNNING):
+                raise errors.ExecutorError(
+                    f"{external_id} is {seen.engine_state}: cancel it before cleanup",
+                    retryable=True,
+                )
+            AsyncResult(external_id, app=self.app).forget()
+            self.claims.forget(key)
+
+    def read_log(self, *, external_id: str) -> bytes | None:
+        """The log the worker shipped so far (capped at the attempt's ``log_cap_bytes``)."""
+        with _engine_errors(external_id):
+            return self.claims.read_log(self._key(external_id))
+
+    # --- describing ---------------------------------------------------------------------
+
+    def _describe(self, external_id: str, key: str) -> port.Observation:
+        details: dict[str, port.DetailValue] = {"task_id": external_id}
+        refusals = self.claims.refusals(key)
+        details["deliveries_refused"] = len(refusals)
+        if refusals:
+            details["last_refused_by"] = str(refusals[-1].get("refused_by"))
+        # The lease before the result: a worker stores its result, then drops its lease, so
+        # "no lease and no result" cannot be a result stored between the two reads.
+        lease = self.claims.lease_holder(key)
+        holder = self.claims.holder(key)
+        result = AsyncResult(external_id, app=self.app)
+        outcome = celery_task.decode_result(result.result) if result.state == "SUCCESS" else None
+        if outcome is not None:
+            return _ended(external_id, outcome, details)
+        if result.state in ("FAILURE", "REVOKED"):
+            details["celery_state"] = result.state
+            details["celery_error"] = str(result.result)[:500]
+        observe = _Observe(external_id, details)
+        if holder is not None:
+            details["claimed_by"] = holder.worker
+            details["claimed_at"] = holder.claimed_at
+            if holder.cancelled_before_start:
+                return observe.make(
+                    port.EngineState.FAILED,
+                    port.ObservationSource.CELERY_CLAIM,
+                    category=port.ErrorCategory.CANCELLED,
+                )
+            observe.engine_id = holder.worker
+            if lease is not None:
+                details["lease_holder"] = lease
+                return observe.make(port.EngineState.RUNNING, port.ObservationSource.CELERY_CLAIM)
+        where = self._inspect(external_id)
+        if where is not None:
+            state, worker = where
+            details["inspect_worker"] = worker
+            engine_state = (
+                port.EngineState.RUNNING if state == "active" else port.EngineState.PENDING
+            )
+            details["inspect_state"] = state
+            return observe.make(engine_state, port.ObservationSource.CELERY_INSPECT)
+        if holder is not None:
+            # Claimed, and neither a lease nor a worker nor a result says anything more: the
+            # process that ran it is gone, and nothing tells how the task ended.
+            details["lease"] = False
+            details["exit_record"] = False
+            return observe.make(port.EngineState.UNKNOWN, port.ObservationSource.CELERY_CLAIM)
+        sent = self.claims.submission(key)
+        if sent is None:
+            return observe.make(
+                port.EngineState.NOT_FOUND, port.ObservationSource.CELERY_SUBMISSION
+            )
+        details["queue"] = str(sent.get("queue"))
+        return observe.make(port.EngineState.PENDING, port.ObservationSource.CELERY_SUBMISSION)
+
+    def _inspect(self, task_id: str) -> tuple[str, str] | None:
+        """Which worker holds the task (active, reserved or scheduled), by broadcast."""
+        inspect = self.app.control.inspect(timeout=self.settings.inspect_timeout.total_seconds())
+        for state, answer in (
+            ("active", inspect.active()),
+            ("reserved", inspect.reserved()),
+            ("scheduled", inspect.scheduled()),
+        ):
+            for worker, tasks in (answer or {}).items():
+                for entry in tasks or []:
+                    request = entry.get("request", entry) if isinstance(entry, dict) else {}
+                    if isinstance(request, dict) and request.get("id") == task_id:
+                        return state, str(worker)
+        return None
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _for_remote_worker(self, spec: port.AttemptSpec) -> port.AttemptSpec:
+        """Workers on other hosts cannot reach the scheduler's outbox: they report over HTTP."""
+        if self.settings.callback_url is None or isinstance(spec.callback, port.HttpCallback):
+            return spec
+        return dataclasses.replace(spec, callback=port.HttpCallback(self.settings.callback_url))
+
+    def _key(self, external_id: str) -> str:
+        if not external_id.startswith(EXTERNAL_ID_PREFIX):
+            raise errors.ExecutorError(f"not a celery external id: {external_id!r}")
+        key = external_id.removeprefix(EXTERNAL_ID_PREFIX)
+        instance_id, _, number = key.rpartition("/")
+        if not instance_id or not number.isdigit():
+            raise errors.ExecutorError(f"not a celery external id: {external_id!r}")
+        return key
+
+
+class _Observe:
+    def __init__(self, external_id: str, details: dict[str, port.DetailValue]) -> None:
+        self.external_id = external_id
+        self.details = details
+        self.engine_id: str | None = None
+
+    def make(
+        self,
+        state: port.EngineState,
+        source: port.ObservationSource,
+        *,
+        category: port.ErrorCategory | None = None,
+    ) -> port.Observation:
+        return port.Observation(
+            external_id=self.external_id,
+            engine_state=state,
+            source=source,
+            engine_id=self.engine_id,
+            error_category=category,
+            details=self.details,
+        )
+
+
+def _ended(
+    external_id: str, outcome: jsontypes.JSONObject, details: dict[str, port.DetailValue]
+) -> port.Observation:
+    """The delivery that ran returned: its exit record decides, as the local executor's does."""
+    worker = str(outcome.get("worker"))
+    details.update(worker=worker, attempt_dir=str(outcome.get("attempt_dir")))
+    record_obj = outcome.get("exit_record")
+    if not isinstance(record_obj, dict):
+        # The worker program died without a record: the delivery saw it end, not how.
+        details.update(exit_record=False, worker_status=_detail(outcome.get("worker_status")))
+        return port.Observation(
+            external_id=external_id,
+            engine_state=port.EngineState.UNKNOWN,
+            source=port.ObservationSource.CELERY_RESULT,
+            engine_id=worker,
+            details=details,
+        )
+    record = records.ExitRecord.decode(record_obj)
+    category = record.error_category
+    succeeded = category in (port.ErrorCategory.NONE, port.ErrorCategory.SKIPPED)
+    evidence = record.completed["evidence"]
+    details.update(
+        exit_record=True,
+        signal=record.signal,
+        commit_marker=evidence["commit_marker"],
+        log_path=evidence["log_path"],
+        completed_event_id=record.completed["event_id"],
+    )
+    return port.Observation(
+        external_id=external_id,
+        engine_state=port.EngineState.SUCCEEDED if succeeded else port.EngineState.FAILED,
+        source=port.ObservationSource.CELERY_RESULT,
+        engine_id=worker,
+        exit_code=record.exit_code,
+        error_category=category,
+        started_at=record.started_at,
+        ended_at=record.ended_at,
+        details=details,
+    )
+
+
+def _detail(value: object) -> port.DetailValue:
+    return value if isinstance(value, str | int | float | bool) or value is None else str(value)
+
+
+@contextlib.contextmanager
+def _engine_errors(external_id: str) -> Iterator[None]:
+    """The broker or Redis away is worth another try; a garbled record is not."""
+    try:
+        yield
+    except errors.ExecutorError:
+        raise
+    except (redis.RedisError, KombuOperationalError, OSError) as exc:
+        raise errors.ExecutorError(f"{external_id}: {exc}", retryable=True) from exc
+    except ValueError as exc:
+        raise errors.ExecutorError(f"{external_id}: {exc}", retryable=False) from exc

@@ -1,0 +1,170 @@
+"""The marker tables in the SQL server and the script that one attempt runs there.
+
+Three tables in the schema ``veritask`` of the server hold all that ``describe`` needs when no
+Veritask process survived:
+
+- ``sql_attempts``: the claim. The script inserts its row (with its backend's pid and start
+  time) and commits before the work; the primary key lets one copy of an attempt run, ever.
+- ``sql_completions``: the completion marker, inserted **in the work's own transaction**: it
+  exists if and only if the work committed.
+- ``sql_cancels``: stop requests. A copy that starts after one was made refuses to run.
+
+The statement runs between the claim and the marker, in one transaction with the marker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import timedelta
+
+from psycopg import sql
+
+SCHEMA = "veritask"
+#: PostgreSQL keeps the first 63 bytes of an application name.
+APPLICATION_PREFIX = "veritask-sql:"
+
+CREATE_TABLES = """
+SELECT pg_advisory_xact_lock(hashtext('veritask.sql markers'));
+CREATE SCHEMA IF NOT EXISTS veritask;
+CREATE TABLE IF NOT EXISTS veritask.sql_attempts (
+    attempt_key text PRIMARY KEY,
+    instance_id text NOT NULL,
+    attempt_no integer NOT NULL,
+    application_name text NOT NULL,
+    token_digest text NOT NULL,
+    backend_pid integer NOT NULL,
+    backend_start timestamptz NOT NULL,
+    started_at timestamptz NOT NULL,
+    timeout_seconds double precision,
+    grace_seconds double precision NOT NULL,
+    error_sqlstate text,
+    error_message text
+);
+CREATE TABLE IF NOT EXISTS veritask.sql_completions (
+    attempt_key text PRIMARY KEY,
+    ended_at timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS veritask.sql_cancels (
+    attempt_key text PRIMARY KEY,
+    requested_at timestamptz NOT NULL
+);
+"""
+
+#: The attempt's row, its completion and its stop request, in one read.
+READ_ATTEMPT = """
+SELECT a.backend_pid, a.backend_start, a.started_at, a.timeout_seconds, a.grace_seconds,
+       a.error_sqlstate, a.error_message, a.token_digest, c.ended_at, x.requested_at
+FROM (SELECT %(key)s::text AS attempt_key) k
+LEFT JOIN veritask.sql_attempts a ON a.attempt_key = k.attempt_key
+LEFT JOIN veritask.sql_completions c ON c.attempt_key = k.attempt_key
+LEFT JOIN veritask.sql_cancels x ON x.attempt_key = k.attempt_key
+"""
+
+#: The server processes of an attempt, by application name (the claim's pid is among them).
+READ_ACTIVITY = """
+SELECT pid, backend_start, state, wait_event_type, wait_event, query_start, xact_start
+FROM pg_stat_activity WHERE application_name = %(application_name)s
+ORDER BY backend_start
+"""
+
+REQUEST_CANCEL = """
+INSERT INTO veritask.sql_cancels (attempt_key, requested_at) VALUES (%(key)s, now())
+ON CONFLICT (attempt_key) DO UPDATE SET requested_at = veritask.sql_cancels.requested_at
+RETURNING requested_at, now() - requested_at AS age
+"""
+
+RECORD_ERROR = """
+UPDATE veritask.sql_attempts SET error_sqlstate = %(sqlstate)s, error_message = %(message)s
+WHERE attempt_key = %(key)s AND error_sqlstate IS NULL
+"""
+
+FORGET = (
+    "DELETE FROM veritask.sql_attempts WHERE attempt_key = %(key)s",
+    "DELETE FROM veritask.sql_completions WHERE attempt_key = %(key)s",
+    "DELETE FROM veritask.sql_cancels WHERE attempt_key = %(key)s",
+)
+
+
+@dataclass(frozen=True)
+class AttemptName:
+    """How one attempt is named in the server."""
+
+    instance_id: str
+    attempt_no: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.instance_id}/{self.attempt_no}"
+
+    @property
+    def application_name(self) -> str:
+        """Short enough for PostgreSQL's 63 bytes, whatever the instance id; the key's hash
+        cannot collide in practice, and the marker row keeps the full key beside it."""
+        digest = hashlib.sha256(self.key.encode()).hexdigest()[:32]
+        return f"{APPLICATION_PREFIX}{digest}"
+
+
+def token_digest(token: str) -> str:
+    """The token never leaves Veritask; its digest tells a same-token repeat from another."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def script(
+    name: AttemptName,
+    *,
+    statement: str,
+    token: str,
+    timeout: timedelta | None,
+    grace: timedelta,
+) -> str:
+    """The whole attempt as one simple-protocol query string, run by one server process.
+
+    One string, so that the server runs it to the end even if the client that sent it dies:
+    the server only notices a lost client when it writes to it, and it writes nothing until
+    the string is done (``client_min_messages`` keeps notices from being sent mid-way).
+    """
+    key = sql.Literal(name.key)
+    values = sql.SQL(", ").join(
+        [
+            key,
+            sql.Literal(name.instance_id),
+            sql.Literal(name.attempt_no),
+            sql.Literal(name.application_name),
+            sql.Literal(token_digest(token)),
+            sql.SQL("pg_backend_pid()"),
+            sql.SQL("(SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())"),
+            sql.SQL("clock_timestamp()"),
+            sql.Literal(None if timeout is None else timeout.total_seconds()),
+            sql.Literal(grace.total_seconds()),
+        ]
+    )
+    timeout_ms = 0 if timeout is None else max(1, int(timeout.total_seconds() * 1000))
+    parts = [
+        sql.SQL("SET client_min_messages = error"),
+        sql.SQL("SET client_connection_check_interval = 0"),
+        # The claim, committed before the work: a second copy fails here, before any work.
+        sql.SQL("BEGIN"),
+        sql.SQL(
+            "INSERT INTO veritask.sql_attempts (attempt_key, instance_id, attempt_no, "
+            "application_name, token_digest, backend_pid, backend_start, started_at, "
+            "timeout_seconds, grace_seconds) VALUES ({})"
+        ).format(values),
+        sql.SQL(
+            "DO $veritask$ BEGIN IF EXISTS (SELECT 1 FROM veritask.sql_cancels "
+            "WHERE attempt_key = {}) THEN RAISE EXCEPTION 'cancelled before it started' "
+            "USING ERRCODE = 'query_canceled'; END IF; END $veritask$"
+        ).format(key),
+        sql.SQL("COMMIT"),
+        # The work and its completion marker: one transaction, so one cannot be without the other.
+        sql.SQL("BEGIN"),
+        sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(timeout_ms)),
+        sql.SQL(statement.strip().rstrip(";")),
+        sql.SQL("SET LOCAL statement_timeout = 0"),
+        sql.SQL(
+            "INSERT INTO veritask.sql_completions (attempt_key, ended_at) "
+            "VALUES ({}, clock_timestamp())"
+        ).format(key),
+        sql.SQL("COMMIT"),
+    ]
+    return sql.SQL(";\n").join(parts).as_string(None) + ";"

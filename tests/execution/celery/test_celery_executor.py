@@ -1,0 +1,185 @@
+"""The Celery executor with real RabbitMQ, Redis and Veritask Celery worker processes."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.execution.celery.conftest import Hosts
+from tests.scheduling.harness import wait_for
+from veritask.execution import port, records, transports
+from veritask.execution.celery import app as celery_app
+from veritask.execution.celery import executor as celery_executor
+
+pytestmark = [pytest.mark.slow]
+MakeHosts = Callable[..., Hosts]
+
+
+def spec(command: str, outbox: Path, *, instance: str | None = None) -> port.AttemptSpec:
+    return port.AttemptSpec(
+        instance_id=instance or f"celery-{secrets.token_hex(4)}",
+        attempt_no=1,
+        attempt_token="token-1",
+        task=port.ShellCommand(command),
+        callback=port.OutboxCallback(outbox),
+        grace_period=port.AttemptSpec.grace_period / 10,
+        heartbeat_interval=port.AttemptSpec.heartbeat_interval / 20,
+    )
+
+
+def observe(
+    executor: celery_executor.CeleryExecutor,
+    external_id: str,
+    *states: port.EngineState,
+    timeout: float = 30,
+) -> port.Observation:
+    def seen() -> port.Observation | None:
+        observation = executor.describe(external_id=external_id)
+        return observation if observation.engine_state in states else None
+
+    return wait_for(seen, what=f"{external_id} in {states}", timeout=timeout, interval=0.1)
+
+
+def starts(marker: Path) -> list[str]:
+    return [line for line in marker.read_text().splitlines() if line.startswith("start")]
+
+
+def test_an_attempt_runs_under_the_worker_program_and_is_described_from_the_result(
+    make_hosts: MakeHosts, tmp_path: Path
+) -> None:
+    hosts = make_hosts()
+    hosts.start("host-a")
+    executor = celery_executor.CeleryExecutor(hosts.settings)
+    attempt = spec("echo hello from celery; sleep 0.3", tmp_path / "outbox")
+    first = executor.submit(spec=attempt)
+    again = executor.submit(spec=attempt)
+    assert first.created and not again.created
+    assert first.external_id == again.external_id == f"celery:{attempt.instance_id}/1"
+    seen = observe(executor, first.external_id, port.EngineState.SUCCEEDED)
+    assert seen.source is port.ObservationSource.CELERY_RESULT
+    assert seen.error_category is port.ErrorCategory.NONE
+    assert seen.exit_code == 0 and seen.details["deliveries_refused"] == 0
+    kinds = [event["kind"] for _, event in transports.drain_outbox(tmp_path / "outbox")]
+    assert kinds[0] == "started" and kinds[-1] == "completed"
+    shipped = executor.read_log(external_id=first.external_id)
+    assert shipped is not None and b"hello from celery" in shipped
+    executor.cleanup(external_id=first.external_id)
+    gone = executor.describe(external_id=first.external_id)
+    assert gone.engine_state is port.EngineState.NOT_FOUND
+
+
+def test_a_second_delivery_of_a_started_attempt_is_refused_with_evidence(
+    make_hosts: MakeHosts, tmp_path: Path
+) -> None:
+    hosts = make_hosts()
+    hosts.start("host-a")
+    hosts.start("host-b")
+    executor = celery_executor.CeleryExecutor(hosts.settings)
+    marker = tmp_path / "marker"
+    attempt = spec(f"echo start $$ >> {marker}; sleep 1.5; echo stop >> {marker}", tmp_path / "o")
+    submitted = executor.submit(spec=attempt)
+    observe(executor, submitted.external_id, port.EngineState.RUNNING)
+    # The broker's redelivery is the same message again: same task id, same body.
+    executor.app.send_task(
+        celery_app.RUN_ATTEMPT,
+        args=[records.encode_spec(attempt)],
+        task_id=submitted.external_id,
+        queue=hosts.queue,
+    )
+    wait_for(lambda: executor.claims.refusals(f"{attempt.instance_id}/1"), what="the refusal")
+    seen = observe(executor, submitted.external_id, port.EngineState.SUCCEEDED)
+    assert seen.details["deliveries_refused"] == 1
+    assert len(starts(marker)) == 1
+
+
+def test_a_message_redelivered_after_the_visibility_timeout_does_not_start_a_second_copy(
+    make_hosts: MakeHosts, tmp_path: Path
+) -> None:
+    # RabbitMQ redelivers only when a consumer dies; a Redis broker redelivers any message
+    # not acknowledged within its visibility timeout, which is the case to prove here.
+    redis_broker = "redis://127.0.0.1:6379/12"
+    hosts = make_hosts(broker_url=redis_broker)
+    hosts.extra_env["VERITASK_CELERY_VISIBILITY_TIMEOUT_SECONDS"] = "1"
+    hosts.start("host-a")
+    hosts.start("host-b")
+    executor = celery_executor.CeleryExecutor(hosts.settings)
+    marker = tmp_path / "marker"
+    attempt = spec(f"echo start $$ >> {marker}; sleep 6; echo stop >> {marker}", tmp_path / "o")
+    submitted = executor.submit(spec=attempt)
+    wait_for(
+        lambda: executor.claims.refusals(f"{attempt.instance_id}/1"),
+        what="the redelivery to be refused",
+        timeout=30,
+        interval=0.2,
+    )
+    refusal = executor.claims.refusals(f"{attempt.instance_id}/1")[0]
+    assert refusal["claimed_by"] != refusal["refused_by"]
+    seen = observe(executor, submitted.external_id, port.EngineState.SUCCEEDED)
+    assert int(str(seen.details["deliveries_refused"])) >= 1
+    assert len(starts(marker)) == 1
+
+
+def test_cancel_terminates_the_task_and_the_workers_exit_confirms_it(
+    make_hosts: MakeHosts, tmp_path: Path
+) -> None:
+    hosts = make_hosts()
+    hosts.start("host-a")
+    executor = celery_executor.CeleryExecutor(hosts.settings)
+    marker = tmp_path / "marker"
+    attempt = spec(f"echo start >> {marker}; exec sleep 60", tmp_path / "o")
+    submitted = executor.submit(spec=attempt)
+    observe(executor, submitted.external_id, port.EngineState.RUNNING)
+    wait_for(lambda: marker.exists(), what="the task to start")
+    executor.cancel(external_id=submitted.external_id)
+    seen = observe(executor, submitted.external_id, port.EngineState.FAILED)
+    assert seen.error_category is port.ErrorCategory.CANCELLED
+    assert seen.source is port.ObservationSource.CELERY_RESULT
+
+
+def test_a_cancel_before_any_worker_took_it_is_confirmed_at_once(
+    make_hosts: MakeHosts, tmp_path: Path
+) -> None:
+    hosts = make_hosts()  # no worker consumes this queue yet
+    executor = celery_executor.CeleryExecutor(hosts.settings)
+    marker = tmp_path / "marker"
+    submitted = executor.submit(spec=spec(f"echo start >> {marker}", tmp_path / "o"))
+    pending = executor.describe(external_id=submitted.external_id)
+    assert pending.engine_state is port.EngineState.PENDING
+    assert pending.source is port.ObservationSource.CELERY_SUBMISSION
+    executor.cancel(external_id=submitted.external_id)
+    seen = executor.describe(external_id=submitted.external_id)
+    assert seen.engine_state is port.EngineState.FAILED
+    assert seen.error_category is port.ErrorCategory.CANCELLED
+    hosts.start("host-a")  # takes the message, finds the claim held by the stop, refuses it
+    wait_for(
+        lambda: executor.claims.refusals(submitted.external_id.removeprefix("celery:")),
+        what="the late delivery to be refused",
+    )
+    assert not marker.exists()
+
+
+def test_a_host_killed_mid_task_leaves_an_unknown_attempt_and_no_second_copy(
+    make_hosts: MakeHosts, tmp_path: Path
+) -> None:
+    hosts = make_hosts()
+    doomed = hosts.start("host-a")
+    executor = celery_executor.CeleryExecutor(hosts.settings)
+    marker = tmp_path / "marker"
+    attempt = spec(f"echo start $$ >> {marker}; sleep 30", tmp_path / "o")
+    submitted = executor.submit(spec=attempt)
+    observe(executor, submitted.external_id, port.EngineState.RUNNING)
+    wait_for(lambda: marker.exists(), what="the task to start")
+    hosts.start("host-b")
+    hosts.kill(doomed)  # the worker, its pool, the Veritask worker and the task: all gone
+    # RabbitMQ gives the unacknowledged message to host-b, which refuses it.
+    wait_for(
+        lambda: executor.claims.refusals(f"{attempt.instance_id}/1"),
+        what="the redelivery to be refused",
+    )
+    seen = observe(executor, submitted.external_id, port.EngineState.UNKNOWN)
+    assert seen.source is port.ObservationSource.CELERY_CLAIM
+    assert str(seen.details["claimed_by"]).startswith("host-a")
+    assert len(starts(marker)) == 1

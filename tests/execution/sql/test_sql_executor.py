@@ -1,0 +1,149 @@
+"""The SQL engine executor against a real PostgreSQL server, without a scheduler."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from tests.execution.sql.conftest import warehouse_query
+from tests.scheduling.harness import wait_for
+from veritask.execution import errors, port
+from veritask.execution.sql import engine, markers
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+
+@pytest.fixture
+def executor(warehouse_url: str) -> Iterator[engine.SqlExecutor]:
+    made = engine.SqlExecutor(servers={"warehouse": warehouse_url})
+    yield made
+    made.wait_for_answers(10)
+
+
+def spec(
+    statement: str,
+    *,
+    instance: str = "load-1",
+    token: str = "token-1",
+    timeout: float | None = None,
+) -> port.AttemptSpec:
+    return port.AttemptSpec(
+        instance_id=instance,
+        attempt_no=1,
+        attempt_token=token,
+        task=port.SqlStatement(statement, "warehouse"),
+        callback=port.HttpCallback("http://127.0.0.1:9"),
+        timeout=None if timeout is None else timedelta(seconds=timeout),
+        grace_period=timedelta(seconds=1),
+    )
+
+
+def ended(executor: engine.SqlExecutor, external_id: str) -> port.Observation:
+
+    def seen() -> port.Observation | None:
+        observation = executor.describe(external_id=external_id)
+        return observation if observation.ended else None
+
+    return wait_for(seen, what=f"{external_id} to end", interval=0.05)
+
+
+def test_a_statement_commits_with_its_completion_marker(
+    executor: engine.SqlExecutor, warehouse_url: str
+) -> None:
+    warehouse_query(warehouse_url, "CREATE TABLE loaded (n int)")
+    submitted = executor.submit(spec=spec("INSERT INTO loaded SELECT 1 FROM pg_sleep(0.3)"))
+    again = executor.submit(spec=spec("INSERT INTO loaded SELECT 1 FROM pg_sleep(0.3)"))
+    assert submitted.created and not again.created
+    assert again.external_id == submitted.external_id == "sql:warehouse:load-1/1"
+    running = executor.describe(external_id=submitted.external_id)
+    assert running.engine_state in (port.EngineState.PENDING, port.EngineState.RUNNING)
+    seen = ended(executor, submitted.external_id)
+    assert seen.engine_state is port.EngineState.SUCCEEDED
+    assert seen.source is port.ObservationSource.SQL_MARKER
+    assert seen.details["completion_marker"] is True
+    assert seen.ended_at is not None and seen.engine_id is not None
+    assert warehouse_query(warehouse_url, "SELECT count(*) FROM loaded") == [(1,)]
+    with pytest.raises(errors.ExecutorError) as refused:
+        executor.submit(spec=spec("SELECT 1", token="another"))
+    assert not refused.value.retryable
+    executor.cleanup(external_id=submitted.external_id)
+    gone = executor.describe(external_id=submitted.external_id)
+    assert gone.engine_state is port.EngineState.NOT_FOUND
+
+
+def test_copies_sent_at_once_by_two_executors_run_the_statement_once(
+    warehouse_url: str,
+) -> None:
+    warehouse_query(warehouse_url, "CREATE TABLE loaded (n int)")
+    executors = [engine.SqlExecutor(servers={"warehouse": warehouse_url}) for _ in range(4)]
+    executors[0].describe(external_id="sql:warehouse:warm/1")  # creates the marker tables
+    barrier = threading.Barrier(len(executors))
+
+    def send(one: engine.SqlExecutor) -> None:
+        barrier.wait()
+        one.submit(spec=spec("INSERT INTO loaded SELECT 1 FROM pg_sleep(0.5)"))
+
+    threads = [threading.Thread(target=send, args=(one,)) for one in executors]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    seen = ended(executors[0], "sql:warehouse:load-1/1")
+    for one in executors:
+        one.wait_for_answers(10)
+    assert seen.engine_state is port.EngineState.SUCCEEDED
+    assert warehouse_query(warehouse_url, "SELECT count(*) FROM loaded") == [(1,)]
+
+
+@pytest.mark.parametrize(
+    ("statement", "timeout", "category", "sqlstate"),
+    [
+        ("SELECT 1/0", None, port.ErrorCategory.TASK_ERROR, "22012"),
+        ("SELECT pg_sleep(30)", 0.3, port.ErrorCategory.TIMEOUT, "57014"),
+    ],
+)
+def test_a_statement_that_does_not_commit_failed_with_the_servers_code(
+    executor: engine.SqlExecutor,
+    statement: str,
+    timeout: float | None,
+    category: port.ErrorCategory,
+    sqlstate: str,
+) -> None:
+    submitted = executor.submit(spec=spec(statement, timeout=timeout))
+    executor.wait_for_answers(10)
+    seen = ended(executor, submitted.external_id)
+    assert seen.engine_state is port.EngineState.FAILED
+    assert seen.error_category is category
+    assert seen.details["error_sqlstate"] == sqlstate
+    assert seen.details["completion_marker"] is False
+
+
+def test_a_cancel_stops_the_statement_and_is_confirmed_by_the_server(
+    executor: engine.SqlExecutor, warehouse_url: str
+) -> None:
+    submitted = executor.submit(spec=spec("SELECT pg_sleep(60)"))
+    wait_for(
+        lambda: (
+            executor.describe(external_id=submitted.external_id).engine_state
+            is port.EngineState.RUNNING
+        ),
+        what="the statement to run",
+    )
+    executor.cancel(external_id=submitted.external_id)
+    seen = ended(executor, submitted.external_id)
+    assert seen.error_category is port.ErrorCategory.CANCELLED
+    name = markers.AttemptName("load-1", 1).application_name
+    rows = warehouse_query(
+        warehouse_url, f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{name}'"
+    )
+    assert rows == [(0,)]
+    # A copy delivered after the stop refuses to start.
+    assert not executor.submit(spec=spec("SELECT pg_sleep(60)")).created
+
+
+def test_an_unknown_connection_is_a_clear_error(executor: engine.SqlExecutor) -> None:
+    with pytest.raises(errors.ExecutorError, match="VERITASK_SQL_URL_ELSEWHERE"):
+        executor.describe(external_id="sql:elsewhere:load-1/1")

@@ -1,0 +1,164 @@
+"""SQL tasks through real scheduler processes: the statement lives in the server, not in us.
+
+Each test runs ``python -m veritask.scheduling`` on a PostgreSQL ledger with the warehouse
+named by ``VERITASK_SQL_URL_WAREHOUSE``, and looks at the server itself for the evidence.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tests.execution.sql.conftest import warehouse_query
+from tests.scheduling.harness import Ledgers, scheduler_command, scheduler_env, wait_for
+from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
+from veritask.execution.sql import markers
+from veritask.ledger import dialects, schema
+from veritask.scheduling import triggers
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+
+def definition(statement: str) -> str:
+    return f"""
+name: nightly
+tasks:
+  load:
+    sql: "{statement}"
+    connection: warehouse
+    lease: 2s
+    evidence_window: 1s
+    on_unknown: fail
+"""
+
+
+class Cluster:
+    """Scheduler processes on one ledger and one warehouse, started and killed by the test."""
+
+    def __init__(self, database_url: str, warehouse_url: str, tmp_path: Path) -> None:
+        self.url = database_url
+        self.warehouse_url = warehouse_url
+        self.tmp_path = tmp_path
+        self.db = Ledgers(dialects.create_engine(database_url))
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start_scheduler(self) -> subprocess.Popen[bytes]:
+        env = scheduler_env()
+        env["VERITASK_SQL_URL_WAREHOUSE"] = self.warehouse_url
+        with open(self.tmp_path / "schedulers.log", "ab") as output:
+            process = subprocess.Popen(
+                scheduler_command(self.tmp_path / f"home{len(self.processes)}", self.url),
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+                env=env,
+            )
+        self.processes.append(process)
+        return process
+
+    def trigger(self, statement: str) -> str:
+        triggers.apply_definition(self.db.ledger, definition(statement))
+        return triggers.trigger(
+            self.db.ledger, name="nightly", kind=TriggerKind.MANUAL, actor="operator:test"
+        ).run_id
+
+    def backends(self, run_id: str) -> list[tuple[object, ...]]:
+        """The warehouse's server processes running the run's ``load`` attempt 1."""
+        instance = self.db.instances(run_id)["load"].id
+        name = markers.AttemptName(instance, 1).application_name
+        return warehouse_query(
+            self.warehouse_url,
+            "SELECT pid FROM pg_stat_activity WHERE state = 'active' "
+            f"AND application_name = '{name}'",
+        )
+
+    def finished(self, run_id: str) -> tuple[RunExecutionState, str]:
+        active = (RunExecutionState.RUNNING, RunExecutionState.QUEUED, RunExecutionState.CANCELLING)
+
+        def done() -> tuple[RunExecutionState, str] | None:
+            state = self.db.run(run_id)
+            return None if state[0] in active else state
+
+        return wait_for(done, what=f"run {run_id} to finish", interval=0.1)
+
+    def evidence(self, run_id: str, kind: str) -> list[dict[str, object]]:
+        e = schema.events.c
+        instance = self.db.instances(run_id)["load"].id
+        with dialects.read_transaction(self.db.engine) as connection:
+            rows = connection.execute(
+                sa.select(e.evidence).where(e.instance_id == instance, e.kind == kind)
+            ).scalars()
+            return [dict(row) for row in rows]
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait(timeout=10)
+        self.db.engine.dispose()
+
+
+@pytest.fixture
+def cluster(database_url: str, warehouse_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    made = Cluster(database_url, warehouse_url, tmp_path)
+    warehouse_query(warehouse_url, "CREATE TABLE loaded (n int)")
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_a_long_statement_survives_every_veritask_process_and_is_reconciled_to_success(
+    cluster: Cluster,
+) -> None:
+    first = cluster.start_scheduler()
+    run_id = cluster.trigger("INSERT INTO loaded SELECT 1 FROM pg_sleep(4)")
+    wait_for(lambda: cluster.backends(run_id), what="the statement to run in the warehouse")
+    first.kill()  # the only Veritask process: nothing of ours is left
+    first.wait(timeout=10)
+    assert cluster.backends(run_id), "the statement runs on without its client"
+    cluster.start_scheduler()
+    state, _ = cluster.finished(run_id)
+    assert state is RunExecutionState.SUCCESS
+    assert cluster.db.instances(run_id)["load"].state is InstanceState.SUCCESS
+    assert warehouse_query(cluster.warehouse_url, "SELECT count(*) FROM loaded") == [(1,)]
+    observed = cluster.evidence(run_id, "engine_observed")
+    assert observed and observed[-1]["source"] == "sql_marker"
+    assert len(cluster.db.attempts(cluster.db.instances(run_id)["load"].id)) == 1
+
+
+def test_a_cancelled_statement_is_confirmed_cancelled(cluster: Cluster) -> None:
+    cluster.start_scheduler()
+    run_id = cluster.trigger("INSERT INTO loaded SELECT 1 FROM pg_sleep(60)")
+    wait_for(lambda: cluster.backends(run_id), what="the statement to run in the warehouse")
+    triggers.request_run_cancel(cluster.db.ledger, run_id, actor="operator:test", reason="stop")
+    state, _ = cluster.finished(run_id)
+    assert state is RunExecutionState.CANCELLED
+    assert cluster.db.instances(run_id)["load"].state is InstanceState.CANCELLED
+    assert not cluster.backends(run_id)
+    assert warehouse_query(cluster.warehouse_url, "SELECT count(*) FROM loaded") == [(0,)]
+
+
+def test_a_statement_killed_in_the_server_is_failed_with_the_servers_evidence(
+    cluster: Cluster,
+) -> None:
+    cluster.start_scheduler()
+    run_id = cluster.trigger("INSERT INTO loaded SELECT 1 FROM pg_sleep(60)")
+    (pid,) = wait_for(lambda: cluster.backends(run_id), what="the statement to run")[0]
+    warehouse_query(cluster.warehouse_url, f"SELECT pg_terminate_backend({pid})")
+    state, _ = cluster.finished(run_id)
+    assert state is RunExecutionState.FAILED
+    assert cluster.db.instances(run_id)["load"].state is InstanceState.FAILED
+    observed = cluster.evidence(run_id, "engine_observed")
+    assert observed, "the failure is the engine's word, not a guess"
+    evidence = observed[-1]
+    assert evidence["engine_state"] == "failed"
+    assert evidence["error_category"] == "killed"
+    details = evidence.get("details")
+    assert isinstance(details, dict)
+    assert details["error_sqlstate"] == "57P01"  # terminating connection: administrator command
+    assert details["backend_pid"] == pid
