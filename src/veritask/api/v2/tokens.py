@@ -27,6 +27,7 @@ def create_token(body: schemas.TokenRequest, platform: PlatformDep, _: Admin) ->
 @router.get(
     "",
     response_model=schemas.TokenList,
+    responses=problems.documented(),
     summary="List API tokens (never the tokens themselves)",
 )
 def list_tokens(platform: PlatformDep, _: Admin) -> schemas.TokenList:
