@@ -183,7 +183,16 @@ class Submissions:
         try:
             answer: Event | None = self.dispatcher.submit(run, opened, self._clock())
         except Exception:  # an adapter's bug: the reconciler submits it again after the grace
-            log.exception("submitting %s/%s failed", *key)
+            log.exception(
+                "submitting %s/%s failed",
+                *key,
+                extra={
+                    "definition": run.definition.name,
+                    "run_id": run.run_id,
+                    "instance_id": opened.instance_id,
+                    "attempt_no": opened.attempt_no,
+                },
+            )
             answer = None
         with self._lock:
             if answer is None:

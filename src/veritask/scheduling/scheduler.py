@@ -207,7 +207,7 @@ class Scheduler:
                 self._dirty.add(run.id)
                 raise
             except Exception:  # one run that errors never stops the others
-                log.exception("advancing run %s failed", run.id)
+                log.exception("advancing run %s failed", run.id, extra={"run_id": run.id})
                 self._alert_run(run.id, "the scheduler failed to advance this run")
         if report.runs_moved:
             report.runs_moved += self._start_queued_runs()

@@ -174,7 +174,11 @@ class Sweeper:
             try:
                 done += self._reconcile_one(row.id, row.run_id, now, contexts, everything)
             except Exception:
-                log.exception("reconciliation failed for instance %s", row.id)
+                log.exception(
+                    "reconciliation failed for instance %s",
+                    row.id,
+                    extra={"run_id": row.run_id, "instance_id": row.id, "attempt_no": row.epoch},
+                )
                 self._alert_platform(row.id, row.run_id, "the reconciler failed on this instance")
         return done
 
@@ -304,7 +308,17 @@ class Sweeper:
         try:
             seen = executor.describe(external_id=external_id)
         except ExecutorError as exc:
-            log.warning("describe %s failed: %s", external_id, exc)
+            log.warning(
+                "describe %s failed: %s",
+                external_id,
+                exc,
+                extra={
+                    "definition": context.definition.name,
+                    "run_id": context.run_id,
+                    "instance_id": snapshot.instance_id,
+                    "attempt_no": snapshot.epoch,
+                },
+            )
             return None
         details: dict[str, str | int | float | bool | None] = dict(seen.details)
         if seen.engine_id:
@@ -390,7 +404,17 @@ class Sweeper:
         try:
             executor.cancel(external_id=current.external_id)
         except ExecutorError as exc:
-            log.warning("cancel %s failed: %s", current.external_id, exc)
+            log.warning(
+                "cancel %s failed: %s",
+                current.external_id,
+                exc,
+                extra={
+                    "definition": context.definition.name,
+                    "run_id": context.run_id,
+                    "instance_id": snapshot.instance_id,
+                    "attempt_no": current.attempt_no,
+                },
+            )
             return 0
         self._stops_sent.add(key)
         return 1

@@ -22,21 +22,26 @@ _ACTIVE = (RunExecutionState.QUEUED.value, RunExecutionState.RUNNING.value)
 def alert_late_runs(platform: Platform) -> int:
     """Raise a deadline alert for each active run past its expected finish; how many new."""
     now = platform.now()
-    r, v, d = schema.runs.c, schema.definition_versions.c, schema.definitions.c
+    r, v = schema.runs.c, schema.definition_versions.c
     with dialects.read_transaction(platform.engine) as connection:
         rows = connection.execute(
-            sa.select(r.id, r.logical_time, r.created_at, v.spec, d.id.label("definition_id"))
-            .join(
-                schema.definition_versions,
-                sa.and_(v.definition_id == r.definition_id, v.version == r.definition_version),
-            )
-            .join(schema.definitions, d.id == r.definition_id)
+            sa.select(r.id, r.logical_time, r.created_at, r.definition_id, r.definition_version)
             .where(r.execution_state.in_(_ACTIVE))
         ).all()
+        # Each version's spec once, however many of its runs are active (a spec can be large).
+        versions = {(row.definition_id, row.definition_version) for row in rows}
+        expected: dict[tuple[str, int], float] = {}
+        for definition_id, version in versions:
+            spec = connection.execute(
+                sa.select(v.spec).where(v.definition_id == definition_id, v.version == version)
+            ).scalar_one_or_none()
+            seconds = spec.get("expected_finish") if isinstance(spec, dict) else None
+            if isinstance(seconds, int | float):
+                expected[(definition_id, version)] = seconds
     raised = 0
     for row in rows:
-        seconds = row.spec.get("expected_finish") if isinstance(row.spec, dict) else None
-        if not isinstance(seconds, int | float):
+        seconds = expected.get((row.definition_id, row.definition_version))
+        if seconds is None:
             continue
         start = row.logical_time or row.created_at
         due = start + timedelta(seconds=seconds)
