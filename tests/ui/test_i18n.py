@@ -19,8 +19,8 @@ from veritask.core.states import (
     TriggerKind,
 )
 from veritask.ledger.vocabulary import EventOutcome, TokenRole
+from veritask.services.durations import Phase
 from veritask.ui import i18n
-from veritask.ui.timeline import PhaseKind
 
 UI = Path(str(resources.files("veritask.ui")))
 TEMPLATES = sorted((UI / "templates").glob("*.html"))
@@ -84,7 +84,7 @@ def test_templates_show_no_text_outside_the_catalog(path: Path) -> None:
         ("role", TokenRole),
         ("outcome", [*EventOutcome, "rejected"]),
         ("outcome_explain", [*EventOutcome, "rejected"]),
-        ("phase", PhaseKind),
+        ("phase", Phase),
         ("scope", OverrideScope),
         ("open_reason", OpenReason),
     ],

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from tests.ui.conftest import Ui, csrf_of
+from tests.contract.test_audit import _story
+from tests.ui.conftest import Ui, api_intervals, csrf_of, drawn_intervals
 from veritask.services import definitions, runs
 from veritask.services.tokens import TokenRole
 
@@ -223,3 +224,18 @@ def test_the_live_stream_says_when_the_run_changed(ui: Ui) -> None:
                 break
     assert "retry: 1000" in seen
     assert re.search(r"id: \d+\nevent: changed", seen)
+
+
+def test_the_gantt_draws_the_same_intervals_as_the_durations_api(ui: Ui) -> None:
+    # A run as the ledger records it: extract succeeded, load failed once and waits to retry.
+    run_id = _story(ui.platform.ledger)
+    viewer = ui.signed_in(TokenRole.VIEWER)
+    drawn = drawn_intervals(viewer.http.get(f"/ui/runs/{run_id}").text)
+    api = ui.client().get(
+        f"/api/v2/runs/{run_id}/durations",
+        headers={"Authorization": f"Bearer {ui.tokens[TokenRole.VIEWER]}"},
+    )
+    assert api.status_code == 200, api.text
+    expected = api_intervals(api.json())
+    assert {phase for _, phase, *_ in expected} == {"dependency_wait", "queue", "execution"}
+    assert drawn == expected
