@@ -6,7 +6,7 @@ import re
 
 from tests.contract.test_audit import _story
 from tests.ui.conftest import Ui, api_intervals, csrf_of, drawn_intervals
-from veritask.services import definitions, runs
+from veritask.services import definitions, runs, tokens
 from veritask.services.tokens import TokenRole
 
 
@@ -239,3 +239,30 @@ def test_the_gantt_draws_the_same_intervals_as_the_durations_api(ui: Ui) -> None
     expected = api_intervals(api.json())
     assert {phase for _, phase, *_ in expected} == {"dependency_wait", "queue", "execution"}
     assert drawn == expected
+
+
+def test_revoking_the_token_ends_a_signed_in_session(ui: Ui) -> None:
+    made = tokens.create_token(ui.platform, role=TokenRole.OPERATOR, name="leaving")
+    ui.tokens[TokenRole.OPERATOR] = made.token
+    operator = ui.signed_in(TokenRole.OPERATOR)
+    cookie = operator.http.cookies["veritask_session"]
+    assert operator.http.get("/ui/definitions").status_code == 200
+
+    tokens.revoke_token(ui.platform, made.id)
+
+    page = operator.http.get("/ui/definitions")
+    assert page.status_code == 303  # the cookie is still validly signed; its token is not
+    assert page.headers["location"].startswith("/ui/sign-in")
+    assert operator.http.cookies["veritask_session"] == cookie
+    trigger = operator.http.post(
+        "/ui/definitions/pipeline/trigger", data={"csrf": operator.csrf, "param.table": "x"}
+    )
+    assert trigger.status_code == 303
+    assert trigger.headers["location"].startswith("/ui/sign-in")
+    assert runs.list_runs(ui.platform, definition="pipeline").items == ()
+    assert operator.http.get("/ui/live?since=0").status_code == 303
+    csrf = csrf_of(operator.http.get("/ui/sign-in").text)
+    again = operator.http.post(
+        "/ui/sign-in", data={"csrf": csrf, "token": made.token, "next": "/ui/"}
+    )
+    assert again.status_code == 401  # and it cannot sign in again
