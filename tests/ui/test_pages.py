@@ -266,3 +266,30 @@ def test_revoking_the_token_ends_a_signed_in_session(ui: Ui) -> None:
         "/ui/sign-in", data={"csrf": csrf, "token": made.token, "next": "/ui/"}
     )
     assert again.status_code == 401  # and it cannot sign in again
+
+
+def test_platform_vocabulary_is_translated_and_user_data_is_not(ui: Ui) -> None:
+    definitions.apply_definition(
+        ui.platform,
+        "name: nightly\nowner: ops\nschedule: {cron: '0 6 * * 1-5', timezone: UTC}\n"
+        "tasks:\n  work: {run: 'true'}\n",
+        actor="test",
+    )
+    run_id = runs.trigger_run(ui.platform, "pipeline", actor="operator:ann").run_id
+    instance_id = runs.get_run(ui.platform, run_id).instances[0].id
+    viewer = ui.signed_in(TokenRole.VIEWER)
+    english = viewer.http.get("/ui/definitions").text
+    assert "every weekday (Monday to Friday) at 06:00 (UTC)" in english
+    viewer.http.cookies.set("veritask_lang", "zh")
+    chinese = viewer.http.get("/ui/definitions").text
+    assert "每个工作日（周一至周五）06:00（UTC）" in chinese
+    assert "every weekday" not in chinese
+    history = viewer.http.get(f"/ui/instances/{instance_id}").text
+    assert 'title="instance_created">实例已创建</span>' in history  # the recorded name on hover
+    assert "已应用" in history  # the outcome
+    assert "→ 已创建" in history  # the state change
+    api = ui.client().get(
+        "/api/v2/definitions/nightly",
+        headers={"Authorization": f"Bearer {ui.tokens[TokenRole.VIEWER]}"},
+    )
+    assert "every weekday (Monday to Friday) at 06:00 (UTC)" in api.text  # the API stays English

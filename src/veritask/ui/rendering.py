@@ -15,6 +15,7 @@ from typing import Final
 import jinja2
 from markupsafe import Markup, escape
 
+from veritask.definitions.schedule import ScheduleWords
 from veritask.ui import i18n
 
 #: A glyph per state family, beside the colour (for colour-blind readers) and the word.
@@ -105,6 +106,7 @@ def render(template: str, *, t: i18n.Translator, zone: zoneinfo.ZoneInfo, **valu
         "alert_status": alert_status_in(t),
         "actor": actor_in(t),
         "event_kind": event_kind_in(t),
+        "schedule_phrase": schedule_in(t),
         "as_json": as_json,
         "tone": tone,
         "glyph": glyph,
@@ -209,6 +211,34 @@ def event_kind_in(t: i18n.Translator) -> Callable[[str | None], Markup]:
         return Markup('<span class="event-kind" title="{}">{}</span>').format(kind, t(key))
 
     return event_kind
+
+
+def schedule_in(t: i18n.Translator) -> Callable[[ScheduleWords], str]:
+    """``schedule_phrase(words)``: a schedule's pattern and values phrased in the viewer's
+    language ("every day at 06:00 (UTC)", "每天 06:00（UTC）"). In English it reads exactly as
+    the API's ``schedule`` text, which ``definitions.schedule.english`` phrases."""
+
+    def schedule_phrase(words: ScheduleWords) -> str:
+        phrase = t(
+            f"schedule.{words.pattern.value}",
+            n=words.every,
+            minute=words.minute,
+            times=listed(t, list(words.times)),
+            days=listed(t, [t(f"weekday.{day}") for day in words.weekdays]),
+            day=words.day,
+            month=t(f"month.{words.month}") if words.month else "",
+            cron=words.cron,
+        )
+        return t("schedule.in_zone", phrase=phrase, zone=words.timezone)
+
+    return schedule_phrase
+
+
+def listed(t: i18n.Translator, items: list[str]) -> str:
+    """``a, b and c`` in the viewer's language."""
+    if len(items) < 2:
+        return "".join(items)
+    return t("list.and", rest=t("list.separator").join(items[:-1]), last=items[-1])
 
 
 def tone(value: str) -> str:
