@@ -25,6 +25,16 @@ CHROMIUM: Final = os.environ.get("VERITASK_CHROMIUM", "/usr/bin/chromium")
 VIEWPORT: Final[ViewportSize] = {"width": 1280, "height": 860}
 ZONE: Final = "Asia/Shanghai"
 BROKEN: Final = "name: broken\ntasks:\n  a: {run: echo a, after: [missing]}\n"
+#: Expected to finish in two seconds, runs for two minutes: each run raises a deadline alert.
+LATE: Final = """\
+name: nightly_export
+description: Exports the day's orders to the warehouse
+owner: data-platform
+expected_finish: 2s
+concurrency: allow
+tasks:
+  export: {run: "sleep 120"}
+"""
 
 
 def wait_for(condition: Callable[[], object], what: str, timeout: float = 60.0) -> object:
@@ -80,6 +90,32 @@ def run_examples(url: str, token: str) -> dict[str, str]:
     return started
 
 
+def raise_alerts(url: str, token: str) -> list[str]:
+    """Two late runs of ``nightly_export``: the scheduler raises a deadline alert for each;
+    one is acknowledged, so the alerts page shows both statuses. The runs' ids."""
+    api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    api.post("/api/v2/definitions", json={"source": LATE}).raise_for_status()
+    late = [
+        api.post("/api/v2/definitions/nightly_export/runs", json={}).json()["run_id"]
+        for _ in range(2)
+    ]
+
+    def raised() -> list[dict[str, object]]:
+        items: list[dict[str, object]] = api.get("/api/v2/alerts").json()["items"]
+        return items if len(items) >= len(late) else []
+
+    found = wait_for(raised, "the deadline alerts", timeout=60)
+    assert isinstance(found, list)
+    api.post(f"/api/v2/alerts/{found[-1]['id']}/acknowledge").raise_for_status()
+    return late
+
+
+def cancel(url: str, token: str, run_ids: list[str]) -> None:
+    api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    for run_id in run_ids:
+        api.post(f"/api/v2/runs/{run_id}/cancel", json={"reason": "screenshots taken"})
+
+
 def shoot(page: Page, url: str, name: str) -> None:
     page.goto(url)
     page.wait_for_load_state("networkidle")
@@ -92,6 +128,7 @@ def main() -> None:
         process, url, token = start(Path(folder) / "home")
         try:
             runs = run_examples(url, token)
+            late = raise_alerts(url, token)
             api = httpx.Client(
                 base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30
             )
@@ -119,6 +156,7 @@ def main() -> None:
                     shoot(page, url + f"/ui/runs/{runs['branching']}", f"run.{language}")
                     shoot(page, url + f"/ui/instances/{instance}", f"instance.{language}")
                     shoot(page, url + "/ui/health", f"health.{language}")
+                    shoot(page, url + "/ui/alerts", f"alerts.{language}")
                     page.goto(url + "/ui/definitions/new")
                     page.fill(
                         "#source", "name: broken\ntasks:\n  a: {run: echo a, after: [missing]}\n"
@@ -128,6 +166,7 @@ def main() -> None:
                     page.screenshot(path=str(OUTPUT / f"editor.{language}.png"))
                     context.close()
                 browser.close()
+            cancel(url, token, late)
         finally:
             process.terminate()
             process.wait(30)

@@ -11,12 +11,15 @@ without them they are skipped, unless VERITASK_REQUIRE_SERVICES=1: then they fai
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -31,6 +34,12 @@ from veritask.ui import app as ui_app
 
 CHROMIUM = os.environ.get("VERITASK_CHROMIUM", "/usr/bin/chromium")
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+GANTT_BAR = re.compile(
+    r'<rect class="phase-[^"]*" [^>]*data-instance="([^"]*)" data-phase="([^"]*)" '
+    r'data-attempt="([^"]*)" data-start="([^"]*)" data-end="([^"]*)"'
+)
+#: A phase interval: instance id, phase, attempt, start and end (None while it goes on).
+Interval = tuple[str, str, int, datetime, datetime | None]
 
 PIPELINE = """\
 name: pipeline
@@ -75,10 +84,37 @@ class Ui:
         return SignedIn(http, csrf_of(http.get("/ui/definitions").text))
 
 
-def csrf_of(html: str) -> str:
-    found = CSRF.search(html)
+def csrf_of(page: str) -> str:
+    found = CSRF.search(page)
     assert found is not None, "the page has no CSRF field"
     return found.group(1)
+
+
+def drawn_intervals(page: str) -> set[Interval]:
+    """The phase intervals the run page's Gantt chart draws (its bars' data attributes)."""
+    return {
+        (instance, phase, int(attempt), _moment(start), _moment(end) if end else None)
+        for instance, phase, attempt, start, end in GANTT_BAR.findall(page)
+    }
+
+
+def api_intervals(durations: dict[str, Any]) -> set[Interval]:
+    """The phase intervals of ``GET /api/v2/runs/{id}/durations``."""
+    return {
+        (
+            instance["instance_id"],
+            phase["phase"],
+            phase["attempt_no"],
+            _moment(phase["start"]),
+            _moment(phase["end"]) if phase["end"] else None,
+        )
+        for instance in durations["instances"]
+        for phase in instance["phases"]
+    }
+
+
+def _moment(text: str) -> datetime:
+    return datetime.fromisoformat(html.unescape(text).replace("Z", "+00:00"))
 
 
 @pytest.fixture

@@ -11,10 +11,11 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 
 from tests.acceptance.conftest import Veritask, shut_down, start_up
-from tests.ui.conftest import require_browser
+from tests.ui.conftest import api_intervals, drawn_intervals, require_browser
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Dialog, Page
@@ -33,6 +34,13 @@ tasks:
 name: sleepy
 tasks:
   nap: {run: "echo going to sleep; sleep 60"}
+""",
+    # Expected to finish within a second, runs for a minute: the scheduler raises a deadline.
+    "late.yaml": """\
+name: late
+expected_finish: 1s
+tasks:
+  slow: {run: "sleep 60"}
 """,
 }
 BROKEN = "name: edited\ntasks:\n  a: {run: echo a}\n  b: {run: echo b, after: [missing]}\n"
@@ -243,3 +251,61 @@ def test_a_script_in_a_description_is_shown_as_text(browser: Browser, up: Verita
     page.goto(up.url + "/ui/definitions/quick")
     expect(page.locator("dd.description")).to_contain_text("<script>alert(1)</script>")
     assert dialogs == []
+
+
+def test_the_gantt_draws_the_durations_apis_intervals_for_a_real_run(
+    browser: Browser, up: Veritask
+) -> None:
+    from playwright.sync_api import expect
+
+    page = signed_in(browser, up, admin_token(up))
+    run_id = trigger_from_page(page, up, "quick")
+    expect(page.locator("#run-states .run-execution [data-state]")).to_have_attribute(
+        "data-state", "SUCCESS", timeout=WAIT_MS
+    )
+    page.goto(f"{up.url}/ui/runs/{run_id}")
+    drawn = drawn_intervals(page.content())
+    answer = httpx.get(
+        f"{up.url}/api/v2/runs/{run_id}/durations",
+        headers={"Authorization": f"Bearer {admin_token(up)}"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    expected = api_intervals(answer.json())
+    assert len([1 for _, phase, *_ in expected if phase == "execution"]) == 2
+    assert drawn == expected
+
+
+def test_an_alert_appears_live_and_an_operator_acknowledges_then_resolves_it(
+    browser: Browser, up: Veritask
+) -> None:
+    from playwright.sync_api import expect
+
+    page = signed_in(browser, up, admin_token(up))
+    page.goto(up.url + "/ui/alerts")
+    page.evaluate(LIVE_MARK)
+    run_id = up.cli_json("trigger", "late")["run_id"]
+    row = page.locator(f"tr.alert:has(a[href='/ui/runs/{run_id}'])")
+    expect(row).to_have_count(1, timeout=WAIT_MS)  # raised by the scheduler, shown live
+    assert page.evaluate(STILL_MARKED), "the page was reloaded instead of updated"
+    expect(row).to_have_attribute("data-status", "open")
+    expect(row).to_contain_text("expected to finish")
+    expect(page.locator(".alert-group[data-category='deadline'] h2")).to_contain_text("Deadline")
+    expect(page.locator("#nav-open-alerts")).not_to_have_text("0")
+
+    row.locator(".acknowledge-form button").click()
+    page.wait_for_load_state()
+    expect(row).to_have_attribute("data-status", "acknowledged")
+    expect(row.locator("td.acknowledged")).to_contain_text("operator:admin")
+    expect(row.locator(".acknowledge-form")).to_have_count(0)
+
+    row.locator(".resolve-form button").click()
+    page.wait_for_load_state()
+    expect(row).to_have_count(0)  # the default view lists unresolved alerts only
+    page.select_option("#filter-status", "resolved")
+    page.click("#alert-filters button[type=submit]")
+    page.wait_for_url("**/ui/alerts?status=resolved**")
+    expect(row).to_have_attribute("data-status", "resolved")
+    expect(row.locator("td.resolved")).to_contain_text("operator:admin")
+    expect(row.locator("td.resolved time")).to_have_attribute("title", re.compile(r" UTC$"))
+    up.cli("cancel", run_id, "--reason", "test cleanup")

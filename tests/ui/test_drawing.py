@@ -1,12 +1,11 @@
-"""The graph layout, the phases of an instance from its events, the Gantt scale, the session."""
+"""The graph layout, the Gantt chart's scale, the session."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from veritask.services import views
-from veritask.ui import dag, gantt, session, timeline
-from veritask.ui.timeline import PhaseKind
+from veritask.services.durations import Phase, PhaseInterval
+from veritask.ui import dag, gantt, session
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -39,67 +38,56 @@ def test_a_wide_run_lays_out_every_instance() -> None:
     assert layout.height > 1000 * dag.NODE_HEIGHT
 
 
-def event(
-    position: int,
-    kind: str,
-    seconds: float,
-    *,
-    attempt: int | None,
-    to: str,
-    outcome: str = "applied",
-) -> views.HistoryEvent:
-    at = T0 + timedelta(seconds=seconds)
-    return views.HistoryEvent(
-        position, f"e{position}", "instance", "i1", "r1", "i1", attempt, kind, "scheduler",
-        at, at + timedelta(seconds=100), {}, outcome, None, None, to,
-    )  # fmt: skip
+def interval(phase: Phase, attempt: int, start: float, end: float | None) -> PhaseInterval:
+    return PhaseInterval(
+        phase,
+        attempt,
+        T0 + timedelta(seconds=start),
+        None if end is None else T0 + timedelta(seconds=end),
+    )
 
 
-HISTORY = [
-    event(1, "instance_created", 0, attempt=None, to="CREATED"),
-    event(2, "attempt_opened", 10, attempt=1, to="SCHEDULED"),
-    event(3, "submit_acknowledged", 12, attempt=1, to="QUEUED"),
-    event(4, "started", 20, attempt=1, to="RUNNING"),
-    event(5, "completed", 50, attempt=1, to="UP_FOR_RETRY"),
-    event(6, "attempt_opened", 80, attempt=2, to="SCHEDULED"),
-    event(7, "submit_acknowledged", 81, attempt=2, to="QUEUED"),
-    event(8, "started", 85, attempt=2, to="RUNNING"),
-    event(9, "completed", 95, attempt=1, to="RUNNING", outcome="stale"),
-    event(10, "completed", 99, attempt=2, to="SUCCESS"),
-]
-
-
-def test_phases_come_from_event_times_not_observed_times() -> None:
-    phases = timeline.instance_phases(reversed(HISTORY), T0 + timedelta(hours=1))
-    spans = [(p.kind, p.attempt_no, (p.end - p.start).total_seconds()) for p in phases]
-    assert spans == [
-        (PhaseKind.DEPENDENCY_WAIT, None, 10),
-        (PhaseKind.SUBMISSION, 1, 2),
-        (PhaseKind.QUEUE, 1, 8),
-        (PhaseKind.EXECUTION, 1, 30),
-        (PhaseKind.RETRY_WAIT, 2, 30),
-        (PhaseKind.SUBMISSION, 2, 1),
-        (PhaseKind.QUEUE, 2, 4),
-        (PhaseKind.EXECUTION, 2, 14),  # the stale report of attempt 1 ends nothing
-    ]
-    assert not any(p.ongoing for p in phases)
-
-
-def test_an_unfinished_phase_runs_until_now() -> None:
-    now = T0 + timedelta(seconds=60)
-    phases = timeline.instance_phases(HISTORY[:4], now)
-    assert phases[-1].kind is PhaseKind.EXECUTION
-    assert phases[-1].ongoing
-    assert phases[-1].end == now
+PHASES = (
+    interval(Phase.DEPENDENCY_WAIT, 1, 0, 10),
+    interval(Phase.QUEUE, 1, 12, 20),
+    interval(Phase.EXECUTION, 1, 20, 50),
+    interval(Phase.RETRY_WAIT, 2, 50, 80),
+    interval(Phase.QUEUE, 2, 81, 85),
+    interval(Phase.EXECUTION, 2, 85, 99),
+)
 
 
 def test_the_gantt_shares_one_scale() -> None:
-    phases = timeline.instance_phases(HISTORY, T0)
-    chart = gantt.chart([gantt.Row("a", "/a", "SUCCESS", phases)])
-    bars = chart.rows[0].bars
-    assert bars[0].x == gantt.LABEL_WIDTH
-    assert round(bars[-1].x + bars[-1].width) == gantt.LABEL_WIDTH + gantt.CHART_WIDTH
+    chart = gantt.chart(
+        [
+            gantt.Row("i1", "a", "/a", "SUCCESS", PHASES),
+            gantt.Row("i2", "b", "/b", "SUCCESS", (interval(Phase.EXECUTION, 1, 0, 33),)),
+        ],
+        T0 + timedelta(hours=1),
+    )
+    first, second = chart.rows[0].bars, chart.rows[1].bars
+    assert first[0].x == second[0].x == gantt.LABEL_WIDTH
+    assert round(first[-1].x + first[-1].width) == gantt.LABEL_WIDTH + gantt.CHART_WIDTH
+    assert second[0].width == round(gantt.CHART_WIDTH / 3, 1)  # 33 s of 99 s
     assert chart.span == timedelta(seconds=99)
+    assert not any(bar.ongoing for bar in first)
+
+
+def test_a_phase_still_going_on_is_drawn_up_to_now() -> None:
+    now = T0 + timedelta(seconds=60)
+    running = (*PHASES[:2], interval(Phase.EXECUTION, 1, 20, None))
+    chart = gantt.chart([gantt.Row("i1", "a", "/a", "RUNNING", running)], now)
+    last = chart.rows[0].bars[-1]
+    assert last.ongoing
+    assert last.end == now
+    assert round(last.x + last.width) == gantt.LABEL_WIDTH + gantt.CHART_WIDTH
+    assert chart.span == timedelta(seconds=60)
+
+
+def test_a_run_without_phases_has_an_empty_chart() -> None:
+    chart = gantt.chart([gantt.Row("i1", "a", "/a", "CREATED", ())], T0)
+    assert chart.rows == ()
+    assert chart.start is None
 
 
 def test_a_session_round_trips_and_refuses_tampering_and_age() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from veritask.core.events import OpenReason, OverrideScope
+from veritask.core.events import ActorKind, EventKind, OpenReason, OverrideScope
 from veritask.core.states import (
     AttemptState,
     DefinitionLifecycle,
@@ -18,9 +18,11 @@ from veritask.core.states import (
     RunExecutionState,
     TriggerKind,
 )
-from veritask.ledger.vocabulary import EventOutcome, TokenRole
-from veritask.ui import i18n
-from veritask.ui.timeline import PhaseKind
+from veritask.definitions.model import Schedule
+from veritask.definitions.schedule import SchedulePattern, describe_schedule, schedule_words
+from veritask.ledger.vocabulary import AlertCategory, AlertStatus, EventOutcome, TokenRole
+from veritask.services.durations import Phase
+from veritask.ui import i18n, rendering
 
 UI = Path(str(resources.files("veritask.ui")))
 TEMPLATES = sorted((UI / "templates").glob("*.html"))
@@ -84,9 +86,18 @@ def test_templates_show_no_text_outside_the_catalog(path: Path) -> None:
         ("role", TokenRole),
         ("outcome", [*EventOutcome, "rejected"]),
         ("outcome_explain", [*EventOutcome, "rejected"]),
-        ("phase", PhaseKind),
+        ("phase", Phase),
         ("scope", OverrideScope),
         ("open_reason", OpenReason),
+        ("event_kind", EventKind),
+        ("actor_kind", ActorKind),
+        ("alert_category", AlertCategory),
+        ("alert_category_explain", AlertCategory),
+        ("alert_status", AlertStatus),
+        ("alert_filter", [*AlertStatus, "unresolved", "all"]),
+        ("schedule", SchedulePattern),
+        ("weekday", range(7)),
+        ("month", range(1, 13)),
     ],
 )
 def test_every_state_and_kind_has_a_name(prefix: str, values: Iterable[object]) -> None:
@@ -105,3 +116,52 @@ def test_the_language_is_the_cookies_then_the_browsers() -> None:
 def test_a_missing_key_shows_as_itself() -> None:
     assert i18n.Translator(i18n.Language.ZH)("no.such.key") == "no.such.key"
     assert i18n.Translator(i18n.Language.ZH)("editor.line", line=3) == "第 3 行"
+
+
+SCHEDULES = [
+    "0 2 * * *",
+    "0 2,14,20 * * *",
+    "* * * * *",
+    "*/15 * * * *",
+    "0 * * * *",
+    "20 * * * *",
+    "0 */6 * * *",
+    "30 8 * * 1-5",
+    "0 10 * * 0,6",
+    "0 9 * * 1",
+    "0 9 * * mon,wed,fri",
+    "0 3 1 * *",
+    "0 0 25 12 *",
+    "0 0 L * *",
+]
+
+
+@pytest.mark.parametrize("cron", SCHEDULES)
+def test_the_ui_phrases_a_schedule_in_english_exactly_as_the_api(cron: str) -> None:
+    schedule = Schedule(cron, "Europe/Berlin")
+    phrase = rendering.schedule_in(i18n.Translator(i18n.Language.EN))
+    assert phrase(schedule_words(schedule)) == describe_schedule(schedule)
+
+
+@pytest.mark.parametrize(
+    ("cron", "chinese"),
+    [
+        ("0 2,14 * * *", "每天 02:00和14:00（Asia/Shanghai）"),
+        ("30 8 * * 1-5", "每个工作日（周一至周五）08:30（Asia/Shanghai）"),
+        ("0 9 * * mon,wed,fri", "每周一、周三和周五 09:00（Asia/Shanghai）"),
+        ("0 0 25 12 *", "每年 12 月 25 日 00:00（Asia/Shanghai）"),
+        ("*/15 * * * *", "每 15 分钟（Asia/Shanghai）"),
+        ("0 0 L * *", "cron 表达式 0 0 L * *（Asia/Shanghai）"),
+    ],
+)
+def test_the_ui_phrases_a_schedule_in_chinese(cron: str, chinese: str) -> None:
+    phrase = rendering.schedule_in(i18n.Translator(i18n.Language.ZH))
+    assert phrase(schedule_words(Schedule(cron, "Asia/Shanghai"))) == chinese
+
+
+def test_an_actors_kind_is_translated_and_a_persons_name_is_not() -> None:
+    actor = rendering.actor_in(i18n.Translator(i18n.Language.ZH))
+    assert actor("operator:ann") == "操作员:ann"
+    assert actor("reconciler") == "对账器"
+    assert actor("robot:x") == "robot:x"  # not a kind we know: shown as recorded
+    assert rendering.actor_in(i18n.Translator(i18n.Language.EN))("operator:ann") == "operator:ann"

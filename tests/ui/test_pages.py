@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 
-from tests.ui.conftest import Ui, csrf_of
-from veritask.services import definitions, runs
+from tests.contract.test_audit import _story
+from tests.ui.conftest import Ui, api_intervals, csrf_of, drawn_intervals
+from veritask.services import definitions, runs, tokens
 from veritask.services.tokens import TokenRole
 
 
@@ -223,3 +224,72 @@ def test_the_live_stream_says_when_the_run_changed(ui: Ui) -> None:
                 break
     assert "retry: 1000" in seen
     assert re.search(r"id: \d+\nevent: changed", seen)
+
+
+def test_the_gantt_draws_the_same_intervals_as_the_durations_api(ui: Ui) -> None:
+    # A run as the ledger records it: extract succeeded, load failed once and waits to retry.
+    run_id = _story(ui.platform.ledger)
+    viewer = ui.signed_in(TokenRole.VIEWER)
+    drawn = drawn_intervals(viewer.http.get(f"/ui/runs/{run_id}").text)
+    api = ui.client().get(
+        f"/api/v2/runs/{run_id}/durations",
+        headers={"Authorization": f"Bearer {ui.tokens[TokenRole.VIEWER]}"},
+    )
+    assert api.status_code == 200, api.text
+    expected = api_intervals(api.json())
+    assert {phase for _, phase, *_ in expected} == {"dependency_wait", "queue", "execution"}
+    assert drawn == expected
+
+
+def test_revoking_the_token_ends_a_signed_in_session(ui: Ui) -> None:
+    made = tokens.create_token(ui.platform, role=TokenRole.OPERATOR, name="leaving")
+    ui.tokens[TokenRole.OPERATOR] = made.token
+    operator = ui.signed_in(TokenRole.OPERATOR)
+    cookie = operator.http.cookies["veritask_session"]
+    assert operator.http.get("/ui/definitions").status_code == 200
+
+    tokens.revoke_token(ui.platform, made.id)
+
+    page = operator.http.get("/ui/definitions")
+    assert page.status_code == 303  # the cookie is still validly signed; its token is not
+    assert page.headers["location"].startswith("/ui/sign-in")
+    assert operator.http.cookies["veritask_session"] == cookie
+    trigger = operator.http.post(
+        "/ui/definitions/pipeline/trigger", data={"csrf": operator.csrf, "param.table": "x"}
+    )
+    assert trigger.status_code == 303
+    assert trigger.headers["location"].startswith("/ui/sign-in")
+    assert runs.list_runs(ui.platform, definition="pipeline").items == ()
+    assert operator.http.get("/ui/live?since=0").status_code == 303
+    csrf = csrf_of(operator.http.get("/ui/sign-in").text)
+    again = operator.http.post(
+        "/ui/sign-in", data={"csrf": csrf, "token": made.token, "next": "/ui/"}
+    )
+    assert again.status_code == 401  # and it cannot sign in again
+
+
+def test_platform_vocabulary_is_translated_and_user_data_is_not(ui: Ui) -> None:
+    definitions.apply_definition(
+        ui.platform,
+        "name: nightly\nowner: ops\nschedule: {cron: '0 6 * * 1-5', timezone: UTC}\n"
+        "tasks:\n  work: {run: 'true'}\n",
+        actor="test",
+    )
+    run_id = runs.trigger_run(ui.platform, "pipeline", actor="operator:ann").run_id
+    instance_id = runs.get_run(ui.platform, run_id).instances[0].id
+    viewer = ui.signed_in(TokenRole.VIEWER)
+    english = viewer.http.get("/ui/definitions").text
+    assert "every weekday (Monday to Friday) at 06:00 (UTC)" in english
+    viewer.http.cookies.set("veritask_lang", "zh")
+    chinese = viewer.http.get("/ui/definitions").text
+    assert "每个工作日（周一至周五）06:00（UTC）" in chinese
+    assert "every weekday" not in chinese
+    history = viewer.http.get(f"/ui/instances/{instance_id}").text
+    assert 'title="instance_created">实例已创建</span>' in history  # the recorded name on hover
+    assert "已应用" in history  # the outcome
+    assert "→ 已创建" in history  # the state change
+    api = ui.client().get(
+        "/api/v2/definitions/nightly",
+        headers={"Authorization": f"Bearer {ui.tokens[TokenRole.VIEWER]}"},
+    )
+    assert "every weekday (Monday to Friday) at 06:00 (UTC)" in api.text  # the API stays English

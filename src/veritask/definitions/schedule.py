@@ -26,7 +26,10 @@ from __future__ import annotations
 import heapq
 import zoneinfo
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
 
 from cronsim import CronSim
 
@@ -106,16 +109,6 @@ def due_logical_times(
         return fire_times(schedule, after=last_logical_time, until=now)
     count = catchup.max_runs if last_logical_time is not None and catchup.enabled else 1
     return _latest(schedule, until=now, count=count or 1, floor=last_logical_time)
-
-
-def describe_schedule(schedule: Schedule) -> str:
-    """The schedule in words for the common patterns ("every day at 02:00 (Asia/Shanghai)");
-    otherwise the cron string with its time zone."""
-    expr = parse_cron(schedule.cron)
-    words = _describe(expr.fields)
-    if words is None:
-        words = f"cron {schedule.cron.strip()}"
-    return f"{words} ({schedule.timezone})"
 
 
 # -- iteration ---------------------------------------------------------------------------------
@@ -227,55 +220,157 @@ def _aware(value: datetime, name: str) -> None:
 # -- words -------------------------------------------------------------------------------------
 
 
-def _describe(fields: tuple[str, str, str, str, str]) -> str | None:
+class SchedulePattern(StrEnum):
+    """Which common pattern a schedule follows; :class:`ScheduleWords` holds its values."""
+
+    EVERY_MINUTE = "every_minute"
+    EVERY_N_MINUTES = "every_n_minutes"
+    """``every``: the step in minutes."""
+    EVERY_HOUR = "every_hour"
+    EVERY_HOUR_AT_MINUTE = "every_hour_at_minute"
+    """``minute``."""
+    EVERY_N_HOURS_AT_MINUTE = "every_n_hours_at_minute"
+    """``every``: the step in hours; ``minute``."""
+    EVERY_DAY = "every_day"
+    """``times``."""
+    WEEKDAYS = "weekdays"
+    """Monday to Friday at ``times``."""
+    WEEKEND = "weekend"
+    """Saturday and Sunday at ``times``."""
+    ON_DAYS = "on_days"
+    """The ``weekdays`` named (0 Sunday … 6 Saturday) at ``times``."""
+    MONTHLY = "monthly"
+    """On ``day`` of every month at ``times``."""
+    YEARLY = "yearly"
+    """On ``day`` of ``month`` (1-12) every year at ``times``."""
+    CRON = "cron"
+    """None of the above: the ``cron`` string itself."""
+
+
+@dataclass(frozen=True)
+class ScheduleWords:
+    """A schedule in words as data: its pattern and values, for any language to phrase.
+
+    :func:`describe_schedule` phrases it in English (what the API and the CLI print); the web
+    UI phrases the same data in the viewer's language from its catalogs.
+    """
+
+    pattern: SchedulePattern
+    timezone: str
+    times: tuple[str, ...] = ()
+    """Wall-clock times ``HH:MM`` in the schedule's zone, in order."""
+    every: int | None = None
+    minute: int | None = None
+    weekdays: tuple[int, ...] = ()
+    day: int | None = None
+    month: int | None = None
+    cron: str | None = None
+
+
+def schedule_words(schedule: Schedule) -> ScheduleWords:
+    """The schedule's pattern and values (the CRON pattern when no common one fits)."""
+    expr = parse_cron(schedule.cron)
+    found = _pattern(expr.fields)
+    if found is None:
+        return ScheduleWords(SchedulePattern.CRON, schedule.timezone, cron=schedule.cron.strip())
+    return replace(found, timezone=schedule.timezone)
+
+
+def describe_schedule(schedule: Schedule) -> str:
+    """The schedule in words for the common patterns ("every day at 02:00 (Asia/Shanghai)");
+    otherwise the cron string with its time zone."""
+    return english(schedule_words(schedule))
+
+
+def english(words: ScheduleWords) -> str:
+    """:class:`ScheduleWords` as the English phrase, with the time zone in parentheses."""
+    times = _and(list(words.times))
+    phrases = {
+        SchedulePattern.EVERY_MINUTE: "every minute",
+        SchedulePattern.EVERY_N_MINUTES: f"every {words.every} minutes",
+        SchedulePattern.EVERY_HOUR: "every hour",
+        SchedulePattern.EVERY_HOUR_AT_MINUTE: f"every hour at minute {words.minute}",
+        SchedulePattern.EVERY_N_HOURS_AT_MINUTE: (
+            f"every {words.every} hours at minute {words.minute}"
+        ),
+        SchedulePattern.EVERY_DAY: f"every day at {times}",
+        SchedulePattern.WEEKDAYS: f"every weekday (Monday to Friday) at {times}",
+        SchedulePattern.WEEKEND: f"every Saturday and Sunday at {times}",
+        SchedulePattern.ON_DAYS: f"every {_and([_DAYS[d] for d in words.weekdays])} at {times}",
+        SchedulePattern.MONTHLY: f"every month on day {words.day} at {times}",
+        SchedulePattern.YEARLY: (
+            f"every year on {words.day} {_MONTHS[(words.month or 1) - 1]} at {times}"
+        ),
+        SchedulePattern.CRON: f"cron {words.cron}",
+    }
+    return f"{phrases[words.pattern]} ({words.timezone})"
+
+
+def _and(items: list[str]) -> str:
+    if not items:
+        return ""  # the pattern has no such list: its phrase does not use it
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" and {items[-1]}"
+
+
+def _pattern(fields: tuple[str, str, str, str, str]) -> ScheduleWords | None:
+    """The common pattern of the cron fields, without a time zone yet; None if none fits."""
     minute, hour, dom, month, dow = fields
     if (dom, month, dow) == ("*", "*", "*"):
         if hour == "*" and minute == "*":
-            return "every minute"
+            return _words(SchedulePattern.EVERY_MINUTE)
         if hour == "*" and minute.startswith("*/") and minute[2:].isdigit():
-            return f"every {minute[2:]} minutes"
+            return _words(SchedulePattern.EVERY_N_MINUTES, every=int(minute[2:]))
         if hour == "*" and minute.isdigit():
-            return "every hour" if minute == "0" else f"every hour at minute {int(minute)}"
+            if minute == "0":
+                return _words(SchedulePattern.EVERY_HOUR)
+            return _words(SchedulePattern.EVERY_HOUR_AT_MINUTE, minute=int(minute))
         if hour.startswith("*/") and hour[2:].isdigit() and minute.isdigit():
-            return f"every {hour[2:]} hours at minute {int(minute)}"
+            return _words(
+                SchedulePattern.EVERY_N_HOURS_AT_MINUTE, every=int(hour[2:]), minute=int(minute)
+            )
     times = _clock(minute, hour)
     if times is None:
         return None
     if (dom, month) == ("*", "*"):
         if dow == "*":
-            return f"every day at {times}"
+            return _words(SchedulePattern.EVERY_DAY, times=times)
+        if dow == "1-5":
+            return _words(SchedulePattern.WEEKDAYS, times=times)
+        if dow in ("0,6", "6,0", "SAT,SUN", "SUN,SAT"):
+            return _words(SchedulePattern.WEEKEND, times=times)
         days = _weekdays(dow)
-        return None if days is None else f"every {days} at {times}"
+        return None if days is None else _words(SchedulePattern.ON_DAYS, times=times, weekdays=days)
     if dow != "*" or not dom.isdigit() or not 1 <= int(dom) <= 31:
         return None
     if month == "*":
-        return f"every month on day {int(dom)} at {times}"
+        return _words(SchedulePattern.MONTHLY, times=times, day=int(dom))
     if month.isdigit() and 1 <= int(month) <= 12:
-        return f"every year on {int(dom)} {_MONTHS[int(month) - 1]} at {times}"
+        return _words(SchedulePattern.YEARLY, times=times, day=int(dom), month=int(month))
     return None
 
 
-def _clock(minute: str, hour: str) -> str | None:
+def _words(pattern: SchedulePattern, **values: Any) -> ScheduleWords:
+    return ScheduleWords(pattern, "", **values)
+
+
+def _clock(minute: str, hour: str) -> tuple[str, ...] | None:
     if not minute.isdigit() or int(minute) > 59:
         return None
     hours = hour.split(",")
     if not all(h.isdigit() and int(h) <= 23 for h in hours):
         return None
-    shown = [f"{int(h):02d}:{int(minute):02d}" for h in sorted(hours, key=int)]
-    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + f" and {shown[-1]}"
+    return tuple(f"{int(h):02d}:{int(minute):02d}" for h in sorted(hours, key=int))
 
 
-def _weekdays(dow: str) -> str | None:
-    if dow == "1-5":
-        return "weekday (Monday to Friday)"
-    if dow in ("0,6", "6,0", "SAT,SUN", "SUN,SAT"):
-        return "Saturday and Sunday"
-    names = []
+def _weekdays(dow: str) -> tuple[int, ...] | None:
+    """The named days (0 Sunday … 6 Saturday) of a list such as ``1,3`` or ``MON,WED``."""
+    names = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+    days = []
     for part in dow.split(","):
         if part.isdigit() and int(part) <= 7:
-            names.append(_DAYS[int(part) % 7])
-        elif part[:3] in ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT") and len(part) == 3:
-            names.append(_DAYS[("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT").index(part)])
+            days.append(int(part) % 7)
+        elif part in names:
+            days.append(names.index(part))
         else:
             return None
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}"
+    return tuple(days)

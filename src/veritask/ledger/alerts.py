@@ -194,6 +194,17 @@ def list_alerts(
     return [_row(found) for found in connection.execute(statement)]
 
 
+def count_by_status(connection: Connection) -> dict[AlertStatus, int]:
+    """How many alerts are in each status (every status present, zero included)."""
+    a = schema.alerts.c
+    found = dict.fromkeys(AlertStatus, 0)
+    for status, count in connection.execute(
+        sa.select(a.status, sa.func.count()).group_by(a.status)
+    ):
+        found[AlertStatus(status)] = int(count)
+    return found
+
+
 def get_alert(connection: Connection, alert_id: int) -> AlertRow | None:
     found = connection.execute(_select().where(schema.alerts.c.id == alert_id)).first()
     return None if found is None else _row(found)

@@ -8,6 +8,7 @@ lets the same condition be raised again (design.md 5.4).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from veritask.ledger import alerts, dialects
@@ -19,9 +20,11 @@ from veritask.services.platform import Platform
 __all__ = [
     "MAX_PAGE",
     "AlertCategory",
+    "AlertCounts",
     "AlertRow",
     "AlertStatus",
     "acknowledge",
+    "count_alerts",
     "get_alert",
     "list_alerts",
     "resolve",
@@ -54,6 +57,34 @@ def list_alerts(
             before_id=before_id,
             limit=limit,
         )
+
+
+@dataclass(frozen=True)
+class AlertCounts:
+    """How many alerts are open, acknowledged and resolved."""
+
+    open: int
+    acknowledged: int
+    resolved: int
+
+    @property
+    def changes(self) -> int:
+        """A number that grows whenever an alert is raised, acknowledged or resolved.
+
+        Alerts are never deleted and only move forward (open -> acknowledged -> resolved),
+        so weighting each status by its place in that order makes every change add at
+        least one: a page polls this to learn cheaply that the alerts changed.
+        """
+        return self.open + 2 * self.acknowledged + 3 * self.resolved
+
+
+def count_alerts(platform: Platform) -> AlertCounts:
+    """The alerts per status, in one grouped count."""
+    with dialects.read_transaction(platform.engine) as connection:
+        found = alerts.count_by_status(connection)
+    return AlertCounts(
+        found[AlertStatus.OPEN], found[AlertStatus.ACKNOWLEDGED], found[AlertStatus.RESOLVED]
+    )
 
 
 def get_alert(platform: Platform, alert_id: int) -> AlertRow:

@@ -380,9 +380,11 @@ def _view(row: DefinitionRow, spec: object, now: datetime) -> views.Definition:
     lifecycle = DefinitionLifecycle(row.lifecycle)
     model = parse.definition_from_json(spec) if isinstance(spec, dict) else None
     words = cron = None
+    structured: schedule.ScheduleWords | None = None
     next_fire: datetime | None = None
     if model is not None and model.schedule is not None:
-        words, cron = schedule.describe_schedule(model.schedule), model.schedule.cron
+        structured = schedule.schedule_words(model.schedule)
+        words, cron = schedule.english(structured), model.schedule.cron
         if lifecycle is DefinitionLifecycle.ACTIVE:
             next_fire = schedule.next_fire_time(model.schedule, now)
     return views.Definition(
@@ -396,6 +398,7 @@ def _view(row: DefinitionRow, spec: object, now: datetime) -> views.Definition:
             model.concurrency if model else definition_model.ConcurrencyPolicy.FORBID
         ).value,
         schedule=words,
+        schedule_words=structured,
         cron=cron,
         next_fire_time=next_fire,
         publication_required=model.publication_required if model else False,

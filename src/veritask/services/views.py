@@ -18,6 +18,7 @@ from veritask.core.states import (
     RunExecutionState,
     TriggerKind,
 )
+from veritask.definitions.schedule import ScheduleWords
 from veritask.ledger.vocabulary import TokenRole
 
 # -- definitions ---------------------------------------------------------------------------
@@ -45,6 +46,8 @@ class Definition:
     concurrency: str
     schedule: str | None
     """The schedule in words, with its time zone; None when it runs only when triggered."""
+    schedule_words: ScheduleWords | None
+    """The same as data (pattern and values), for a reader to phrase in another language."""
     cron: str | None
     next_fire_time: datetime | None
     """None when there is no schedule or the definition is not active."""

@@ -5,7 +5,6 @@
 - ``i18n``: the English and Simplified Chinese catalogs; every string a page shows.
 - ``rendering``: the Jinja environment, dates in the viewer's time zone, state badges.
 - ``dag`` and ``gantt``: the run's graph and timeline as SVG, laid out here in Python.
-- ``timeline``: an instance's phases (dependency wait, queue, execution) from event times.
 - ``live``: the server-sent events that tell a page its data changed.
 - ``pages``: one module per area: sign-in, definitions, runs, instances, health.
 """

@@ -11,14 +11,14 @@ from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from veritask.ui import context
-from veritask.ui.pages import auth, definitions, health, instances, live, runs
+from veritask.ui.pages import alerts, auth, definitions, health, instances, live, runs
 
 STATIC_PATH = "/ui/static"
 
 
 def install(app: FastAPI) -> None:
     """Add the UI's routes, static files and refusal pages to ``app``."""
-    for module in (auth, definitions, runs, instances, health, live):
+    for module in (auth, definitions, runs, instances, alerts, health, live):
         app.include_router(module.router)
     app.mount(STATIC_PATH, StaticFiles(packages=[("veritask.ui", "static")]), name="ui-static")
     app.add_exception_handler(context.SignInRequired, _to_sign_in)

@@ -16,7 +16,7 @@ from fastapi.responses import HTMLResponse
 from starlette.datastructures import FormData
 from starlette.responses import Response
 
-from veritask.services import tokens, views
+from veritask.services import alerts, tokens, views
 from veritask.services.platform import Platform
 from veritask.services.tokens import TokenRole
 from veritask.ui import i18n, rendering, session
@@ -128,7 +128,11 @@ async def submitted_anonymously(request: Request) -> tuple[Page, FormData]:
 
 
 def render(found: Page, template: str, *, status: int = 200, **values: object) -> HTMLResponse:
-    """The page rendered in the viewer's language and time zone; sets the session if new."""
+    """The page rendered in the viewer's language and time zone; sets the session if new.
+
+    A signed-in page's header shows how many alerts are open, so every such page counts them
+    (one grouped count over a small table)."""
+    open_alerts = alerts.count_alerts(found.platform).open if found.principal else 0
     html = rendering.render(
         template,
         t=found.t,
@@ -139,6 +143,7 @@ def render(found: Page, template: str, *, status: int = 200, **values: object) -
         may_operate=found.may(TokenRole.OPERATOR),
         may_administer=found.may(TokenRole.ADMIN),
         path=found.request.url.path,
+        open_alerts=open_alerts,
         **values,
     )
     response = HTMLResponse(html, status_code=status)

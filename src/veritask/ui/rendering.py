@@ -15,6 +15,7 @@ from typing import Final
 import jinja2
 from markupsafe import Markup, escape
 
+from veritask.definitions.schedule import ScheduleWords
 from veritask.ui import i18n
 
 #: A glyph per state family, beside the colour (for colour-blind readers) and the word.
@@ -71,6 +72,13 @@ STATE_TONES: Final = {
     "PUBLISHING": "live",
 }
 
+#: An alert's status as a tone and a glyph, beside its translated word.
+ALERT_STATUS_LOOKS: Final = {
+    "open": ("bad", "!"),
+    "acknowledged": ("warn", "◔"),
+    "resolved": ("good", "✓"),
+}
+
 _environment = jinja2.Environment(
     loader=jinja2.PackageLoader("veritask.ui", "templates"),
     autoescape=True,
@@ -95,6 +103,10 @@ def render(template: str, *, t: i18n.Translator, zone: zoneinfo.ZoneInfo, **valu
         "when": when_in(zone),
         "duration": duration_in(t),
         "state": state_in(t),
+        "alert_status": alert_status_in(t),
+        "actor": actor_in(t),
+        "event_kind": event_kind_in(t),
+        "schedule_phrase": schedule_in(t),
         "as_json": as_json,
         "tone": tone,
         "glyph": glyph,
@@ -155,6 +167,78 @@ def state_in(t: i18n.Translator) -> Callable[[str | None], Markup]:
         ).format(tone(value), value, glyph(value), t(f"state.{value}"))
 
     return state
+
+
+def alert_status_in(t: i18n.Translator) -> Callable[[str], Markup]:
+    """``alert_status(value)``: a badge with the colour, the glyph and the translated word."""
+
+    def alert_status(value: str) -> Markup:
+        shade, mark = ALERT_STATUS_LOOKS.get(value, ("idle", "·"))
+        return Markup(
+            '<span class="badge tone-{}" data-alert-status="{}"><span aria-hidden="true">{}</span>'
+            " {}</span>"
+        ).format(shade, value, mark, t(f"alert_status.{value}"))
+
+    return alert_status
+
+
+def actor_in(t: i18n.Translator) -> Callable[[str | None], str]:
+    """``actor(text)``: ``operator:alice`` with its kind in the viewer's language; the name
+    after the colon is the person's and stays as it is. An unknown kind is shown as recorded."""
+
+    def actor(text: str | None) -> str:
+        if not text:
+            return "—"
+        kind, colon, name = text.partition(":")
+        key = f"actor_kind.{kind}"
+        if not t.has(key):
+            return text
+        return f"{t(key)}{colon}{name}"
+
+    return actor
+
+
+def event_kind_in(t: i18n.Translator) -> Callable[[str | None], Markup]:
+    """``event_kind(kind)``: the kind in the viewer's language, the recorded name on hover
+    (what the API and the CLI print); a kind the catalog does not know is shown as recorded."""
+
+    def event_kind(kind: str | None) -> Markup:
+        if not kind:
+            return Markup('<span class="none">?</span>')
+        key = f"event_kind.{kind}"
+        if not t.has(key):
+            return Markup("<code>{}</code>").format(kind)
+        return Markup('<span class="event-kind" title="{}">{}</span>').format(kind, t(key))
+
+    return event_kind
+
+
+def schedule_in(t: i18n.Translator) -> Callable[[ScheduleWords], str]:
+    """``schedule_phrase(words)``: a schedule's pattern and values phrased in the viewer's
+    language ("every day at 06:00 (UTC)", "每天 06:00（UTC）"). In English it reads exactly as
+    the API's ``schedule`` text, which ``definitions.schedule.english`` phrases."""
+
+    def schedule_phrase(words: ScheduleWords) -> str:
+        phrase = t(
+            f"schedule.{words.pattern.value}",
+            n=words.every,
+            minute=words.minute,
+            times=listed(t, list(words.times)),
+            days=listed(t, [t(f"weekday.{day}") for day in words.weekdays]),
+            day=words.day,
+            month=t(f"month.{words.month}") if words.month else "",
+            cron=words.cron,
+        )
+        return t("schedule.in_zone", phrase=phrase, zone=words.timezone)
+
+    return schedule_phrase
+
+
+def listed(t: i18n.Translator, items: list[str]) -> str:
+    """``a, b and c`` in the viewer's language."""
+    if len(items) < 2:
+        return "".join(items)
+    return t("list.and", rest=t("list.separator").join(items[:-1]), last=items[-1])
 
 
 def tone(value: str) -> str:

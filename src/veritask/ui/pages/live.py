@@ -1,7 +1,9 @@
 """Server-sent events that tell a page its data changed; the page fetches itself again.
 
 The stream polls the ledger's newest event position (of one run or instance, or of all)
-once a second — an indexed ``max(position)`` — and sends ``changed`` when it grew. It sends
+once a second — an indexed ``max(position)`` — and sends ``changed`` when it grew. Alerts are
+not events: with ``alerts=1`` it polls :attr:`~veritask.services.alerts.AlertCounts.changes`
+instead, a number that grows with every alert raised, acknowledged or resolved. It sends
 no data a page could not read anyway. Each stream ends after :data:`STREAM_SECONDS`
 (``EventSource`` reconnects by itself, with ``Last-Event-ID``), so that a server being
 stopped never waits long for an open browser tab.
@@ -10,14 +12,14 @@ stopped never waits long for an open browser tab.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Final
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from veritask.services import activity
+from veritask.services import activity, alerts
 from veritask.services.platform import Platform
 from veritask.ui import context
 from veritask.ui.pages.routing import UiRoute
@@ -33,24 +35,40 @@ def stream(
     request: Request,
     run: Annotated[str | None, Query(max_length=128)] = None,
     instance: Annotated[str | None, Query(max_length=256)] = None,
+    watch_alerts: Annotated[bool, Query(alias="alerts")] = False,
     since: Annotated[int, Query(ge=0)] = 0,
 ) -> Response:
     found = context.page(request)
     last_seen = request.headers.get("last-event-id", "")
     start = max(since, int(last_seen) if last_seen.isdigit() else 0)
+    measure = (
+        alert_changes(found.platform)
+        if watch_alerts
+        else event_position(found.platform, run=run, instance=instance)
+    )
     return StreamingResponse(
-        changes(found.platform, request, run=run, instance=instance, since=start),
+        changes(measure, request, since=start),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
 
+def event_position(
+    platform: Platform, *, run: str | None, instance: str | None
+) -> Callable[[], int]:
+    """The newest event position of the run, the instance, or the whole ledger."""
+    return lambda: activity.latest_position(platform, run_id=run, instance_id=instance)
+
+
+def alert_changes(platform: Platform) -> Callable[[], int]:
+    """A number that grows with every alert raised, acknowledged or resolved."""
+    return lambda: alerts.count_alerts(platform).changes
+
+
 async def changes(
-    platform: Platform,
+    measure: Callable[[], int],
     request: Request,
     *,
-    run: str | None,
-    instance: str | None,
     since: int,
     poll_seconds: float = POLL_SECONDS,
     stream_seconds: float = STREAM_SECONDS,
@@ -63,9 +81,7 @@ async def changes(
     while loop.time() < ends:
         if await request.is_disconnected():
             return
-        position = await run_in_threadpool(
-            activity.latest_position, platform, run_id=run, instance_id=instance
-        )
+        position = await run_in_threadpool(measure)
         if position > seen:
             seen = position
             yield f"id: {position}\nevent: changed\ndata: {position}\n\n"

@@ -6,16 +6,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from veritask.services import activity, runs, views
-from veritask.services.platform import Platform
-from veritask.services.runs import SubjectType
+from veritask.services import activity, durations, runs, views
 from veritask.services.tokens import TokenRole
-from veritask.ui import context, dag, gantt, timeline
+from veritask.ui import context, dag, gantt
 from veritask.ui.pages.routing import UiRoute
 
 router = APIRouter(prefix="/ui/runs", route_class=UiRoute, include_in_schema=False)
-#: The history of a run is read in pages of this many events.
-HISTORY_PAGE = runs.MAX_HISTORY
 
 
 @router.get("/{run_id}")
@@ -24,9 +20,11 @@ def run_page(request: Request, run_id: str) -> Response:
     position = activity.latest_position(found.platform, run_id=run_id)
     detail = runs.get_run(found.platform, run_id)
     edges = runs.run_edges(found.platform, run_id)
-    events = full_history(found.platform, run_id)
-    now = found.platform.now()
-    phases = timeline.phases_by_instance(events, now)
+    # The same intervals as GET /api/v2/runs/{id}/durations: one computation of design.md 5.8.
+    phases = {
+        instance.instance_id: instance.phases
+        for instance in durations.run_timeline(found.platform, run_id)
+    }
     return context.render(
         found,
         "run.html",
@@ -36,15 +34,17 @@ def run_page(request: Request, run_id: str) -> Response:
         chart=gantt.chart(
             [
                 gantt.Row(
+                    instance.id,
                     label_of(instance),
                     f"/ui/instances/{instance.id}",
                     instance.state.value,
                     phases.get(instance.id, ()),
                 )
                 for instance in detail.instances
-            ]
+            ],
+            found.platform.now(),
         ),
-        phase_kinds=list(timeline.PhaseKind),
+        phase_kinds=list(durations.Phase),
         position=position,
         live=f"/ui/live?run={run_id}&since={position}",
     )
@@ -62,18 +62,6 @@ async def cancel(request: Request, run_id: str) -> Response:
         reason=str(form.get("reason") or ""),
     )
     return RedirectResponse(f"/ui/runs/{run_id}", status_code=303)
-
-
-def full_history(platform: Platform, run_id: str) -> list[views.HistoryEvent]:
-    """Every event of the run and its instances, page by page."""
-    events: list[views.HistoryEvent] = []
-    after: int | None = None
-    while True:
-        page = runs.history(platform, SubjectType.RUN, run_id, after=after, limit=HISTORY_PAGE)
-        events.extend(page.events)
-        if page.next_after is None:
-            return events
-        after = page.next_after
 
 
 def label_of(instance: views.Instance) -> str:
