@@ -25,8 +25,9 @@ def alert_late_runs(platform: Platform) -> int:
     r, v = schema.runs.c, schema.definition_versions.c
     with dialects.read_transaction(platform.engine) as connection:
         rows = connection.execute(
-            sa.select(r.id, r.logical_time, r.created_at, r.definition_id, r.definition_version)
-            .where(r.execution_state.in_(_ACTIVE))
+            sa.select(
+                r.id, r.logical_time, r.created_at, r.definition_id, r.definition_version
+            ).where(r.execution_state.in_(_ACTIVE))
         ).all()
         # Each version's spec once, however many of its runs are active (a spec can be large).
         versions = {(row.definition_id, row.definition_version) for row in rows}
