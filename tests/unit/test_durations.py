@@ -7,10 +7,16 @@ from datetime import timedelta
 import pytest
 
 from tests.histories import format as histories
+from tests.unit.story import T0, Story
 from veritask.core import durations
 from veritask.core.durations import Phase
 from veritask.core.events import EventKind
-from veritask.core.fold import fold
+from veritask.core.fold import InstanceSnapshot, fold
+
+
+def _snapshot(name: str) -> InstanceSnapshot:
+    history = histories.load(histories.HERE / f"{name}.jsonl")
+    return fold(history.instance_id, history.events, history.policy)
 
 
 def _phases(name: str) -> list[durations.PhaseInterval]:
@@ -70,3 +76,36 @@ def test_percentiles_interpolate_between_closest_ranks() -> None:
     assert durations.percentile([4.0], 0.95) == 4.0
     with pytest.raises(ValueError, match="no values"):
         durations.percentile([], 0.5)
+
+
+@pytest.mark.parametrize("kind", [EventKind.SKIPPED, EventKind.UPSTREAM_FAILED])
+def test_an_instance_decided_without_an_attempt_waited_until_the_decision(
+    kind: EventKind,
+) -> None:
+    story = Story()
+    assert story.snapshot.facts.created is not None
+    created = story.snapshot.facts.created.event_time
+    story.tick(5)
+    decided = story.send(kind, 0, "scheduler", {"rule": "all_success", "upstream": {"a": "x"}})
+    story.tick(60)  # long after: the wait must not grow with the clock
+
+    [wait] = durations.instance_phases(story.snapshot)
+    assert (wait.phase, wait.start, wait.end) == (
+        Phase.DEPENDENCY_WAIT,
+        created,
+        decided.event.event_time,
+    )
+    assert decided.event.event_time > created
+
+
+def test_an_instance_still_waiting_has_an_open_dependency_wait() -> None:
+    story = Story()
+    [wait] = durations.instance_phases(story.snapshot)
+    assert wait.phase is Phase.DEPENDENCY_WAIT
+    assert wait.start >= T0
+    assert wait.end is None
+
+
+def test_instance_phases_agree_with_phase_intervals_on_every_golden_history() -> None:
+    for path in sorted(histories.HERE.glob("*.jsonl")):
+        assert durations.instance_phases(_snapshot(path.stem)) == _phases(path.stem), path.stem

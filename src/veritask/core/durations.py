@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from veritask.core.fold import AttemptView
+from veritask.core.fold import AttemptView, InstanceSnapshot
 
 
 class Phase(StrEnum):
@@ -51,10 +51,29 @@ class PhaseInterval:
         return None if self.end is None else self.end - self.start
 
 
+def instance_phases(snapshot: InstanceSnapshot) -> list[PhaseInterval]:
+    """The phases of an instance as its snapshot knows them.
+
+    An instance decided without any attempt (skipped, upstream failed, cancelled or overridden
+    while it waited) waited for its dependencies until that decision, not until now.
+    """
+    facts = snapshot.facts
+    created_at = None if facts.created is None else facts.created.event_time
+    settled_at = None
+    if not snapshot.attempts and snapshot.state.is_terminal:
+        decided = [mark.event_time for epoch, mark in facts.decisions if epoch == 0]
+        settled_at = min(decided, default=None)
+    return phase_intervals(created_at, snapshot.attempts, settled_at=settled_at)
+
+
 def phase_intervals(
-    created_at: datetime | None, attempts: Sequence[AttemptView]
+    created_at: datetime | None,
+    attempts: Sequence[AttemptView],
+    *,
+    settled_at: datetime | None = None,
 ) -> list[PhaseInterval]:
-    """The instance's phases, attempt by attempt, from its creation time and its attempts."""
+    """The instance's phases, attempt by attempt, from its creation time and its attempts;
+    ``settled_at`` ends the dependency wait of an instance decided without an attempt."""
     ordered = sorted(attempts, key=lambda view: view.attempt_no)
     found: list[PhaseInterval] = []
     if created_at is not None and ordered and ordered[0].scheduled_at is not None:
@@ -64,7 +83,7 @@ def phase_intervals(
             )
         )
     elif created_at is not None and not ordered:
-        found.append(PhaseInterval(Phase.DEPENDENCY_WAIT, 1, created_at, None))
+        found.append(PhaseInterval(Phase.DEPENDENCY_WAIT, 1, created_at, settled_at))
     previous: AttemptView | None = None
     for view in ordered:
         if previous is not None and previous.ended_at is not None and view.scheduled_at:

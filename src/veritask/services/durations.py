@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Final
 
 from veritask.core import durations
 from veritask.core.durations import Phase, PhaseInterval
-from veritask.core.events import EventKind
 from veritask.core.fold import fold
 from veritask.core.policy import TaskPolicy
 from veritask.ledger import dialects, queries, timelines
@@ -145,16 +143,10 @@ def _statistics(values: Sequence[float]) -> PhaseStatistics:
 
 def _timeline(history: timelines.InstanceHistory) -> InstanceTimeline:
     snapshot = fold(history.instance_id, history.events, TaskPolicy.from_json(history.policy))
-    created = _created_at(history)
     return InstanceTimeline(
         history.instance_id,
         history.task_key,
         history.map_index,
         history.state,
-        tuple(durations.phase_intervals(created, snapshot.attempts)),
+        tuple(durations.instance_phases(snapshot)),
     )
-
-
-def _created_at(history: timelines.InstanceHistory) -> datetime | None:
-    times = [e.event_time for e in history.events if e.kind is EventKind.INSTANCE_CREATED]
-    return min(times) if times else None

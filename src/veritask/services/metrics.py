@@ -29,7 +29,6 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from veritask.core import durations
-from veritask.core.events import EventKind
 from veritask.core.fold import fold
 from veritask.core.policy import TaskPolicy
 from veritask.core.states import TERMINAL_INSTANCE_STATES, AttemptState, InstanceState
@@ -121,9 +120,7 @@ def _observations(
         if history.instance_id not in wanted:
             continue
         snapshot = fold(history.instance_id, history.events, TaskPolicy.from_json(history.policy))
-        created = [e.event_time for e in history.events if e.kind is EventKind.INSTANCE_CREATED]
-        intervals = durations.phase_intervals(min(created) if created else None, snapshot.attempts)
-        for phase, spent in durations.totals(intervals).items():
+        for phase, spent in durations.totals(durations.instance_phases(snapshot)).items():
             found.append(((runs[history.run_id], phase.value), spent.total_seconds()))
     return found
 
