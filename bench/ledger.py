@@ -27,6 +27,7 @@ from psycopg import sql
 from sqlalchemy.engine import Engine
 
 from bench import ledger_baseline
+from veritask import ids
 from veritask.core import judge
 from veritask.core.events import Event, EventKind
 from veritask.core.policy import TaskPolicy
@@ -38,7 +39,7 @@ _ids = itertools.count()
 
 
 def _event_id() -> str:
-    return f"bench-{uuid.uuid4().hex}"
+    return ids.time_ordered_id()  # as the platform's senders make them
 
 
 def _running_instances(ledger: Ledger, count: int) -> list[str]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sqlite3
 import threading
 import time
@@ -28,11 +27,14 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from veritask import ids
 from veritask.core import states
 from veritask.ledger import definitions, dialects, migrate, runs, schema, vocabulary
 
 #: Rows per transaction (SQLite) or per COPY (PostgreSQL) when seeding.
 SEED_BATCH: Final = 100_000
+#: How densely the seed's old events sit in time (their ids carry the millisecond).
+SEED_EVENTS_PER_MS: Final = 4
 #: Synthetic shape of the seeded history: events per instance, instances per run.
 EVENTS_PER_INSTANCE: Final = 10
 INSTANCES_PER_RUN: Final = 10
@@ -162,7 +164,7 @@ def _run_of(engine: Engine, instance_id: str) -> str:
 
 
 def _event_row(run_id: str, instance_id: str, now: datetime) -> dict[str, object]:
-    event_id = str(uuid.uuid4())
+    event_id = ids.time_ordered_id()
     return {
         "event_id": event_id,
         "subject_type": vocabulary.SubjectType.INSTANCE.value,
@@ -185,13 +187,14 @@ def _event_row(run_id: str, instance_id: str, now: datetime) -> dict[str, object
 
 
 def _seed_rows(first: int, count: int, tag: str, when: datetime) -> Iterator[tuple[object, ...]]:
-    """Synthetic events: random ids (like senders' UUIDs), grouped by instance and run."""
-    random_hex = os.urandom(16 * count).hex()
+    """Synthetic events with the platform's ids (time-ordered, as if sent a few per
+    millisecond from ``when`` on), grouped by instance and run."""
     evidence = json.dumps(EVIDENCE)
+    start_ms = int(when.timestamp() * 1000)
     for offset in range(count):
         n = first + offset
         instance_id = f"{tag}-i{n // EVENTS_PER_INSTANCE}"
-        event_id = random_hex[32 * offset : 32 * offset + 32]
+        event_id = ids.time_ordered_id(unix_ms=start_ms + n // SEED_EVENTS_PER_MS)
         yield (
             event_id,
             vocabulary.SubjectType.INSTANCE.value,
@@ -205,7 +208,7 @@ def _seed_rows(first: int, count: int, tag: str, when: datetime) -> Iterator[tup
             when,
             evidence,
             vocabulary.EventOutcome.APPLIED.value,
-            event_id * 2,
+            event_id.replace("-", "") * 2,
         )
 
 

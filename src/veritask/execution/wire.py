@@ -1,18 +1,18 @@
 """The worker's events on the wire: one JSON object per event, a tagged union on ``kind``.
 
-Every event carries a fresh uuid4 ``event_id`` (the platform dedups by it), the attempt token
-(checked by the platform, never stored) and ``seq``, which numbers an attempt's events 1, 2, 3…
-across worker restarts. The platform rejects what it cannot parse, so this module is the one
-place that spells the fields.
+Every event carries a fresh time-ordered UUID ``event_id`` (the platform dedups by it), the
+attempt token (checked by the platform, never stored) and ``seq``, which numbers an attempt's
+events 1, 2, 3… across worker restarts. The platform rejects what it cannot parse, so this
+module is the one place that spells the fields.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import UTC, datetime
 from typing import Literal, TypeAlias, TypedDict, cast, overload
 
+from veritask import ids
 from veritask.core import jsontypes
 
 WorkerEventKind: TypeAlias = Literal[
@@ -166,7 +166,7 @@ def make_event(
 ) -> WorkerEvent:
     """A new event with a fresh id. The caller owns ``seq``: the spool hands them out."""
     event = {
-        "event_id": str(uuid.uuid4()),
+        "event_id": ids.time_ordered_id(),
         "instance_id": instance_id,
         "attempt_no": attempt_no,
         "kind": kind,

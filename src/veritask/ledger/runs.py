@@ -7,13 +7,13 @@ rows are created; how their snapshots change afterwards is ``apply``'s business.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from veritask import ids
 from veritask.core import states
 from veritask.core.jsontypes import JSONValue
 from veritask.ledger import dialects, errors, schema
@@ -23,8 +23,8 @@ UNMAPPED: int = -1
 
 
 def new_id() -> str:
-    """A fresh random id for a row the ledger creates (a UUID in canonical text form)."""
-    return str(uuid.uuid4())
+    """A fresh id for a row the ledger creates: a time-ordered UUID (see ``veritask.ids``)."""
+    return ids.time_ordered_id()
 
 
 def create_run(

@@ -11,13 +11,13 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from veritask import ids
 from veritask.core.events import Event, EventKind
 from veritask.core.jsontypes import JSONValue
 from veritask.definitions.model import Definition, TaskSpec
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 
 def new_event_id() -> str:
-    return str(uuid.uuid4())
+    return ids.time_ordered_id()
 
 
 @dataclass(frozen=True)
