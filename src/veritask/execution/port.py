@@ -229,6 +229,36 @@ class Observation:
         return self.engine_state in (states.EngineState.SUCCEEDED, states.EngineState.FAILED)
 
 
+class ObservationDraft:
+    """What an adapter learns about an attempt, source by source, before it answers: the
+    details and times gathered so far, made into one :class:`Observation` at the end."""
+
+    def __init__(self, external_id: str, details: dict[str, DetailValue]) -> None:
+        self.external_id = external_id
+        self.details = details
+        self.engine_id: str | None = None
+        self.started_at: datetime | None = None
+        self.ended_at: datetime | None = None
+
+    def make(
+        self,
+        state: states.EngineState,
+        source: ObservationSource,
+        *,
+        category: events.ErrorCategory | None = None,
+    ) -> Observation:
+        return Observation(
+            external_id=self.external_id,
+            engine_state=state,
+            source=source,
+            engine_id=self.engine_id,
+            error_category=category,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+            details=self.details,
+        )
+
+
 class Executor(Protocol):
     """One execution engine. Methods are synchronous and safe to call from several threads."""
 

@@ -133,7 +133,7 @@ class CeleryExecutor:
         if result.state in ("FAILURE", "REVOKED"):
             details["celery_state"] = result.state
             details["celery_error"] = str(result.result)[:500]
-        observe = _Observe(external_id, details)
+        observe = port.ObservationDraft(external_id, details)
         if holder is not None:
             details["claimed_by"] = holder.worker
             details["claimed_at"] = holder.claimed_at
@@ -201,29 +201,6 @@ class CeleryExecutor:
         if not instance_id or not number.isdigit():
             raise errors.ExecutorError(f"not a celery external id: {external_id!r}")
         return key
-
-
-class _Observe:
-    def __init__(self, external_id: str, details: dict[str, port.DetailValue]) -> None:
-        self.external_id = external_id
-        self.details = details
-        self.engine_id: str | None = None
-
-    def make(
-        self,
-        state: port.EngineState,
-        source: port.ObservationSource,
-        *,
-        category: port.ErrorCategory | None = None,
-    ) -> port.Observation:
-        return port.Observation(
-            external_id=self.external_id,
-            engine_state=state,
-            source=source,
-            engine_id=self.engine_id,
-            error_category=category,
-            details=self.details,
-        )
 
 
 def _ended(

@@ -279,7 +279,7 @@ def _describe(conn: psycopg.Connection[dict[str, object]], target: _Target) -> p
         "completion_marker": row["ended_at"] is not None,
         "cancel_requested": row["requested_at"] is not None,
     }
-    observe = _Observation(target.external_id, details)
+    observe = port.ObservationDraft(target.external_id, details)
     if row["backend_pid"] is None:
         # No claim: the script has not reached it, was stopped before it, or never came.
         if backends:
@@ -329,33 +329,6 @@ def _category(row: Mapping[str, object]) -> port.ErrorCategory:
     if sqlstate in _TERMINATED or sqlstate == _QUERY_CANCELED:
         return port.ErrorCategory.KILLED
     return port.ErrorCategory.TASK_ERROR
-
-
-class _Observation:
-    def __init__(self, external_id: str, details: dict[str, port.DetailValue]) -> None:
-        self.external_id = external_id
-        self.details = details
-        self.engine_id: str | None = None
-        self.started_at: datetime | None = None
-        self.ended_at: datetime | None = None
-
-    def make(
-        self,
-        state: port.EngineState,
-        source: port.ObservationSource,
-        *,
-        category: port.ErrorCategory | None = None,
-    ) -> port.Observation:
-        return port.Observation(
-            external_id=self.external_id,
-            engine_state=state,
-            source=source,
-            engine_id=self.engine_id,
-            error_category=category,
-            started_at=self.started_at,
-            ended_at=self.ended_at,
-            details=self.details,
-        )
 
 
 @contextlib.contextmanager
