@@ -44,8 +44,10 @@ def cluster_services() -> None:
     require_celery_services()
 
 
-def marked_fanout(name: str, tasks: int, markers: Path, *, sleep: float) -> str:
-    """A definition of ``tasks`` independent Celery tasks that leave start and stop markers."""
+def marked_fanout(name: str, tasks: int, markers: Path, *, sleep: float, chains: int = 0) -> str:
+    """A definition of ``tasks`` Celery tasks that leave start and stop markers: independent,
+    or in ``chains`` chains (each task after the one before it in its chain), so that new
+    attempts are submitted all through the run."""
     where = f'{markers}/"$VERITASK_INSTANCE_ID.$VERITASK_ATTEMPT_NO"'
     command = (
         f'echo "$(date +%s%N) $$" >> {where}.start; sleep {sleep}; '
@@ -61,7 +63,9 @@ def marked_fanout(name: str, tasks: int, markers: Path, *, sleep: float) -> str:
         "  retry: {max_retries: 3, backoff: fixed, delay: 0.2s, max_delay: 1s, jitter: 0}",
         "tasks:",
     ]
-    lines += [f"  t{n:04d}: {{run: {json.dumps(command)}, executor: celery}}" for n in range(tasks)]
+    for n in range(tasks):
+        after = f", after: [t{n - chains:04d}]" if chains and n >= chains else ""
+        lines.append(f"  t{n:04d}: {{run: {json.dumps(command)}, executor: celery{after}}}")
     return "\n".join(lines) + "\n"
 
 
@@ -107,12 +111,21 @@ def assert_no_overlap(found: dict[str, dict[int, Marker]], *, killed_at: int | N
 
 
 def successes_per_instance(db: Ledgers) -> Counter[str]:
-    """How many applied events took each instance to SUCCESS (the ledger's history)."""
+    """How many applied events took each instance into SUCCESS (the ledger's history).
+
+    Events recorded while it already was SUCCESS (a worker's late reports) are not counted:
+    they are kept, and change nothing.
+    """
     e = schema.events.c
     with dialects.read_transaction(db.engine) as connection:
         rows = connection.execute(
             sa.select(e.instance_id, sa.func.count())
-            .where(e.to_state == "SUCCESS", e.outcome == "applied", e.instance_id.is_not(None))
+            .where(
+                e.to_state == "SUCCESS",
+                e.from_state != "SUCCESS",
+                e.outcome == "applied",
+                e.instance_id.is_not(None),
+            )
             .group_by(e.instance_id)
         ).all()
     return Counter({str(row[0]): int(row[1]) for row in rows})
@@ -212,26 +225,28 @@ class Cluster:
 
         return wait_for(announced, what=f"{name} to listen", timeout=60, interval=0.1)
 
-    def start_scheduler(self, name: str, *, api_url: str) -> subprocess.Popen[bytes]:
-        """A scheduler whose Celery attempts report to ``api_url`` unless a host says else."""
-        env = {**self.env(), "VERITASK_CELERY_CALLBACK_URL": api_url}
+    def start_scheduler(self, name: str, *, api_url: str | None) -> subprocess.Popen[bytes]:
+        """A scheduler whose Celery attempts report to ``api_url`` unless a host says else
+        (None: to this scheduler's outbox, which workers on this machine can reach)."""
+        env = self.env()
         command = [
             sys.executable,
             "-m",
             "veritask.scheduling",
             f"--home={self.tmp_path / name}",
             f"--url={self.database_url}",
-            f"--commit-url={api_url}",
             "--no-migrate",
             *FAST_FLAGS,
         ]
+        if api_url is not None:
+            env["VERITASK_CELERY_CALLBACK_URL"] = api_url
+            command.append(f"--commit-url={api_url}")
         return self._popen(command, name, env)
 
-    def start_host(self, name: str, *, api_url: str, concurrency: int) -> str:
+    def start_host(self, name: str, *, api_url: str | None, concurrency: int) -> str:
         """A Celery worker host reporting to ``api_url``; returns its Celery hostname."""
-        return self.hosts.start(
-            name, concurrency=concurrency, env={"VERITASK_CELERY_CALLBACK_URL": api_url}
-        )
+        extra = {} if api_url is None else {"VERITASK_CELERY_CALLBACK_URL": api_url}
+        return self.hosts.start(name, concurrency=concurrency, env=extra)
 
     def schedulers_registered(self) -> int:
         with dialects.read_transaction(self.db.engine) as connection:
@@ -243,7 +258,7 @@ class Cluster:
 
     def assert_alive(self) -> None:
         for process in self.processes:
-            assert process.poll() is None, f"{process.args} exited with {process.returncode}"
+            assert process.poll() is None, f"{process.args!r} exited with {process.returncode}"
 
     def close(self) -> None:
         self.hosts.stop_all()
