@@ -70,7 +70,10 @@ def run_delivery(
     key = claim_records.attempt_key(spec.instance_id, spec.attempt_no)
     me = f"{hostname}:{os.getpid()}"
     claims = context.claims
-    if not claims.claim(key, me):
+    # One round trip: the claim, the first lease (the delivery is alive: it holds it from the
+    # claim on) and whether a stop came before it.
+    claimed, stop_requested = claims.claim_and_lease(key, me, lease=context.settings.lease)
+    if not claimed:
         holder = claims.holder(key)
         evidence: jsontypes.JSONObject = {
             "refused_by": me,
@@ -85,10 +88,9 @@ def run_delivery(
     attempt = context.home.attempt(spec.instance_id, spec.attempt_no)
     attempt.path.mkdir(parents=True, exist_ok=True, mode=0o700)
     layout.write_json_atomically(attempt.spec, records.encode_spec(spec), durable=False)
-    if claims.cancel_requested(key):
+    if stop_requested:
         # The worker sees the request and completes as cancelled without starting the task.
         layout.create_exclusively(attempt.cancel_request, wire.format_time(wire.utc_now()).encode())
-    claims.refresh_lease(key, me, lease=context.settings.lease)
     try:
         status = _run_worker(context, attempt, key, me, spec.log_cap_bytes)
     finally:
