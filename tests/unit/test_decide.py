@@ -246,6 +246,24 @@ def test_a_queued_attempt_the_engine_never_had_is_never_received() -> None:
     assert story.snapshot.retry_at == now  # resubmit at once
 
 
+def test_a_queued_attempt_the_engine_cannot_account_for_is_fenced_after_the_window() -> None:
+    # A Celery host that died after its claim and before the worker's `started`: the engine
+    # says the attempt was taken and nothing more, and no lease will ever lapse for it.
+    story = Story(POLICY)
+    story.open()
+    story.ack()
+    current = story.snapshot.current
+    assert current is not None and current.queued_at is not None
+    acknowledged = current.queued_at
+    early = acknowledged + POLICY.evidence_window - TICK
+    assert reconcile(story, observe(EngineState.UNKNOWN, early, source="engine"), early) == NOTHING
+    window_end = acknowledged + POLICY.evidence_window
+    result = reconcile(story, observe(EngineState.UNKNOWN, window_end, source="engine"), window_end)
+    assert result.stop_engine
+    record_at(story, only(result, EventKind.FENCED), window_end)
+    assert state_of(story) is InstanceState.UP_FOR_RETRY
+
+
 def test_not_found_for_an_attempt_whose_worker_reported_is_never_never_received() -> None:
     story = running()
     now = story.tick()

@@ -184,6 +184,13 @@ def reconcile(
     never_had_it = engine is EngineState.NOT_FOUND and current.max_report_seq == 0
     if state is AttemptState.QUEUED and never_had_it and observation:
         return Reconciliation((record(EventKind.NEVER_RECEIVED, observation.evidence()),))
+    if state is AttemptState.QUEUED and engine is EngineState.UNKNOWN:
+        # The engine took it and cannot tell what became of it: the process that took it died
+        # before the worker's first report (a host lost between its claim and `started`). No
+        # lease will ever lapse for it, so it is judged as a LOST one is, with the evidence
+        # window running from the acknowledgement.
+        since = unknown_since or current.queued_at or now
+        return _reconcile_lost(policy, current, observation, now, since, record)
     if state in (AttemptState.CANCELLING, AttemptState.CANCEL_FAILED):
         return _reconcile_stop(snapshot, policy, current, observation, now, record)
     if state is AttemptState.LOST:

@@ -109,8 +109,10 @@ class Dispatcher:
             queue=task.queue,
         )
 
-    def submit(self, run: RunContext, opened: Opened, now: datetime) -> Event:
-        """Submit one attempt; the executor's answer as an event to record."""
+    def submit(self, run: RunContext, opened: Opened, now: datetime) -> Event | None:
+        """Submit one attempt; the executor's answer as an event to record, or None when the
+        engine could not be reached: the attempt stays open (SCHEDULED) and is submitted again.
+        """
         task = run.tasks[opened.task_key]
         executor = self.executor_for(task)
         if executor is None:
@@ -118,7 +120,19 @@ class Dispatcher:
         try:
             submission = executor.submit(spec=self.spec(run, opened))
         except ExecutorError as exc:
-            return _failed(opened, now, str(exc), retryable=exc.retryable)
+            if exc.retryable:
+                # The engine is away for now (a broker restarting, a supervisor starting): the
+                # task did not fail, so none of its retries is spent on it. The reconciler
+                # submits the same attempt again after ``submit_grace``, with an alert for the
+                # scheduler/executor owner (design.md 5.4, 5.5).
+                log.warning(
+                    "submitting %s/%s failed, will submit it again: %s",
+                    opened.instance_id,
+                    opened.attempt_no,
+                    exc,
+                )
+                return None
+            return _failed(opened, now, str(exc), retryable=False)
         except ValueError as exc:  # a spec the engine cannot take (bad command, bad id)
             return _failed(opened, now, str(exc), retryable=False)
         return Event(

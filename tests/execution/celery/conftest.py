@@ -24,6 +24,7 @@ import pytest
 
 from tests.scheduling.harness import REPO_ROOT, wait_for
 from veritask.execution.celery import app as celery_app
+from veritask.execution.celery import claims
 from veritask.execution.celery.settings import CelerySettings
 
 AMQP_URL = os.environ.get("VERITASK_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
@@ -43,8 +44,7 @@ def _reachable(url: str, default_port: int) -> str | None:
         return f"{url} is unreachable: {exc}"
 
 
-@pytest.fixture(scope="session")
-def celery_services() -> None:
+def require_celery_services() -> None:
     """Skip (or fail, when required) unless RabbitMQ and Redis answer."""
     problems = [p for p in (_reachable(AMQP_URL, 5672), _reachable(REDIS_URL, 6379)) if p]
     if problems:
@@ -52,6 +52,11 @@ def celery_services() -> None:
         if os.environ.get("VERITASK_REQUIRE_SERVICES") == "1":
             pytest.fail(f"VERITASK_REQUIRE_SERVICES=1 and {message}", pytrace=False)
         pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def celery_services() -> None:
+    require_celery_services()
 
 
 def kill_tree(pid: int) -> None:
@@ -76,6 +81,38 @@ def kill_tree(pid: int) -> None:
             os.kill(victim, signal.SIGKILL)
 
 
+def kill_session(pid: int) -> None:
+    """SIGKILL every process in ``pid``'s session, until none is left: a host that vanished.
+
+    By session rather than by parentage: once the Celery worker is dead its children are
+    re-parented, but they keep its session (the Veritask worker and the task make process
+    groups of their own, never sessions).
+    """
+    session = os.getsid(pid)
+    while True:
+        members = [
+            int(entry.name)
+            for entry in Path("/proc").iterdir()
+            if entry.name.isdigit() and _session_of(int(entry.name)) == session
+        ]
+        if not members:
+            return
+        for member in members:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(member, signal.SIGKILL)
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()
+    if fields[0] in ("Z", "X"):  # a zombie is already dead; its parent reaps it
+        return None
+    return int(fields[3])
+
+
 @dataclass
 class Hosts:
     """Veritask Celery worker processes, each with its own home and hostname."""
@@ -94,6 +131,10 @@ class Hosts:
         assert found is not None
         return found
 
+    def claims(self) -> claims.Claims:
+        """The claims, leases and refusals these hosts keep in Redis."""
+        return claims.Claims.connect(self.backend_url, retention=self.settings.retention)
+
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(
@@ -105,8 +146,9 @@ class Hosts:
         env.update(self.extra_env)
         return env
 
-    def start(self, name: str, *, concurrency: int = 2) -> str:
-        """Start the worker ``name``; returns its Celery hostname once it answers a ping."""
+    def start(self, name: str, *, concurrency: int = 2, env: dict[str, str] | None = None) -> str:
+        """Start the worker ``name`` (``env``: this host's own additions); returns its Celery
+        hostname once it answers a ping."""
         hostname = f"{name}-{secrets.token_hex(3)}@veritask-test"
         home = self.tmp_path / name
         home.mkdir(exist_ok=True)
@@ -125,7 +167,7 @@ class Hosts:
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=output,
-                env=self.env(),
+                env={**self.env(), **(env or {})},
                 start_new_session=True,
             )
         app = celery_app.make_app(self.settings)

@@ -78,6 +78,25 @@ class Claims:
         value = json.dumps({"worker": worker, "claimed_at": wire.format_time(wire.utc_now())})
         return bool(self.client.set(f"veritask:claim:{key}", value, nx=True, px=self.retention_ms))
 
+    def claim_and_lease(self, key: str, worker: str, *, lease: timedelta) -> tuple[bool, bool]:
+        """``claim``, and for the claimant its first lease and whether a stop was requested, in
+        one round trip (a script: Redis runs it atomically). Returns (claimed, stop requested).
+        """
+        value = json.dumps({"worker": worker, "claimed_at": wire.format_time(wire.utc_now())})
+        answer = self.client.eval(
+            _CLAIM_AND_LEASE,
+            3,
+            f"veritask:claim:{key}",
+            f"veritask:lease:{key}",
+            f"veritask:cancel:{key}",
+            value,
+            self.retention_ms,
+            worker,
+            int(lease.total_seconds() * 1000),
+        )
+        claimed, stop = answer if isinstance(answer, list) else (0, 0)
+        return bool(claimed), bool(stop)
+
     def holder(self, key: str) -> Claim | None:
         found = _json_object(self.client.get(f"veritask:claim:{key}"))
         if found is None:
@@ -138,6 +157,16 @@ class Claims:
                 for kind in ("submitted", "claim", "lease", "cancel", "refused", "log")
             )
         )
+
+
+#: KEYS: claim, lease, cancel; ARGV: claim value, retention ms, worker, lease ms.
+_CLAIM_AND_LEASE = """
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    return {0, 0}
+end
+redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
+return {1, redis.call('EXISTS', KEYS[3])}
+"""
 
 
 def _text(raw: bytes | str | None) -> str | None:

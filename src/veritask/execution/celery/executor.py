@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from collections.abc import Iterator
+from datetime import timedelta
 
 import redis
 from celery.result import AsyncResult
@@ -34,6 +36,8 @@ from veritask.execution.celery import task as celery_task
 from veritask.execution.celery.settings import CelerySettings
 
 EXTERNAL_ID_PREFIX = "celery:"
+#: How long a broker that did not answer ``inspect`` is left alone before it is asked again.
+BROKER_BACKOFF = timedelta(seconds=5)
 
 
 def external_id(instance_id: str, attempt_no: int) -> str:
@@ -49,6 +53,8 @@ class CeleryExecutor:
         self.claims = claim_records.Claims.connect(
             settings.backend_url, retention=settings.retention
         )
+        #: Until then (monotonic seconds) the broker is taken as away, without asking it.
+        self._broker_silent_until = 0.0
 
     # --- the port -----------------------------------------------------------------------
 
@@ -147,7 +153,7 @@ class CeleryExecutor:
             if lease is not None:
                 details["lease_holder"] = lease
                 return observe.make(port.EngineState.RUNNING, port.ObservationSource.CELERY_CLAIM)
-        where = self._inspect(external_id)
+        where, broker_answered = self._inspect(external_id)
         if where is not None:
             state, worker = where
             details["inspect_worker"] = worker
@@ -157,6 +163,13 @@ class CeleryExecutor:
             details["inspect_state"] = state
             return observe.make(engine_state, port.ObservationSource.CELERY_INSPECT)
         if holder is not None:
+            if not broker_answered:
+                # A worker cut off from the broker may hold it between its claim and its lease:
+                # without the broker's word, "unknown" would be a guess.
+                raise errors.ExecutorError(
+                    f"{external_id}: claimed, no lease, and the broker does not answer",
+                    retryable=True,
+                )
             # Claimed, and neither a lease nor a worker nor a result says anything more: the
             # process that ran it is gone, and nothing tells how the task ended.
             details["lease"] = False
@@ -170,20 +183,33 @@ class CeleryExecutor:
         details["queue"] = str(sent.get("queue"))
         return observe.make(port.EngineState.PENDING, port.ObservationSource.CELERY_SUBMISSION)
 
-    def _inspect(self, task_id: str) -> tuple[str, str] | None:
-        """Which worker holds the task (active, reserved or scheduled), by broadcast."""
+    def _inspect(self, task_id: str) -> tuple[tuple[str, str] | None, bool]:
+        """Which worker holds the task (active, reserved or scheduled), by broadcast; and
+        whether the broker answered at all.
+
+        A broker that does not answer is not asked again for ``BROKER_BACKOFF``: every
+        describe would otherwise wait for its connection to fail, and the reconciler asks
+        about every queued instance in turn.
+        """
+        if time.monotonic() < self._broker_silent_until:
+            return None, False
         inspect = self.app.control.inspect(timeout=self.settings.inspect_timeout.total_seconds())
-        for state, answer in (
-            ("active", inspect.active()),
-            ("reserved", inspect.reserved()),
-            ("scheduled", inspect.scheduled()),
-        ):
+        try:
+            answers = [
+                ("active", inspect.active()),
+                ("reserved", inspect.reserved()),
+                ("scheduled", inspect.scheduled()),
+            ]
+        except (KombuOperationalError, OSError):
+            self._broker_silent_until = time.monotonic() + BROKER_BACKOFF.total_seconds()
+            return None, False
+        for state, answer in answers:
             for worker, tasks in (answer or {}).items():
                 for entry in tasks or []:
                     request = entry.get("request", entry) if isinstance(entry, dict) else {}
                     if isinstance(request, dict) and request.get("id") == task_id:
-                        return state, str(worker)
-        return None
+                        return (state, str(worker)), True
+        return None, True
 
     # --- helpers ------------------------------------------------------------------------
 

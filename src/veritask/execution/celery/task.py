@@ -13,6 +13,7 @@ the stop request in Redis) to the worker, which stops the task after its grace p
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -28,7 +29,7 @@ from celery import Celery
 from celery.exceptions import Ignore
 
 from veritask.core import jsontypes
-from veritask.execution import layout, records, wire, worker
+from veritask.execution import layout, port, records, wire, worker
 from veritask.execution.celery import app as celery_app
 from veritask.execution.celery import claims as claim_records
 from veritask.execution.celery.settings import CelerySettings
@@ -65,11 +66,14 @@ def register(app: Celery, context: WorkerContext) -> None:
 def run_delivery(
     context: WorkerContext, encoded_spec: jsontypes.JSONObject, *, hostname: str, redelivered: bool
 ) -> jsontypes.JSONObject:
-    spec = records.decode_spec(encoded_spec)
+    spec = _reporting_to_this_hosts_api(records.decode_spec(encoded_spec), context.settings)
     key = claim_records.attempt_key(spec.instance_id, spec.attempt_no)
     me = f"{hostname}:{os.getpid()}"
     claims = context.claims
-    if not claims.claim(key, me):
+    # One round trip: the claim, the first lease (the delivery is alive: it holds it from the
+    # claim on) and whether a stop came before it.
+    claimed, stop_requested = claims.claim_and_lease(key, me, lease=context.settings.lease)
+    if not claimed:
         holder = claims.holder(key)
         evidence: jsontypes.JSONObject = {
             "refused_by": me,
@@ -84,10 +88,9 @@ def run_delivery(
     attempt = context.home.attempt(spec.instance_id, spec.attempt_no)
     attempt.path.mkdir(parents=True, exist_ok=True, mode=0o700)
     layout.write_json_atomically(attempt.spec, records.encode_spec(spec), durable=False)
-    if claims.cancel_requested(key):
+    if stop_requested:
         # The worker sees the request and completes as cancelled without starting the task.
         layout.create_exclusively(attempt.cancel_request, wire.format_time(wire.utc_now()).encode())
-    claims.refresh_lease(key, me, lease=context.settings.lease)
     try:
         status = _run_worker(context, attempt, key, me, spec.log_cap_bytes)
     finally:
@@ -100,6 +103,20 @@ def run_delivery(
         "attempt_dir": str(attempt.path),
         "exit_record": exit_record,
     }
+
+
+def _reporting_to_this_hosts_api(
+    spec: port.AttemptSpec, settings: CelerySettings
+) -> port.AttemptSpec:
+    """A worker given a callback URL of its own reports there: each host reaches the API
+    through the address it can reach (its nearest API server), whatever the scheduler sent."""
+    if settings.callback_url is None:
+        return spec
+    if isinstance(spec.callback, port.HttpCallback):
+        callback = dataclasses.replace(spec.callback, base_url=settings.callback_url)
+    else:
+        callback = port.HttpCallback(settings.callback_url)
+    return dataclasses.replace(spec, callback=callback)
 
 
 def _run_worker(
