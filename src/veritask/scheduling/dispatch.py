@@ -28,6 +28,9 @@ from veritask.scheduling.tokens import AttemptTokens
 
 log = logging.getLogger(__name__)
 
+#: How many deferred submissions' errors are kept for the reconciler's alerts.
+_DEFERRALS_KEPT = 10_000
+
 
 def new_event_id() -> str:
     return ids.time_ordered_id()
@@ -73,6 +76,21 @@ class Dispatcher:
         self.tokens = tokens
         self.outbox = outbox
         self.commit_base_url = commit_base_url
+        # The engines' last words about submissions deferred because they were unreachable,
+        # so that the reconciler's alert carries them (bounded: only the latest few).
+        self._deferred: dict[tuple[str, int], str] = {}
+        self._deferred_lock = threading.Lock()
+
+    def deferral_reason(self, instance_id: str, attempt_no: int) -> str | None:
+        """Why the submission of this attempt was deferred, if it was (the engine's error)."""
+        with self._deferred_lock:
+            return self._deferred.get((instance_id, attempt_no))
+
+    def _remember_deferral(self, opened: Opened, error: str) -> None:
+        with self._deferred_lock:
+            if len(self._deferred) >= _DEFERRALS_KEPT:
+                self._deferred.pop(next(iter(self._deferred)))
+            self._deferred[(opened.instance_id, opened.attempt_no)] = error
 
     def executor_for(self, task: TaskSpec) -> port.Executor | None:
         return self.executors.get(task.executor)
@@ -131,6 +149,7 @@ class Dispatcher:
                     opened.attempt_no,
                     exc,
                 )
+                self._remember_deferral(opened, str(exc))
                 return None
             return _failed(opened, now, str(exc), retryable=False)
         except ValueError as exc:  # a spec the engine cannot take (bad command, bad id)

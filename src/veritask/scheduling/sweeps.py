@@ -213,12 +213,14 @@ class Sweeper:
         context = contexts(run_id)
         if current.state is AttemptState.SCHEDULED:
             if not everything:
+                deferred = self.dispatcher.deferral_reason(instance_id, current.attempt_no)
                 self._alert(
                     AlertCategory.SCHEDULER_EXECUTOR,
                     snapshot,
                     run_id,
                     f"attempt {current.attempt_no} was opened but not acknowledged within "
-                    f"{self.settings.submit_grace.total_seconds():g} s; submitting it again",
+                    f"{self.settings.submit_grace.total_seconds():g} s; submitting it again"
+                    + (f" (the engine said: {deferred})" if deferred else ""),
                 )
             return self._resubmit(snapshot, context)
         if current.state is AttemptState.QUEUED and not everything:
