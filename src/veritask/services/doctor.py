@@ -126,44 +126,70 @@ def schedulers(platform: Platform) -> Check:
 
 
 def clock_skew(platform: Platform) -> Check:
-    """Workers' clocks against ours: a report's event_time after its observed_at is a clock
-    ahead (nothing arrives before it happens); a large typical delay is a clock behind or a
-    slow path."""
-    e = schema.events.c
+    """Each worker host's clock against ours: a report's event_time after its observed_at is
+    a clock ahead (nothing arrives before it happens); a large typical delay is a clock behind
+    or a slow path. Hosts are told apart by the worker identity (``host:pid``) of the attempt
+    the report belongs to, so one host with a bad clock is named, not averaged away."""
+    e, a = schema.events.c, schema.attempts.c
     with dialects.read_transaction(platform.engine) as connection:
         rows = connection.execute(
-            sa.select(e.event_time, e.observed_at)
+            sa.select(e.event_time, e.observed_at, a.worker)
+            .select_from(
+                schema.events.outerjoin(
+                    schema.attempts,
+                    sa.and_(a.instance_id == e.instance_id, a.attempt_no == e.attempt_no),
+                )
+            )
             .where(e.actor == "worker")
             .order_by(e.position.desc())
             .limit(CLOCK_SAMPLE)
         ).all()
     if not rows:
         return Check("clock skew", Status.OK, "no worker reports to compare yet", {"reports": 0})
-    offsets = [(row.event_time - row.observed_at).total_seconds() for row in rows]
-    ahead = max(offsets)
-    delay = -statistics.median(offsets)
+    by_host: dict[str, list[float]] = {}
+    for row in rows:
+        host = (row.worker or "unknown host").rpartition(":")[0] or str(row.worker)
+        by_host.setdefault(host, []).append((row.event_time - row.observed_at).total_seconds())
+    hosts: JSONObject = {
+        host: {
+            "reports": len(offsets),
+            "max_ahead_seconds": round(max(offsets), 3),
+            "median_delay_seconds": round(-statistics.median(offsets), 3),
+        }
+        for host, offsets in sorted(by_host.items())
+    }
+    ahead_host, ahead = max(
+        ((host, max(offsets)) for host, offsets in by_host.items()), key=lambda pair: pair[1]
+    )
+    delay_host, delay = max(
+        ((host, -statistics.median(offsets)) for host, offsets in by_host.items()),
+        key=lambda pair: pair[1],
+    )
     figures: JSONObject = {
         "reports": len(rows),
         "max_ahead_seconds": round(ahead, 3),
         "median_delay_seconds": round(delay, 3),
+        "hosts": hosts,
     }
     if ahead > CLOCK_AHEAD_FAIL.total_seconds():
         return Check(
             "clock skew",
             Status.FAIL,
-            f"a worker's clock is {ahead:.1f} s ahead of the platform's: durations and lags "
-            "computed from its reports are wrong (check NTP on the workers)",
+            f"the clock of worker host {ahead_host} is {ahead:.1f} s ahead of the platform's: "
+            "durations and lags computed from its reports are wrong (check NTP on it)",
             figures,
         )
     if delay > DELAY_WARN.total_seconds():
         return Check(
             "clock skew",
             Status.WARN,
-            f"worker reports arrive {delay:.1f} s after they happen (typical): a clock behind, "
-            "or a slow or spooling path to the platform",
+            f"reports of worker host {delay_host} arrive {delay:.1f} s after they happen "
+            "(typical): a clock behind, or a slow or spooling path to the platform",
             figures,
         )
-    return Check("clock skew", Status.OK, f"within {ahead:.2f} s", figures)
+    return Check(
+        "clock skew", Status.OK, f"within {ahead:.2f} s on {len(by_host)} host(s)", figures
+    )
 
 
 def executor(home: Path) -> Check:
