@@ -75,6 +75,18 @@ class _Loaded:
     dirty: bool = False
     #: The version this transaction wrote, once it did.
     written: int | None = None
+    #: Taken from what this process last wrote, not read: only a compare-and-set proves it.
+    unproven: bool = False
+
+
+@dataclass(frozen=True)
+class _Written:
+    """An instance as this process last committed it."""
+
+    run_id: str
+    version: int
+    policy: TaskPolicy
+    snapshot: InstanceSnapshot
 
 
 @dataclass(frozen=True)
@@ -101,9 +113,10 @@ class Ledger:
         self.engine = engine
         self.clock = clock
         self._policies: dict[str, TaskPolicy] = {}
-        # The snapshot this process last wrote, by instance: a row still at that version
-        # need not be decoded and derived again. Bounded; a miss only costs the decode.
-        self._snapshots: dict[str, tuple[int, InstanceSnapshot]] = {}
+        # What this process last wrote, by instance: a row still at that version need not be
+        # decoded and derived again, and a single event may be judged against it without
+        # reading the row first (see ``apply``). Bounded; a miss only costs the read.
+        self._snapshots: dict[str, _Written] = {}
 
     # -- creation --------------------------------------------------------------------------
 
@@ -240,13 +253,24 @@ class Ledger:
     # -- writes ----------------------------------------------------------------------------
 
     def apply(self, event: Event, *, expected_version: int | None = None) -> Applied:
-        """Record, fold and classify one event in one transaction."""
-        for _ in range(MAX_RACES):
+        """Record, fold and classify one event in one transaction.
+
+        The first try judges the event against what this process last wrote for the instance,
+        without reading the row: the compare-and-set on ``version`` that records any event
+        proves that nobody wrote since, or rolls everything back. An answer that would not be
+        proven that way (a rejection, an id already known, a stale decision) is taken again
+        from the row as read, like every retry after a lost race.
+        """
+        for tries in range(MAX_RACES):
             touched: dict[str, _Loaded | None] = {}
+            believed = self._snapshots.get(event.instance_id) if tries == 0 else None
             try:
                 with self.engine.begin() as connection:
-                    applied = self._apply_one(connection, event, expected_version, touched)
+                    applied = self._apply_one(
+                        connection, event, expected_version, touched, believed
+                    )
             except _LostRace:
+                self._snapshots.pop(event.instance_id, None)
                 continue
             self._remember(touched)
             _count((event,), (applied,))
@@ -276,12 +300,14 @@ class Ledger:
     # -- the transaction's steps -----------------------------------------------------------
 
     def _remember(self, touched: dict[str, _Loaded | None]) -> None:
-        """Keep what a committed transaction wrote, to skip decoding it next time."""
+        """Keep what a committed transaction wrote, to skip reading and decoding it next time."""
         if len(self._snapshots) >= _SNAPSHOT_CACHE:
             self._snapshots.clear()
         for instance_id, loaded in touched.items():
             if loaded is not None and loaded.written is not None:
-                self._snapshots[instance_id] = (loaded.written, loaded.snapshot)
+                self._snapshots[instance_id] = _Written(
+                    loaded.run_id, loaded.written, loaded.policy, loaded.snapshot
+                )
 
     def _apply_one(
         self,
@@ -289,9 +315,21 @@ class Ledger:
         event: Event,
         expected_version: int | None,
         touched: dict[str, _Loaded | None],
+        believed: _Written | None = None,
     ) -> Applied:
         stamped = replace(event, observed_at=self.clock())
-        loaded = touched[event.instance_id] = self._load(connection, event.instance_id)
+        if believed is not None:
+            loaded: _Loaded | None = _Loaded(
+                believed.run_id,
+                believed.version,
+                believed.policy,
+                believed.snapshot,
+                believed.snapshot,
+                unproven=True,
+            )
+        else:
+            loaded = self._load(connection, event.instance_id)
+        touched[event.instance_id] = loaded
         if loaded is None:
             return self._reject(
                 connection, stamped, f"instance_id: no instance {event.instance_id}"
@@ -422,8 +460,8 @@ class Ledger:
     def _loaded(self, instance_id: str, row: Any) -> _Loaded:
         policy = self._policy(row.policy)
         cached = self._snapshots.get(instance_id)
-        if cached is not None and cached[0] == row.version:
-            snapshot = cached[1]
+        if cached is not None and cached.version == row.version:
+            snapshot = cached.snapshot
         else:
             fold = row.fold
             facts = codec.facts_from_json(fold) if fold else empty(instance_id)
@@ -447,6 +485,11 @@ class Ledger:
     ) -> Applied:
         """Classify the event and insert it; the caller writes the snapshot."""
         verdict = judge.judge(loaded.snapshot, event, loaded.policy)
+        if loaded.unproven and (
+            verdict.outcome is Outcome.REJECTED
+            or (expected_version is not None and expected_version != loaded.version)
+        ):
+            raise _LostRace  # no compare-and-set would prove this answer: read the row
         if verdict.outcome is Outcome.REJECTED:
             known = self._known(connection, event.event_id)
             if known is None:
@@ -462,6 +505,8 @@ class Ledger:
             statements.statements_for(connection).insert_event, row
         ).first()
         if inserted is None:
+            if loaded.unproven:
+                raise _LostRace  # the id is known: classify it against the row as read
             known = self._known(connection, event.event_id)
             if known is None:  # deleted by a purge between the two statements
                 raise _LostRace
