@@ -18,7 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine, ExceptionContext
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from veritask.ledger import errors
+from veritask.ledger import checkpoints, errors
 
 #: How long a SQLite writer waits for the write lock before the ledger reports ``LedgerBusy``.
 SQLITE_BUSY_TIMEOUT_MS: Final = 30_000
@@ -79,6 +79,8 @@ def _create_sqlite_engine(url: sa.URL, *, echo: bool) -> Engine:
     )
     sa.event.listen(engine, "connect", _configure_sqlite_connection)
     sa.event.listen(engine, "begin", _begin_sqlite_transaction)
+    if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
+        checkpoints.CHECKPOINTER.watch(Path(url.database).expanduser().resolve(), engine)
     return engine
 
 
@@ -95,9 +97,12 @@ def _configure_sqlite_connection(
         cursor.execute("PRAGMA journal_mode = WAL")
         cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.execute("PRAGMA foreign_keys = ON")
-        # The event id index takes random UUIDs: with SQLite's default 2 MiB page cache an
-        # append to a table of millions of events misses the cache on every insert.
+        # Indexes of millions of events: SQLite's default 2 MiB page cache holds too little of
+        # their upper levels and the pages that receive new rows.
         cursor.execute(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
+        # Checkpoints are the checkpointer thread's job (see ``checkpoints``); a writer does
+        # one only past this backstop.
+        cursor.execute(f"PRAGMA wal_autocheckpoint = {checkpoints.WRITER_BACKSTOP_PAGES}")
     finally:
         cursor.close()
 
