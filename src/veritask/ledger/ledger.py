@@ -198,35 +198,13 @@ class Ledger:
         """The instance's recorded events (rejected ones are not), as the fold takes them."""
         e = schema.events.c
         statement = (
-            sa.select(
-                e.event_id,
-                e.attempt_no,
-                e.kind,
-                e.actor,
-                e.event_time,
-                e.observed_at,
-                e.evidence,
-                e.seq,
-            )
+            sa.select(*statements.EVENT_FIELDS)
             .where(e.instance_id == instance_id)
             .order_by(e.position)
         )
         with dialects.read_transaction(self.engine) as connection:
             rows = connection.execute(statement).all()
-        return [
-            Event(
-                event_id=row.event_id,
-                instance_id=instance_id,
-                attempt_no=row.attempt_no or 0,
-                kind=EventKind(row.kind),
-                actor=row.actor,
-                event_time=row.event_time,
-                evidence=row.evidence,
-                seq=row.seq,
-                observed_at=row.observed_at,
-            )
-            for row in rows
-        ]
+        return [statements.event_from_row(row) for row in rows]
 
     def refresh_lease(self, instance_id: str, attempt_no: int, view: AttemptView) -> None:
         """Write an attempt's live lease and last heartbeat into its row (a cache column)."""

@@ -13,7 +13,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from veritask.core import decide, judge
-from veritask.core.events import Event, fingerprint
+from veritask.core.events import Event, EventKind, fingerprint
 from veritask.core.fold import AttemptView
 from veritask.core.jsontypes import JSONObject
 from veritask.core.policy import TaskPolicy
@@ -80,6 +80,37 @@ def event_row(event: Event, run_id: str, verdict: judge.Verdict) -> dict[str, ob
         "reason": verdict.reason,
         "fingerprint": fingerprint(event),
     }
+
+
+_events = schema.events.c
+#: The columns of a recorded event that the fold takes, as :func:`event_from_row` reads them.
+EVENT_FIELDS = (
+    _events.event_id,
+    _events.instance_id,
+    _events.attempt_no,
+    _events.kind,
+    _events.actor,
+    _events.event_time,
+    _events.observed_at,
+    _events.evidence,
+    _events.seq,
+)
+
+
+def event_from_row(row: sa.Row[*tuple[object, ...]]) -> Event:
+    """A recorded instance event (selected with :data:`EVENT_FIELDS`) as the fold takes it."""
+    found = row._mapping
+    return Event(
+        event_id=str(found["event_id"]),
+        instance_id=str(found["instance_id"]),
+        attempt_no=int(found["attempt_no"] or 0),
+        kind=EventKind(found["kind"]),
+        actor=str(found["actor"]),
+        event_time=found["event_time"],
+        evidence=found["evidence"],
+        seq=found["seq"],
+        observed_at=found["observed_at"],
+    )
 
 
 def payload(event: Event) -> JSONObject:

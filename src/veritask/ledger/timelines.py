@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from veritask.core.events import Event, EventKind
+from veritask.core.events import Event
 from veritask.core.jsontypes import JSONObject
-from veritask.ledger import schema
+from veritask.ledger import schema, statements
 
 
 @dataclass
@@ -46,37 +46,14 @@ def instance_histories(connection: Connection, run_ids: Sequence[str]) -> list[I
         )
     }
     rows = connection.execute(
-        sa.select(
-            e.event_id,
-            e.instance_id,
-            e.attempt_no,
-            e.kind,
-            e.actor,
-            e.event_time,
-            e.observed_at,
-            e.evidence,
-            e.seq,
-        )
+        sa.select(*statements.EVENT_FIELDS)
         .where(e.run_id.in_(run_ids), e.subject_type == "instance")
         .order_by(e.position)
     )
     for row in rows:
         history = found.get(row.instance_id)
-        if history is None:
-            continue
-        history.events.append(
-            Event(
-                event_id=row.event_id,
-                instance_id=row.instance_id,
-                attempt_no=row.attempt_no or 0,
-                kind=EventKind(row.kind),
-                actor=row.actor,
-                event_time=row.event_time,
-                evidence=row.evidence,
-                seq=row.seq,
-                observed_at=row.observed_at,
-            )
-        )
+        if history is not None:
+            history.events.append(statements.event_from_row(row))
     return list(found.values())
 
 

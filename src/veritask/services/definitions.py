@@ -26,7 +26,7 @@ from veritask.ledger.rows import DefinitionRow
 from veritask.ledger.vocabulary import SubjectType
 from veritask.scheduling import triggers
 from veritask.scheduling.dispatch import new_event_id
-from veritask.services import runs, views
+from veritask.services import reading, runs, views
 from veritask.services.errors import Conflict, FieldProblem, InvalidInput, NotFound
 from veritask.services.platform import Platform
 
@@ -67,7 +67,7 @@ def list_definitions(platform: Platform) -> list[views.Definition]:
 def get_definition(platform: Platform, name: str) -> views.DefinitionDetail:
     """A definition with its versions and the source of its current version."""
     with dialects.read_transaction(platform.engine) as connection:
-        row = _row(connection, name)
+        row = reading.definition_named(connection, name)
         v = schema.definition_versions.c
         versions = connection.execute(
             sa.select(v.version, v.content_hash, v.created_at, v.spec, v.source)
@@ -88,7 +88,7 @@ def get_definition(platform: Platform, name: str) -> views.DefinitionDetail:
 def version_source(platform: Platform, name: str, version: int) -> str:
     """The stored source (YAML or JSON, as applied) of one version of a definition."""
     with dialects.read_transaction(platform.engine) as connection:
-        row = _row(connection, name)
+        row = reading.definition_named(connection, name)
         found = queries.get_definition_version(connection, definition_id=row.id, version=version)
     if found is None:
         raise NotFound(f"definition {name} has no version {version}")
@@ -99,7 +99,7 @@ def deletion_preview(platform: Platform, name: str) -> views.DeletionPreview:
     """What :func:`delete_definition` would do now; it changes nothing."""
     r = schema.runs.c
     with dialects.read_transaction(platform.engine) as connection:
-        row = _row(connection, name)
+        row = reading.definition_named(connection, name)
         active = _active_runs(connection, row.id)
         total = connection.execute(
             sa.select(sa.func.count()).where(r.definition_id == row.id)
@@ -121,7 +121,7 @@ def set_enabled(platform: Platform, name: str, *, enabled: bool, actor: str) -> 
     """Let the schedule fire (``active``) or not (``disabled``); manual triggers still work."""
     target = DefinitionLifecycle.ACTIVE if enabled else DefinitionLifecycle.DISABLED
     with platform.engine.begin() as connection:
-        row = _row(connection, name)
+        row = reading.definition_named(connection, name)
         current = DefinitionLifecycle(row.lifecycle)
         if current in _GONE:
             verb = "enabled" if enabled else "disabled"
@@ -142,7 +142,7 @@ def delete_definition(platform: Platform, name: str, *, actor: str, purge: bool)
     """
     now = platform.now()
     with platform.engine.begin() as connection:
-        row = _row(connection, name)
+        row = reading.definition_named(connection, name)
         current = DefinitionLifecycle(row.lifecycle)
         if current in (DefinitionLifecycle.ACTIVE, DefinitionLifecycle.DISABLED):
             active: list[JSONValue] = list(_active_runs(connection, row.id))
@@ -161,7 +161,7 @@ def delete_definition(platform: Platform, name: str, *, actor: str, purge: bool)
             )
     _settle_one(platform, name, actor=actor, executors=None)
     with dialects.read_transaction(platform.engine) as connection:
-        row = _row(connection, name)
+        row = reading.definition_named(connection, name)
         return views.Deletion(
             name,
             DefinitionLifecycle(row.lifecycle),
@@ -198,7 +198,7 @@ def _settle_one(
     executors: Mapping[str, port.Executor] | None,
 ) -> int:
     with dialects.read_transaction(platform.engine) as connection:
-        row = _row(connection, name)
+        row = reading.definition_named(connection, name)
         active = _active_runs(connection, row.id)
         purge = _purge_asked(connection, row.id)
     lifecycle = DefinitionLifecycle(row.lifecycle)
@@ -267,13 +267,6 @@ def _clean_attempts(
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def _row(connection: Connection, name: str) -> DefinitionRow:
-    row = queries.get_definition(connection, name=name)
-    if row is None:
-        raise NotFound(f"no definition named {name!r}")
-    return row
 
 
 def _lifecycle_of(platform: Platform, name: str) -> str | None:

@@ -115,9 +115,7 @@ def definition_durations(
     if not 1 <= recent_runs <= MAX_RECENT_RUNS:
         raise InvalidInput.about("runs", f"must be between 1 and {MAX_RECENT_RUNS}")
     with dialects.read_transaction(platform.engine) as connection:
-        row = queries.get_definition(connection, name=name)
-        if row is None:
-            raise NotFound(f"no definition named {name!r}")
+        row = reading.definition_named(connection, name)
         run_ids = timelines.recent_run_ids(connection, row.id, limit=recent_runs)
         histories = timelines.instance_histories(connection, run_ids)
     samples: dict[str, dict[str, list[float]]] = {}

@@ -16,7 +16,7 @@ from typing import Final
 from veritask.execution import layout
 from veritask.execution.celery import settings as celery_settings
 from veritask.ledger import dialects, queries
-from veritask.services import views
+from veritask.services import reading, views
 from veritask.services.errors import InvalidInput, NotFound
 from veritask.services.platform import Platform
 
@@ -122,10 +122,7 @@ def search_logs(
     with dialects.read_transaction(platform.engine) as connection:
         definition_id = None
         if definition is not None:
-            row = queries.get_definition(connection, name=definition)
-            if row is None:
-                raise NotFound(f"no definition named {definition!r}")
-            definition_id = row.id
+            definition_id = reading.definition_named(connection, definition).id
         elif run_id is not None and queries.get_run(connection, run_id) is None:
             raise NotFound(f"no run {run_id!r}")
         elif instance_id is not None and queries.get_instance(connection, instance_id) is None:

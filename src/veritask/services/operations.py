@@ -22,6 +22,7 @@ from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.core.states import DefinitionLifecycle
 from veritask.ledger import audit, dialects, queries, retention, schema
 from veritask.ledger.vocabulary import OperationKind
+from veritask.services import reading
 from veritask.services.definitions import ACTIVE_RUN_STATES
 from veritask.services.errors import Conflict, NotFound
 from veritask.services.platform import Platform
@@ -128,9 +129,7 @@ def export_run(platform: Platform, run_id: str) -> Iterator[JSONObject]:
 def export_definition(platform: Platform, name: str) -> Iterator[JSONObject]:
     """A definition's full history (every version and run) as export lines."""
     with dialects.read_transaction(platform.engine) as connection:
-        row = queries.get_definition(connection, name=name)
-    if row is None:
-        raise NotFound(f"no definition named {name!r}")
+        row = reading.definition_named(connection, name)
     return audit.export_definition(platform.ledger, row.id)
 
 

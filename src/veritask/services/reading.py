@@ -14,9 +14,18 @@ from sqlalchemy.engine import Connection
 from veritask.core import codec, fold
 from veritask.core.policy import TaskPolicy
 from veritask.core.states import PublicationState, RunExecutionState, TriggerKind
-from veritask.ledger import schema
-from veritask.ledger.rows import AttemptRow, EventRow, InstanceRow, RunRow
+from veritask.ledger import queries, schema
+from veritask.ledger.rows import AttemptRow, DefinitionRow, EventRow, InstanceRow, RunRow
 from veritask.services import views
+from veritask.services.errors import NotFound
+
+
+def definition_named(connection: Connection, name: str) -> DefinitionRow:
+    """The definition called ``name``; NotFound (404) if there is none."""
+    row = queries.get_definition(connection, name=name)
+    if row is None:
+        raise NotFound(f"no definition named {name!r}")
+    return row
 
 
 def snapshot_of(row: InstanceRow) -> fold.InstanceSnapshot:

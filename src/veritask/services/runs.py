@@ -81,9 +81,7 @@ def trigger_run(
 
 def _check_parameters(platform: Platform, name: str, parameters: Mapping[str, JSONValue]) -> None:
     with dialects.read_transaction(platform.engine) as connection:
-        row = queries.get_definition(connection, name=name)
-        if row is None:
-            raise NotFound(f"no definition named {name!r}")
+        row = reading.definition_named(connection, name)
         if row.current_version is None:
             raise Conflict(f"definition {name} has no version", current_state=row.lifecycle)
         version = queries.get_definition_version(
@@ -126,10 +124,7 @@ def list_runs(
     with dialects.read_transaction(platform.engine) as connection:
         definition_id = None
         if definition is not None:
-            row = queries.get_definition(connection, name=definition)
-            if row is None:
-                raise NotFound(f"no definition named {definition!r}")
-            definition_id = row.id
+            definition_id = reading.definition_named(connection, definition).id
         page = queries.list_runs(
             connection,
             definition_id=definition_id,
@@ -235,10 +230,7 @@ def history(
             case SubjectType.INSTANCE:
                 subject_id = _instance_row(connection, subject).id
             case SubjectType.DEFINITION:
-                definition = queries.get_definition(connection, name=subject)
-                if definition is None:
-                    raise NotFound(f"no definition named {subject!r}")
-                subject_id = definition.id
+                subject_id = reading.definition_named(connection, subject).id
         events = queries.history(
             connection,
             subject_type=subject_type,
