@@ -147,16 +147,11 @@ def insert_ignoring_conflict(
     """
     # No columns: any unique or primary key conflict is ignored.
     targets = list(conflict_columns) or None
-    name = connection.dialect.name
-    statement: sa.Insert
-    if name == "postgresql":
-        pg_statement = postgresql.insert(table).values(dict(values))
-        statement = pg_statement.on_conflict_do_nothing(index_elements=targets)
-    elif name == "sqlite":
-        lite_statement = sqlite.insert(table).values(dict(values))
-        statement = lite_statement.on_conflict_do_nothing(index_elements=targets)
-    else:
-        raise ValueError(f"unsupported dialect {name!r}")
+    statement = (
+        _dialect_insert(connection, table)
+        .values(dict(values))
+        .on_conflict_do_nothing(index_elements=targets)
+    )
     # RETURNING rather than rowcount: the drivers' rowcount for an ignored INSERT differs.
     key = next(iter(table.primary_key.columns))
     return connection.execute(statement.returning(key)).first() is not None
@@ -196,22 +191,17 @@ def upsert_adding(
     """INSERT the row, or on a key conflict add its ``add_column`` to the stored one (and
     overwrite ``set_columns``): a counter that concurrent writers increment without a lost
     update."""
+    insert = _dialect_insert(connection, table).values(dict(values))
+    updates = {add_column: table.c[add_column] + insert.excluded[add_column]}
+    updates.update({column: insert.excluded[column] for column in set_columns})
+    connection.execute(insert.on_conflict_do_update(index_elements=list(key_columns), set_=updates))
+
+
+def _dialect_insert(connection: Connection, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
+    """The dialect's INSERT, the one with ON CONFLICT clauses."""
     name = connection.dialect.name
     if name == "postgresql":
-        pg_insert = postgresql.insert(table).values(dict(values))
-        excluded = pg_insert.excluded
-        updates = {add_column: table.c[add_column] + excluded[add_column]}
-        updates.update({column: excluded[column] for column in set_columns})
-        connection.execute(
-            pg_insert.on_conflict_do_update(index_elements=list(key_columns), set_=updates)
-        )
-    elif name == "sqlite":
-        lite_insert = sqlite.insert(table).values(dict(values))
-        lite_excluded = lite_insert.excluded
-        lite_updates = {add_column: table.c[add_column] + lite_excluded[add_column]}
-        lite_updates.update({column: lite_excluded[column] for column in set_columns})
-        connection.execute(
-            lite_insert.on_conflict_do_update(index_elements=list(key_columns), set_=lite_updates)
-        )
-    else:
-        raise ValueError(f"unsupported dialect {name!r}")
+        return postgresql.insert(table)
+    if name == "sqlite":
+        return sqlite.insert(table)
+    raise ValueError(f"unsupported dialect {name!r}")
