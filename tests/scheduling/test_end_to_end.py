@@ -7,12 +7,15 @@ reason — and that every stored snapshot is the pure fold of its events.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+import time
 from datetime import timedelta
 
 import pytest
 
-from tests.scheduling.harness import Harness, wait_for
+from tests.scheduling.conftest import MakeHarness
+from tests.scheduling.harness import FAST, Harness, wait_for
 from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
 from veritask.scheduling import triggers
 
@@ -138,6 +141,50 @@ tasks:
     assert "failing_leaf" in reason
     assert harness.states(run_id)["good_leaf"] is I.SUCCESS
     assert harness.run_history(run_id)[-1][:2] == ("RUNNING", "FAILED")
+
+
+def test_a_leaf_success_is_read_with_the_next_ones_but_what_waits_on_a_task_is_not(
+    make_harness: MakeHarness,
+) -> None:
+    settle = timedelta(seconds=3)
+    harness = make_harness(
+        settings=dataclasses.replace(FAST, leaf_settle=settle, full_scan_every=timedelta(minutes=1))
+    )
+    harness.apply(
+        """\
+name: settle
+concurrency: allow
+tasks:
+  first: {run: "true"}
+  then: {run: "true", after: [first]}
+  alone: {run: "true"}
+"""
+    )
+    run_id = harness.trigger("settle")
+
+    harness.until(harness.state_is(run_id, "first", I.SUCCESS), what="first to succeed")
+    first_done = time.monotonic()
+    harness.until(lambda: harness.states(run_id)["then"] is not I.CREATED, what="then to open")
+    # The downstream task opened at once, not after the window.
+    assert time.monotonic() - first_done < settle.total_seconds()
+    harness.until(lambda: set(harness.states(run_id).values()) == {I.SUCCESS}, what="all done")
+    # Both leaves succeeded within the window: their run is read when it closes.
+    assert harness.run(run_id)[0] is R.RUNNING
+    assert harness.finish(run_id) == (R.SUCCESS, "every leaf succeeded or was skipped")
+
+
+def test_a_failing_leaf_ends_its_run_without_waiting(make_harness: MakeHarness) -> None:
+    harness = make_harness(
+        settings=dataclasses.replace(
+            FAST, leaf_settle=timedelta(minutes=5), full_scan_every=timedelta(minutes=5)
+        )
+    )
+    harness.apply("name: fails\nconcurrency: allow\ntasks:\n  bad: {run: 'exit 3'}\n")
+    run_id = harness.trigger("fails")
+
+    state, reason = harness.finish(run_id, timeout=20)
+    assert state is R.FAILED
+    assert "bad" in reason
 
 
 def test_a_branch_skips_the_direct_downstream_tasks_it_did_not_choose(harness: Harness) -> None:

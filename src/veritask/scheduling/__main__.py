@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds("--monitor-every", defaults.monitor_every)
     seconds("--reconcile-every", defaults.reconcile_every)
     seconds("--full-scan-every", defaults.full_scan_every)
+    seconds("--leaf-settle", defaults.leaf_settle)
     seconds("--submit-grace", defaults.submit_grace)
     seconds("--queued-check", defaults.queued_check)
     parser.add_argument(
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         monitor_every=timedelta(seconds=args.monitor_every),
         reconcile_every=timedelta(seconds=args.reconcile_every),
         full_scan_every=timedelta(seconds=args.full_scan_every),
+        leaf_settle=timedelta(seconds=args.leaf_settle),
         submit_grace=timedelta(seconds=args.submit_grace),
         queued_check=timedelta(seconds=args.queued_check),
         cancel_window=None if args.cancel_window is None else timedelta(seconds=args.cancel_window),

@@ -26,11 +26,11 @@ import sqlalchemy as sa
 
 from veritask.core import judge
 from veritask.core.events import Event, EventKind
-from veritask.core.states import PublicationState, RunExecutionState
+from veritask.core.states import InstanceState, PublicationState, RunExecutionState
 from veritask.definitions.model import Definition
 from veritask.execution import port, transports
 from veritask.ledger import alerts, dialects, errors, schema
-from veritask.ledger.ledger import Ledger
+from veritask.ledger.ledger import Applied, Ledger
 from veritask.ledger.vocabulary import AlertCategory
 from veritask.scheduling import intake, sweeps, triggers
 from veritask.scheduling.advance import (
@@ -56,6 +56,10 @@ _PUBLISHING = (
     PublicationState.CHECKING.value,
     PublicationState.PUBLISHING.value,
 )
+#: An instance that moves between these tells its run nothing it could act on.
+_ACTIVE = frozenset({InstanceState.QUEUED, InstanceState.RUNNING})
+#: A leaf that ends so only lets its run end; any other end may fail the run at once.
+_LEAF_DONE = frozenset({InstanceState.SUCCESS, InstanceState.SKIPPED})
 #: Bound of the instance -> run map that routes worker reports to their runs.
 _ROUTES_LIMIT = 200_000
 #: How often the idle loop looks at the outbox while it waits.
@@ -104,6 +108,9 @@ class Scheduler:
         self._dirty: set[str] = set()
         self._timers: list[tuple[datetime, str]] = []
         self._routes: dict[str, str] = {}
+        # Instances no task waits for, and the runs with such news held until a timer.
+        self._leaves: set[str] = set()
+        self._settling: set[str] = set()
         self._rescan = True
         self._newest_run: datetime | None = None
         self._held_back = False
@@ -193,11 +200,14 @@ class Scheduler:
         report.reports += self.drain_outbox()
         runs = self._load_runs(full)
         while self._timers and self._timers[0][0] <= now:
-            self._dirty.add(heapq.heappop(self._timers)[1])
+            due = heapq.heappop(self._timers)[1]
+            self._dirty.add(due)
+            self._settling.discard(due)
         targets = list(runs.values()) if full else [runs[r] for r in self._dirty if r in runs]
         self._dirty.clear()
         if full:
             self._timers = []
+            self._settling.clear()
         for run in targets:
             try:
                 self._remember(self.advancer.advance(run, now, report))
@@ -226,8 +236,10 @@ class Scheduler:
     def _remember(self, advanced: Advanced) -> None:
         if len(self._routes) > _ROUTES_LIMIT:
             self._routes.clear()
+            self._leaves.clear()
         for instance_id in advanced.instance_ids:
             self._routes[instance_id] = advanced.run_id
+        self._leaves.update(advanced.leaf_ids)
         for moment in advanced.wake_at:
             heapq.heappush(self._timers, (moment, advanced.run_id))
         if advanced.again:
@@ -330,8 +342,8 @@ class Scheduler:
             if path is not None:
                 transports.acknowledge(path)
         self._touch(
-            event.instance_id
-            for path, event in chunk
+            (event, result)
+            for (path, event), result in zip(chunk, results, strict=True)
             if path is not None or event.kind is EventKind.SUBMIT_FAILED
         )
         for (_, event), result in zip(chunk, results, strict=True):
@@ -339,12 +351,24 @@ class Scheduler:
                 self._alert_conflict(event, result.reason)
         return len(chunk)
 
-    def _touch(self, instance_ids: Iterable[str]) -> None:
-        """The runs of these instances have news; an unknown instance means read them all."""
-        for instance_id in instance_ids:
-            run_id = self._routes.get(instance_id)
+    def _touch(self, news: Iterable[tuple[Event, Applied]]) -> None:
+        """Mark the runs these events moved; an unknown instance means read them all.
+
+        A task that was queued or started changes nothing its run could act on, and a leaf's
+        success only lets the run end: that news waits up to ``leaf_settle``, so that a run
+        of thousands of independent tasks is read once per window, not once per tick.
+        """
+        for event, result in news:
+            run_id = self._routes.get(event.instance_id)
             if run_id is None:
                 self._rescan = True
+            elif result.state in _ACTIVE:
+                continue
+            elif result.state in _LEAF_DONE and event.instance_id in self._leaves:
+                if run_id not in self._settling:
+                    self._settling.add(run_id)
+                    settle_at = self.clock() + self.settings.leaf_settle
+                    heapq.heappush(self._timers, (settle_at, run_id))
             else:
                 self._dirty.add(run_id)
 

@@ -20,6 +20,10 @@ class Settings:
     #: Every active run is re-read this often even when no report touched it (a safety net:
     #: retry timers, runs changed by another process, a missed wake-up).
     full_scan_every: timedelta = timedelta(seconds=1)
+    #: How long the success of a task nothing waits for may wait before its run is read again.
+    #: Only the run's own end depends on it, and a run of thousands read once per window
+    #: instead of once per tick costs far less (the run's end is known that much later).
+    leaf_settle: timedelta = timedelta(milliseconds=100)
     #: An opened attempt the engine has not acknowledged by then is submitted again.
     submit_grace: timedelta = timedelta(seconds=30)
     #: A QUEUED attempt is checked against the engine after this long.
@@ -37,6 +41,7 @@ class Settings:
             "monitor_every",
             "reconcile_every",
             "full_scan_every",
+            "leaf_settle",
             "submit_grace",
             "queued_check",
         ):
