@@ -110,10 +110,9 @@ def create_run(ledger: Ledger, request: NewRun, *, new_id: NewId) -> tuple[str, 
             },
             reason=request.execution_reason,
         )
-        for task_key, policy in request.tasks:
-            ledger.create_instance_in(
-                connection, run_id=run_id, task_key=task_key, policy=policy, event_id=new_id()
-            )
+        ledger.create_new_run_instances_in(
+            connection, run_id=run_id, tasks=request.tasks, new_id=new_id
+        )
     return run_id, True
 
 

@@ -20,11 +20,10 @@ from veritask.core.events import Event, EventKind
 from veritask.core.jsontypes import JSONObject
 from veritask.core.states import InstanceState, PublicationState, RunExecutionState
 from veritask.definitions.model import Definition
-from veritask.definitions.parse import definition_from_json
-from veritask.ledger import alerts, dialects, run_store, schema
+from veritask.ledger import alerts, dialects, run_store
 from veritask.ledger.ledger import Ledger
 from veritask.ledger.vocabulary import AlertCategory
-from veritask.scheduling import dependencies, publication, rules, sweeps
+from veritask.scheduling import dependencies, publication, rules, sweeps, versions
 from veritask.scheduling.dispatch import Dispatcher, Opened, RunContext, Submissions, new_event_id
 from veritask.scheduling.settings import Settings
 from veritask.scheduling.tokens import AttemptTokens
@@ -96,12 +95,8 @@ class Definitions:
         key = (definition_id, version)
         found = self._definitions.get(key)
         if found is None:
-            v = schema.definition_versions.c
             with dialects.read_transaction(self._ledger.engine) as connection:
-                spec = connection.execute(
-                    sa.select(v.spec).where(v.definition_id == definition_id, v.version == version)
-                ).scalar_one()
-            found = self._definitions[key] = definition_from_json(spec)
+                found = self._definitions[key] = versions.read(connection, definition_id, version)
         return found
 
     def graph(self, definition: Definition) -> run_state.RunGraph:

@@ -27,12 +27,12 @@ from veritask.core.states import (
 )
 from veritask.definitions import codec, schedule
 from veritask.definitions.model import ConcurrencyPolicy, Definition
-from veritask.definitions.parse import definition_from_json, parse_definition
+from veritask.definitions.parse import parse_definition
 from veritask.ledger import definitions as definition_store
 from veritask.ledger import dialects, run_store, schema
 from veritask.ledger.ledger import Ledger
 from veritask.ledger.vocabulary import SubjectType
-from veritask.scheduling import publication
+from veritask.scheduling import publication, versions
 from veritask.scheduling.dispatch import new_event_id
 
 
@@ -323,7 +323,7 @@ def fire_schedules(ledger: Ledger, now: datetime) -> int:
     d, v = schema.definitions.c, schema.definition_versions.c
     with dialects.read_transaction(ledger.engine) as connection:
         rows = connection.execute(
-            sa.select(d.id, d.name, d.created_at, v.spec)
+            sa.select(d.id, d.name, d.created_at, d.current_version, v.spec)
             .join(
                 schema.definition_versions,
                 sa.and_(v.definition_id == d.id, v.version == d.current_version),
@@ -340,7 +340,7 @@ def fire_schedules(ledger: Ledger, now: datetime) -> int:
     for row in rows:
         if not isinstance(row.spec, dict) or not row.spec.get("schedule"):
             continue
-        definition = definition_from_json(row.spec)
+        definition = versions.parsed(row.id, row.current_version, row.spec)
         if definition.schedule is None:
             continue
         last = latest.get(row.id) or row.created_at
@@ -381,13 +381,7 @@ def _current_definition(connection: sa.Connection, name: str) -> tuple[_Definiti
     row = _definition_row(connection, name)
     if row is None:
         raise NotFound(f"no definition named {name!r}")
-    spec = connection.execute(
-        sa.select(schema.definition_versions.c.spec).where(
-            schema.definition_versions.c.definition_id == row.id,
-            schema.definition_versions.c.version == row.current_version,
-        )
-    ).scalar_one()
-    return row, definition_from_json(spec)
+    return row, versions.read(connection, row.id, row.current_version)
 
 
 def _active_runs(connection: sa.Connection, definition_id: str) -> list[str]:

@@ -1,0 +1,49 @@
+"""Stored definition versions, parsed once per process: a version never changes.
+
+Parsing a stored version re-validates it, which for a definition of thousands of tasks takes
+a tenth of a second; triggers, schedules and the scheduler's loop all read the same few
+versions over and over.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Final
+
+import sqlalchemy as sa
+
+from veritask.core.jsontypes import JSONObject
+from veritask.definitions.model import Definition
+from veritask.definitions.parse import definition_from_json
+from veritask.ledger import schema
+
+#: Versions kept; past it the cache starts again empty (the working set is the active ones).
+_LIMIT: Final = 256
+
+_parsed: dict[tuple[str, int], Definition] = {}
+_lock = threading.Lock()
+
+
+def read(connection: sa.Connection, definition_id: str, version: int) -> Definition:
+    """The stored version, read and parsed on first use."""
+    found = _parsed.get((definition_id, version))
+    if found is not None:
+        return found
+    v = schema.definition_versions.c
+    spec = connection.execute(
+        sa.select(v.spec).where(v.definition_id == definition_id, v.version == version)
+    ).scalar_one()
+    return parsed(definition_id, version, spec)
+
+
+def parsed(definition_id: str, version: int, spec: JSONObject) -> Definition:
+    """The stored version whose ``spec`` the caller already read."""
+    key = (definition_id, version)
+    found = _parsed.get(key)
+    if found is None:
+        found = definition_from_json(spec)
+        with _lock:
+            if len(_parsed) >= _LIMIT:
+                _parsed.clear()
+            _parsed[key] = found
+    return found
