@@ -8,7 +8,8 @@ it alone, even when every callback was lost::
     worker.json       the worker's identity: pid, start time in clock ticks, host
     cancel_requested  a stop was asked for; holds the time of the first request
     task.json         the task's identity: pid, start time, process group
-    task.log          the task's stdout and stderr, capped, with the worker's notes
+    task.log          the task's stdout and stderr, capped, with the worker's notes; made
+                      on the first byte (a silent task has none: read as empty)
     output.json       VERITASK_OUTPUT: JSON the task leaves for the platform
     channel           a FIFO: the task API's progress and commit notices to the worker
     event.<seq>.*     the spool: every event, written before it is sent (see spool.py)

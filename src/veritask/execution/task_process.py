@@ -43,10 +43,16 @@ class LogSink:
 
     def __init__(self, path: Path, *, cap_bytes: int) -> None:
         self.path = path
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        # Created on the first byte: a task that prints nothing costs no file (on a busy
+        # file system, creating one costs more than running ``true``). Readers take a
+        # missing log for an empty one.
+        self._fd: int | None = None
         self._cap = cap_bytes
         # A restarted worker appends: what is already there counts against the cap.
-        self._written = os.fstat(self._fd).st_size
+        try:
+            self._written = path.stat().st_size
+        except FileNotFoundError:
+            self._written = 0
         self._truncated = self._written >= cap_bytes
         self._dropped = 0
         self._notes_written = 0
@@ -83,12 +89,17 @@ class LogSink:
             self._write(line)
 
     def _write(self, data: bytes) -> None:
+        if self._fd is None:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+            self._fd = os.open(self.path, flags, 0o600)
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view) :]
 
     def close(self) -> None:
-        os.close(self._fd)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class StartFailed(Exception):
