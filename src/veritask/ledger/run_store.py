@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -52,9 +53,12 @@ class NewRun:
     rerun_of: str | None = None
 
 
-@dataclass(frozen=True)
-class InstanceBrief:
-    """The columns the scheduler needs to move a run on, without the fold."""
+class InstanceBrief(NamedTuple):
+    """The columns the scheduler needs to move a run on, without the fold.
+
+    A tuple, not a frozen dataclass: a scheduler reads every instance of a run each time it
+    moves it, and building a tuple costs a tenth of a frozen dataclass's ``__init__``.
+    """
 
     id: str
     task_key: str
@@ -116,14 +120,17 @@ def create_run(ledger: Ledger, request: NewRun, *, new_id: NewId) -> tuple[str, 
     return run_id, True
 
 
+_t = schema.task_instances.c
+_SELECT_BRIEFS = (
+    sa.select(_t.id, _t.task_key, _t.map_index, _t.state, _t.epoch, _t.retry_at, _t.version)
+    .where(_t.run_id == sa.bindparam("run_id"))
+    .order_by(_t.task_key, _t.map_index)
+)
+
+
 def instances_brief(connection: Connection, run_id: str) -> list[InstanceBrief]:
     """The run's instances, light: no fold, no policy."""
-    t = schema.task_instances.c
-    rows = connection.execute(
-        sa.select(t.id, t.task_key, t.map_index, t.state, t.epoch, t.retry_at, t.version)
-        .where(t.run_id == run_id)
-        .order_by(t.task_key, t.map_index)
-    ).all()
+    rows = connection.execute(_SELECT_BRIEFS, {"run_id": run_id}).all()
     # A scheduler reads every instance of a run each time it moves it: a dict lookup for
     # the state is much cheaper than the enum's constructor on runs of thousands.
     return [
