@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
-from veritask.core import decide
+from veritask.core import decide, reasons
 from veritask.core.errors import VeritaskError
 from veritask.core.jsontypes import JSONValue
 from veritask.core.states import (
@@ -92,7 +92,9 @@ def apply_definition(ledger: Ledger, text: str, *, actor: str = "api") -> Applie
             event_id=new_event_id(),
             now=now,
             evidence={"version": version, "content_hash": digest, "new_version": created},
-            reason=f"version {version} {'created' if created else 'applied again'}",
+            reason=(reasons.VERSION_CREATED if created else reasons.VERSION_APPLIED_AGAIN).format(
+                version=version
+            ),
         )
     return Applied(definition_id, definition.name, version, created)
 
@@ -151,7 +153,8 @@ def trigger(
         close_unstarted(ledger, run_id, actor="scheduler", reason=reason)
     if created and definition.concurrency is ConcurrencyPolicy.REPLACE:
         for other in active:
-            request_run_cancel(ledger, other, actor="scheduler", reason=f"replaced by run {run_id}")
+            replaced = reasons.REPLACED_BY.format(run_id=run_id)
+            request_run_cancel(ledger, other, actor="scheduler", reason=replaced)
     with dialects.read_transaction(ledger.engine) as connection:
         current = connection.execute(
             sa.select(schema.runs.c.execution_state, schema.runs.c.execution_reason).where(
@@ -202,24 +205,21 @@ def _admission(
 ) -> tuple[RunExecutionState, str]:
     """What a new run does given the runs of its definition that are still active."""
     if not active:
-        return RunExecutionState.RUNNING, "started"
+        return RunExecutionState.RUNNING, reasons.STARTED.format()
     others = ", ".join(active)
     if kind is TriggerKind.BACKFILL and definition.concurrency is not ConcurrencyPolicy.ALLOW:
         # A backfill asks for every interval: it waits its turn rather than being refused
         # or replacing the runs ahead of it.
-        return RunExecutionState.QUEUED, f"backfill queued behind run(s) {others}"
+        return RunExecutionState.QUEUED, reasons.BACKFILL_QUEUED.format(runs=others)
     match definition.concurrency:
         case ConcurrencyPolicy.ALLOW:
-            return RunExecutionState.RUNNING, f"started beside active run(s) {others}"
+            return RunExecutionState.RUNNING, reasons.STARTED_BESIDE.format(runs=others)
         case ConcurrencyPolicy.FORBID:
-            return (
-                RunExecutionState.CANCELLED,
-                f"not started: concurrency is forbid and run(s) {others} are active",
-            )
+            return RunExecutionState.CANCELLED, reasons.FORBIDDEN_OVERLAP.format(runs=others)
         case ConcurrencyPolicy.QUEUE:
-            return RunExecutionState.QUEUED, f"queued behind run(s) {others}"
+            return RunExecutionState.QUEUED, reasons.QUEUED_BEHIND.format(runs=others)
         case ConcurrencyPolicy.REPLACE:
-            return RunExecutionState.QUEUED, f"replacing run(s) {others}: waiting for them to stop"
+            return RunExecutionState.QUEUED, reasons.REPLACING.format(runs=others)
 
 
 def start_queued_runs(ledger: Ledger) -> int:
@@ -245,7 +245,7 @@ def start_queued_runs(ledger: Ledger) -> int:
                 run_id=row.id,
                 expected_version=row.version,
                 state=RunExecutionState.RUNNING,
-                reason="started: the runs ahead of it finished",
+                reason=reasons.STARTED_AFTER_QUEUE.format(),
                 previous=RunExecutionState.QUEUED,
                 actor="scheduler",
                 event_id=new_event_id(),
@@ -307,7 +307,7 @@ def _request_cancel(ledger: Ledger, run_id: str, *, actor: str, reason: str) -> 
             run_id=run_id,
             expected_version=version,
             state=target,
-            reason=f"cancel requested by {actor}: {reason}",
+            reason=reasons.RUN_CANCEL_REQUESTED.format(actor=actor, reason=reason),
             previous=state,
             actor=actor,
             event_id=new_event_id(),
