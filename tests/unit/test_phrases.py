@@ -29,8 +29,8 @@ PLACEHOLDER = re.compile(r"\{(\w+)\}")
 #: Names joined by ", " (task keys, run ids) are data, never words to translate.
 NAMES = re.compile(r"[\w.:@-]+(?:, [\w.:@-]+)*")
 
-SAMPLES: dict[Slot, str] = {
-    Slot.NUMBER: "7",
+SAMPLES: dict[Slot, object] = {
+    Slot.NUMBER: 7,
     Slot.STATE: "UP_FOR_RETRY",
     Slot.STATES: "FAILED, SUCCESS",
     Slot.EVENT_KIND: "lease_expired",
@@ -43,19 +43,19 @@ SAMPLES: dict[Slot, str] = {
 }
 
 
-def sample(phrase: Phrase) -> dict[str, str]:
+def sample(phrase: Phrase) -> dict[str, object]:
     """A value for each field that no other template would claim."""
     return {
         name: SAMPLES.get(slot, f"<{name} {slot.value}>") for name, slot in phrase.slots.items()
     }
 
 
-def recorded_text(phrase: Phrase, values: dict[str, str]) -> dict[str, str]:
+def recorded_text(phrase: Phrase, values: dict[str, object]) -> dict[str, str]:
     """Each field as the template writes it (``{name!r}`` quotes it)."""
     shown = {}
     for _, name, spec, conversion in string.Formatter().parse(phrase.template):
         if name is not None:
-            converted = repr(values[name]) if conversion == "r" else values[name]
+            converted: object = repr(values[name]) if conversion == "r" else values[name]
             shown[name] = format(converted, spec or "")
     return shown
 
@@ -270,7 +270,9 @@ def test_every_run_verdict_is_recognised() -> None:
         verdict = execution_state(graph, states, waiting_for_time=timed)
         found.add(verdict.reason)
         if verdict.blocking:
-            found.add(reasons.BLOCKING.format(reason=verdict.reason, tasks=", ".join(verdict.blocking)))
+            found.add(
+                reasons.BLOCKING.format(reason=verdict.reason, tasks=", ".join(verdict.blocking))
+            )
     left = {text: unread(text) for text in found}
     assert {text: parts for text, parts in left.items() if parts} == {}
     assert any(text.startswith("deadlock:") for text in found)

@@ -1,7 +1,7 @@
 """Every phrase the platform writes, in one book that recognises their sentences.
 
 The reasons it records (:mod:`.reasons`), the problems a definition is refused with
-(:mod:`.definition_problems`) and the services' refusals (:mod:`.refusals`). The web UI asks
+(:mod:`.problems`) and the services' refusals (:mod:`.refusals`). The web UI asks
 :func:`match` which phrase wrote a stored sentence, then shows that key's catalog entry.
 """
 
@@ -11,14 +11,21 @@ import functools
 from dataclasses import dataclass
 from types import ModuleType
 
-from veritask.core import reasons
+from veritask.core import problems, reasons, refusals
 from veritask.core.phrases import Phrase, Phrasebook, Slot
 
-MODULES: tuple[ModuleType, ...] = (reasons,)
+MODULES: tuple[ModuleType, ...] = (reasons, problems, refusals)
 
 
 def _phrases_of(module: ModuleType) -> list[Phrase]:
-    return [value for value in vars(module).values() if isinstance(value, Phrase)]
+    """The module's phrases, alone or in tuples (one per cron field, say)."""
+    found: list[Phrase] = []
+    for value in vars(module).values():
+        if isinstance(value, Phrase):
+            found.append(value)
+        elif isinstance(value, tuple):
+            found.extend(item for item in value if isinstance(item, Phrase))
+    return found
 
 
 BOOK = Phrasebook(phrase for module in MODULES for phrase in _phrases_of(module))

@@ -81,8 +81,8 @@ _PATTERNS: Final[Mapping[Slot, str]] = {
     Slot.CODE: r"[a-z]+(?:_[a-z]+)*",
     Slot.FIELD: r"[A-Za-z_][\w.\[\]/-]*",
 }
-#: A field written ``{name!r}`` holds a Python repr: quoted.
-_REPR = r"(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
+#: A field written ``{name!r}`` holds a Python repr: a quoted string, a number, True, None.
+_REPR = r"(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[-+\w.]+)"
 
 
 class Phrase:
