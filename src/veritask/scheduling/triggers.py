@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
-from veritask.core import decide, reasons
+from veritask.core import decide, reasons, refusals
 from veritask.core.errors import VeritaskError
 from veritask.core.jsontypes import JSONValue
 from veritask.core.states import (
@@ -73,7 +73,9 @@ def apply_definition(ledger: Ledger, text: str, *, actor: str = "api") -> Applie
     with ledger.engine.begin() as connection:
         existing = _definition_row(connection, definition.name)
         if existing is not None and existing.lifecycle in ("deleting", "deleted", "purged"):
-            raise Refused(f"definition {definition.name} is {existing.lifecycle}")
+            raise Refused(
+                refusals.DEFINITION_IS.format(name=definition.name, lifecycle=existing.lifecycle)
+            )
         definition_id, version, created = definition_store.save_definition_version(
             connection,
             name=definition.name,
@@ -114,13 +116,12 @@ def trigger(
     with dialects.read_transaction(ledger.engine) as connection:
         row, definition = _current_definition(connection, name)
         if row.lifecycle not in (DefinitionLifecycle.ACTIVE, DefinitionLifecycle.DISABLED):
-            raise Refused(f"definition {name} is {row.lifecycle}; it cannot be triggered")
+            raise Refused(refusals.CANNOT_BE_TRIGGERED.format(name=name, lifecycle=row.lifecycle))
         active = _active_runs(connection, row.id)
     unknown = sorted(set(parameters or {}) - set(definition.parameters))
     if unknown and definition.parameters:
-        raise Refused(
-            f"parameters: unknown {', '.join(unknown)}; known: {', '.join(definition.parameters)}"
-        )
+        known = ", ".join(definition.parameters)
+        raise Refused(refusals.UNKNOWN_PARAMETERS.format(names=", ".join(unknown), known=known))
     idempotency_key = _key(name, kind, key, logical_time)
     state, reason = _admission(definition, active, kind)
     interval = (
@@ -179,9 +180,9 @@ def backfill(
     with dialects.read_transaction(ledger.engine) as connection:
         _, definition = _current_definition(connection, name)
     if definition.schedule is None:
-        raise Refused(f"definition {name} has no schedule to backfill")
+        raise Refused(refusals.NO_SCHEDULE.format(name=name))
     if end < start:
-        raise Refused("end: must not be before start")
+        raise Refused(refusals.END_BEFORE_START.format())
     times = schedule.fire_times(definition.schedule, after=start - _EPSILON, until=end)
     return [
         trigger(ledger, name=name, kind=TriggerKind.BACKFILL, actor=actor, logical_time=moment)
@@ -195,7 +196,7 @@ _EPSILON = timedelta(microseconds=1)
 def _key(name: str, kind: TriggerKind, key: str | None, logical_time: datetime | None) -> str:
     if kind in (TriggerKind.SCHEDULE, TriggerKind.BACKFILL):
         if logical_time is None:
-            raise Refused("logical_time: a scheduled or backfilled run needs one")
+            raise Refused(refusals.NEEDS_LOGICAL_TIME.format())
         return f"{name}@{logical_time.isoformat()}"
     return f"{name}:{key}" if key else f"{name}:{uuid.uuid4()}"
 
@@ -296,7 +297,7 @@ def _request_cancel(ledger: Ledger, run_id: str, *, actor: str, reason: str) -> 
         if state in (RunExecutionState.CANCELLING, RunExecutionState.CANCELLED):
             return state
         if state in (RunExecutionState.SUCCESS, RunExecutionState.FAILED):
-            raise Refused(f"run {run_id} is already {state}")
+            raise Refused(refusals.RUN_ALREADY.format(run_id=run_id, state=state))
         target = (
             RunExecutionState.CANCELLED
             if state is RunExecutionState.QUEUED
@@ -380,7 +381,7 @@ def _current_definition(connection: sa.Connection, name: str) -> tuple[_Definiti
     """The definition's row and its current version, or NotFound."""
     row = _definition_row(connection, name)
     if row is None:
-        raise NotFound(f"no definition named {name!r}")
+        raise NotFound(refusals.NO_DEFINITION.format(name=name))
     spec = connection.execute(
         sa.select(schema.definition_versions.c.spec).where(
             schema.definition_versions.c.definition_id == row.id,
