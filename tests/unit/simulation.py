@@ -87,6 +87,7 @@ class Recorded:
     outcome: judge.Outcome
     before: InstanceSnapshot
     after: InstanceSnapshot
+    reason: str = ""
 
 
 @dataclass
@@ -158,7 +159,9 @@ def simulate(scenario: Scenario) -> Simulation:
             None,
         )
         verdict = judge.judge(sim.snapshot, stamped, policy, known_fingerprint=known)
-        sim.recorded.append(Recorded(stamped, verdict.outcome, verdict.before, verdict.after))
+        sim.recorded.append(
+            Recorded(stamped, verdict.outcome, verdict.before, verdict.after, verdict.reason)
+        )
         if verdict.recorded:
             sim.snapshot = verdict.after
         return verdict

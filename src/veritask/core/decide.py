@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from veritask.core import judge
+from veritask.core import judge, reasons
 from veritask.core.events import Event, EventKind
 from veritask.core.fold import AttemptView, InstanceSnapshot
 from veritask.core.jsontypes import JSONObject
@@ -128,7 +128,7 @@ def monitor(
                 {
                     "timeout_seconds": timeout.total_seconds(),
                     "started_at": _iso(current.started_at),
-                    "reason": "ran past its timeout",
+                    "reason": reasons.RAN_PAST_TIMEOUT.format(),
                 },
             )
         )
@@ -252,11 +252,9 @@ def _reconcile_lost(
         "window_seconds": policy.evidence_window.total_seconds(),
     }
     if policy.on_unknown is OnUnknown.WAIT:
-        return Reconciliation(
-            alert=f"attempt {current.attempt_no} is LOST and the evidence stays inconclusive"
-        )
+        return Reconciliation(alert=reasons.INCONCLUSIVE.format(attempt_no=current.attempt_no))
     evidence: JSONObject = {
-        "reason": f"fate unknown after the {policy.evidence_window} evidence window",
+        "reason": reasons.FATE_UNKNOWN.format(window=policy.evidence_window),
         "on_unknown": policy.on_unknown.value,
         "gathered": gathered,
     }

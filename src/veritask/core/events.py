@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from veritask.core import reasons
 from veritask.core.jsontypes import JSONObject, JSONValue
 
 
@@ -370,35 +371,37 @@ def malformation(event: Event) -> str | None:
     try:
         actor = Actor.parse(event.actor)
     except ValueError as exc:
-        return f"actor: {exc}"
+        return reasons.BAD_ACTOR.format(problem=exc)
     if actor.kind not in rule.actors:
         allowed = ", ".join(sorted(a.value for a in rule.actors))
-        return f"actor: {event.actor} may not send {event.kind}; allowed: {allowed}"
+        return reasons.ACTOR_NOT_ALLOWED.format(actor=event.actor, kind=event.kind, allowed=allowed)
     if event.event_time.tzinfo is None:
-        return "event_time: must carry a time zone"
+        return reasons.NAIVE_TIME.format()
     if not event.event_id:
-        return "event_id: must not be empty"
+        return reasons.EMPTY_EVENT_ID.format()
     nothing_running = event.evidence.get("nothing_running", False)
     if event.kind is EventKind.CANCEL_REQUESTED and not isinstance(nothing_running, bool):
-        return f"evidence.nothing_running: expected bool, got {type(nothing_running).__name__}"
+        return reasons.NOTHING_RUNNING_TYPE.format(got=type(nothing_running).__name__)
     instance_cancel = event.kind is EventKind.CANCEL_REQUESTED and nothing_running is True
     if rule.level is Level.ATTEMPT and event.attempt_no < 1 and not instance_cancel:
-        return f"attempt_no: {event.kind} names an attempt, 1 or more; got {event.attempt_no}"
+        return reasons.NAMES_AN_ATTEMPT.format(kind=event.kind, attempt_no=event.attempt_no)
     if event.attempt_no < 0:
-        return f"attempt_no: must not be negative; got {event.attempt_no}"
+        return reasons.NEGATIVE_ATTEMPT.format(attempt_no=event.attempt_no)
     for key, types in rule.evidence.items():
         if key not in event.evidence:
-            return f"evidence.{key}: required for {event.kind}"
+            return reasons.EVIDENCE_REQUIRED.format(key=key, kind=event.kind)
         value = event.evidence[key]
         # bool is an int in Python; an int field must not accept True.
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             expected = " or ".join(t.__name__ for t in types)
-            return f"evidence.{key}: expected {expected}, got {type(value).__name__}"
+            return reasons.EVIDENCE_TYPE.format(
+                key=key, expected=expected, got=type(value).__name__
+            )
     if actor.kind is ActorKind.WORKER:
         if event.seq is None or event.seq < 1:
-            return "seq: worker reports carry a sequence number, 1 or more"
+            return reasons.NO_SEQ.format()
         if not event.attempt_token:
-            return "attempt_token: worker reports must carry the attempt token"
+            return reasons.NO_TOKEN.format()
     return _evidence_values_problem(event)
 
 
@@ -415,11 +418,11 @@ def _evidence_values_problem(event: Event) -> str | None:
     for key, vocabulary in checks:
         if ev[key] not in {m.value for m in vocabulary}:
             allowed = ", ".join(m.value for m in vocabulary)
-            return f"evidence.{key}: {ev[key]!r} is not one of {allowed}"
+            return reasons.NOT_ONE_OF.format(key=key, value=ev[key], allowed=allowed)
     if event.kind is EventKind.OVERRIDE and ev["to_state"] not in ("SUCCESS", "FAILED"):
-        return f"evidence.to_state: an override sets SUCCESS or FAILED, not {ev['to_state']!r}"
+        return reasons.OVERRIDE_TO.format(to_state=ev["to_state"])
     if event.kind is EventKind.CANCEL_REQUESTED and not str(ev["reason"]).strip():
-        return "evidence.reason: a cancel needs a reason"
+        return reasons.CANCEL_NEEDS_REASON.format()
     if event.kind is EventKind.OVERRIDE and not str(ev["reason"]).strip():
-        return "evidence.reason: an override needs a reason"
+        return reasons.OVERRIDE_NEEDS_REASON.format()
     return None

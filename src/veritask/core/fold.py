@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from veritask.core import reasons
 from veritask.core.events import ErrorCategory, Event, EventKind, OpenReason, StopCause
 from veritask.core.facts import AttemptFacts, Completion, InstanceFacts, Mark, merge
 from veritask.core.jsontypes import JSONValue
@@ -137,9 +138,12 @@ def derive(facts: InstanceFacts, policy: TaskPolicy) -> InstanceSnapshot:
     state, reason, retry_at = _instance_state(facts, current, policy)
     if override is not None:
         to_state = InstanceState(str(override.evidence["to_state"]))
-        reason = (
-            f"overridden to {to_state} by {override.actor} ({override.evidence['reason']}); "
-            f"the evidence alone says {state}: {reason}"
+        reason = reasons.OVERRIDDEN.format(
+            to_state=to_state,
+            actor=override.actor,
+            why=override.evidence["reason"],
+            state=state,
+            reason=reason,
         )
         state, retry_at = to_state, None
     return InstanceSnapshot(
@@ -153,12 +157,16 @@ def _instance_state(
     epoch = facts.epoch
     removed = facts.decision(epoch, EventKind.REMOVED)
     if removed is not None:
-        return InstanceState.REMOVED, "its task is not in the definition version", None
+        return InstanceState.REMOVED, reasons.REMOVED.format(), None
     cancel = facts.decision(epoch, EventKind.CANCEL_REQUESTED)
     if cancel is not None:
-        when = "before any attempt" if epoch == 0 else "while it waited to retry"
-        why = cancel.evidence["reason"]
-        return InstanceState.CANCELLED, f"cancelled by {cancel.actor} {when}: {why}", None
+        phrase = (
+            reasons.CANCELLED_BEFORE_ANY_ATTEMPT
+            if epoch == 0
+            else reasons.CANCELLED_WAITING_TO_RETRY
+        )
+        why = phrase.format(actor=cancel.actor, why=cancel.evidence["reason"])
+        return InstanceState.CANCELLED, why, None
     if current is None:
         for kind, state in (
             (EventKind.UPSTREAM_FAILED, InstanceState.UPSTREAM_FAILED),
@@ -166,8 +174,8 @@ def _instance_state(
         ):
             mark = facts.decision(0, kind)
             if mark is not None:
-                return state, f"trigger rule {mark.evidence['rule']}", None
-        return InstanceState.CREATED, "waiting for dependencies, concurrency or time", None
+                return state, reasons.TRIGGER_RULE.format(rule=mark.evidence["rule"]), None
+        return InstanceState.CREATED, reasons.WAITING.format(), None
     return _from_attempt(facts.instance_id, current, policy)
 
 
@@ -190,36 +198,36 @@ _SAME_NAME = {
 def _from_attempt(
     instance_id: str, a: AttemptView, policy: TaskPolicy
 ) -> tuple[InstanceState, str, datetime | None]:
-    label = f"attempt {a.attempt_no}: {a.reason}"
+    label = reasons.ATTEMPT.format(attempt_no=a.attempt_no, reason=a.reason)
     ended = a.ended_observed_at or a.ended_at
     if a.state is AttemptState.NOT_RECEIVED:
         if a.resubmit_index < policy.max_resubmits and ended is not None:
-            return InstanceState.UP_FOR_RETRY, f"{label}; resubmitting at once", ended
-        limit = f"the engine never received it {a.resubmit_index + 1} times"
-        return InstanceState.START_FAILED, f"{label}; {limit}", None
+            return InstanceState.UP_FOR_RETRY, reasons.RESUBMITTING.format(reason=label), ended
+        limit = reasons.NEVER_RECEIVED_TIMES.format(reason=label, count=a.resubmit_index + 1)
+        return InstanceState.START_FAILED, limit, None
     if a.state is AttemptState.ABANDONED:
         if a.on_unknown is OnUnknown.RETRY and ended is not None:
             if a.retry_index < policy.retry.max_retries:
-                return InstanceState.UP_FOR_RETRY, f"{label}; opening the next attempt", ended
-            return InstanceState.FAILED, f"{label}; no retries left", None
-        return InstanceState.FAILED, f"{label}; on_unknown=fail", None
+                return InstanceState.UP_FOR_RETRY, reasons.OPENING_NEXT.format(reason=label), ended
+            return InstanceState.FAILED, reasons.NO_RETRIES_LEFT.format(reason=label), None
+        return InstanceState.FAILED, reasons.ON_UNKNOWN_FAIL.format(reason=label), None
     state = _SAME_NAME[a.state]
     if a.state not in policy.retry.retry_on or ended is None:
         return state, label, None
     if a.stop_cause is StopCause.CANCEL:
-        return state, f"{label}; no retry after a cancel", None
+        return state, reasons.NO_RETRY_AFTER_CANCEL.format(reason=label), None
     if a.state is AttemptState.START_FAILED and a.retry_blocked:
-        return state, f"{label}; the engine says retrying cannot help", None
-    if a.retry_index >= policy.retry.max_retries:
-        return state, f"{label}; no retries left ({policy.retry.max_retries} allowed)", None
+        return state, reasons.RETRY_CANNOT_HELP.format(reason=label), None
+    allowed = policy.retry.max_retries
+    if a.retry_index >= allowed:
+        return state, reasons.NO_RETRIES_ALLOWED.format(reason=label, allowed=allowed), None
     number = a.retry_index + 1
     delay = policy.retry.delay_before(retry_number=number, seed=f"{instance_id}/{a.attempt_no}")
     retry_at = ended + delay
-    return (
-        InstanceState.UP_FOR_RETRY,
-        f"{label}; retry {number} of {policy.retry.max_retries} at {retry_at.isoformat()}",
-        retry_at,
+    why = reasons.RETRY_AT.format(
+        reason=label, number=number, allowed=allowed, at=retry_at.isoformat()
     )
+    return InstanceState.UP_FOR_RETRY, why, retry_at
 
 
 def _view(a: AttemptFacts, policy: TaskPolicy) -> AttemptView:
@@ -268,38 +276,47 @@ def _attempt_state(a: AttemptFacts, policy: TaskPolicy) -> tuple[AttemptState, s
     """The attempt's state by precedence, a sentence why, and the event that decided it."""
     stop = a.stop_requested
     if a.fenced is not None:
-        return AttemptState.ABANDONED, f"fenced: {a.fenced.evidence['reason']}", a.fenced
+        return (
+            AttemptState.ABANDONED,
+            reasons.FENCED.format(why=a.fenced.evidence["reason"]),
+            a.fenced,
+        )
     if a.completions:
         best = a.completions[0]
         state, why = _completion_state(best, a, policy)
         if len({_completion_state(c, a, policy)[0] for c in a.completions}) > 1:
-            why += "; other completion evidence disagrees (conflict, strongest evidence wins)"
+            why = reasons.EVIDENCE_DISAGREES.format(reason=why)
         if stop is not None and state not in (AttemptState.CANCELLED, AttemptState.TIMEOUT):
-            why += f"; the {_cause_word(stop)} lost the race"
+            timeout = stop.kind is EventKind.TIMEOUT_REQUESTED
+            lost = reasons.TIMEOUT_LOST_RACE if timeout else reasons.CANCEL_LOST_RACE
+            why = lost.format(reason=why)
         return state, why, best.mark
     if a.cancel_confirmed is not None:
         state = (
             AttemptState.TIMEOUT if _stop_cause(a) is StopCause.TIMEOUT else AttemptState.CANCELLED
         )
         source = a.cancel_confirmed.evidence["source"]
-        return state, f"the engine confirmed the stop ({source})", a.cancel_confirmed
+        return state, reasons.STOP_CONFIRMED.format(source=source), a.cancel_confirmed
     if a.never_received is not None:
-        return AttemptState.NOT_RECEIVED, "the engine never received it", a.never_received
+        return AttemptState.NOT_RECEIVED, reasons.NEVER_RECEIVED.format(), a.never_received
     if a.submit_failed is not None and a.max_report_seq == 0:
         error = a.submit_failed.evidence["error"]
-        return AttemptState.START_FAILED, f"the engine could not start it: {error}", a.submit_failed
+        why = reasons.COULD_NOT_START.format(error=error)
+        return AttemptState.START_FAILED, why, a.submit_failed
     if a.cancel_unconfirmed is not None:
-        return AttemptState.CANCEL_FAILED, "the engine did not confirm the stop", None
+        return AttemptState.CANCEL_FAILED, reasons.STOP_UNCONFIRMED.format(), None
     if stop is not None:
-        return AttemptState.CANCELLING, f"{_cause_word(stop)} requested by {stop.actor}", None
+        timeout = stop.kind is EventKind.TIMEOUT_REQUESTED
+        requested = reasons.TIMEOUT_REQUESTED if timeout else reasons.CANCEL_REQUESTED
+        return AttemptState.CANCELLING, requested.format(actor=stop.actor), None
     if a.lease_expired is not None and a.max_report_seq <= a.lease_basis:
         expiry = a.lease_expired.evidence["lease_expires_at"]
-        return AttemptState.LOST, f"no report since its lease expired at {expiry}", None
+        return AttemptState.LOST, reasons.LEASE_EXPIRED.format(at=expiry), None
     if a.max_report_seq > 0:
-        return AttemptState.RUNNING, "the worker reports it running", None
+        return AttemptState.RUNNING, reasons.REPORTS_RUNNING.format(), None
     if a.acknowledged is not None:
-        return AttemptState.QUEUED, "the executor acknowledged it", None
-    return AttemptState.SCHEDULED, "opened, not yet acknowledged by the executor", None
+        return AttemptState.QUEUED, reasons.ACKNOWLEDGED.format(), None
+    return AttemptState.SCHEDULED, reasons.OPENED.format(), None
 
 
 def _completion_state(
@@ -307,34 +324,40 @@ def _completion_state(
 ) -> tuple[AttemptState, str]:
     """What one completion fact proves, given the stop requests and the policy."""
     who = (
-        "the worker"
+        reasons.THE_WORKER.format()
         if c.mark.kind is EventKind.COMPLETED
-        else f"the engine ({c.mark.evidence['source']})"
+        else reasons.THE_ENGINE.format(source=c.mark.evidence["source"])
     )
-    exit_text = f"exit {c.exit_code}" if c.exit_code is not None else "no exit code"
+    exit_text = (
+        reasons.EXIT.format(code=c.exit_code)
+        if c.exit_code is not None
+        else reasons.NO_EXIT_CODE.format()
+    )
     stopped_by_us = _stop_cause(a)
     category = c.category
     if category is None:
         category = ErrorCategory.NONE if c.engine_state is EngineState.SUCCEEDED else None
     if category is ErrorCategory.NONE:
         if policy.requires_commit and not (c.commit_marker or a.committed):
-            return AttemptState.FAILED, f"{who} reported {exit_text} but no output commit marker"
-        return AttemptState.SUCCESS, f"{who} reported {exit_text}"
+            return AttemptState.FAILED, reasons.REPORTED_NO_MARKER.format(who=who, exit=exit_text)
+        return AttemptState.SUCCESS, reasons.REPORTED.format(who=who, exit=exit_text)
     if category is ErrorCategory.SKIPPED:
-        return AttemptState.SKIPPED, f"{who} reported that the task skipped itself ({exit_text})"
+        return AttemptState.SKIPPED, reasons.SKIPPED_ITSELF.format(who=who, exit=exit_text)
     if category is ErrorCategory.TIMEOUT:
-        return AttemptState.TIMEOUT, f"{who} stopped it at its timeout"
+        return AttemptState.TIMEOUT, reasons.STOPPED_AT_TIMEOUT.format(who=who)
     if category is ErrorCategory.START_ERROR:
-        return AttemptState.START_FAILED, f"{who} could not start the task"
+        return AttemptState.START_FAILED, reasons.COULD_NOT_START_TASK.format(who=who)
     if category in (ErrorCategory.CANCELLED, ErrorCategory.KILLED, None):
         if stopped_by_us is StopCause.TIMEOUT:
-            return AttemptState.TIMEOUT, f"{who} confirmed it stopped at our timeout ({exit_text})"
+            why = reasons.STOPPED_AT_OUR_TIMEOUT.format(who=who, exit=exit_text)
+            return AttemptState.TIMEOUT, why
         if stopped_by_us is StopCause.CANCEL:
-            return AttemptState.CANCELLED, f"{who} confirmed it stopped on request ({exit_text})"
+            why = reasons.STOPPED_ON_REQUEST.format(who=who, exit=exit_text)
+            return AttemptState.CANCELLED, why
         if category is None:
-            return AttemptState.FAILED, f"{who} reported failure ({exit_text})"
-        return AttemptState.FAILED, f"{who} reported it killed by a signal nobody here sent"
-    return AttemptState.FAILED, f"{who} reported {exit_text}"
+            return AttemptState.FAILED, reasons.REPORTED_FAILURE.format(who=who, exit=exit_text)
+        return AttemptState.FAILED, reasons.KILLED_BY_SIGNAL.format(who=who)
+    return AttemptState.FAILED, reasons.REPORTED.format(who=who, exit=exit_text)
 
 
 def completion_result(c: Completion, a: AttemptFacts, policy: TaskPolicy) -> AttemptState:
@@ -349,20 +372,19 @@ def _stop_cause(a: AttemptFacts) -> StopCause | None:
     return StopCause.TIMEOUT if stop.kind is EventKind.TIMEOUT_REQUESTED else StopCause.CANCEL
 
 
-def _cause_word(stop: Mark) -> str:
-    return "timeout" if stop.kind is EventKind.TIMEOUT_REQUESTED else "cancel"
-
-
 def _late_notes(a: AttemptFacts, state: AttemptState, policy: TaskPolicy) -> tuple[str, ...]:
     """Facts kept on the record that arrived after a decision closed the attempt."""
     notes: list[str] = []
     if state is AttemptState.ABANDONED:
         for c in a.completions:
             result, _ = _completion_state(c, a, policy)
-            notes.append(f"{result.lower()} late, after it was abandoned (event {c.mark.event_id})")
+            late = reasons.LATE_AFTER_ABANDONED.format(
+                state=result.lower(), event_id=c.mark.event_id
+            )
+            notes.append(late)
     if state is AttemptState.NOT_RECEIVED and a.max_report_seq > 0:
         # A completion would outrank the decision; a report without one only adds this note.
-        notes.append("the worker reported after the engine was judged not to have it")
+        notes.append(reasons.REPORTED_AFTER_NOT_RECEIVED.format())
     return tuple(notes)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from veritask.core import fold as folding
+from veritask.core import reasons
 from veritask.core.events import (
     Event,
     EventKind,
@@ -83,11 +84,10 @@ def judge(
 
     if known_fingerprint is not None:
         if known_fingerprint == fingerprint(event):
-            return verdict(Outcome.DUPLICATE, f"event {event.event_id} was already recorded")
-        return verdict(
-            Outcome.REJECTED,
-            f"event_id: {event.event_id} was already used for different content",
-        )
+            return verdict(
+                Outcome.DUPLICATE, reasons.ALREADY_RECORDED.format(event_id=event.event_id)
+            )
+        return verdict(Outcome.REJECTED, reasons.ID_REUSED.format(event_id=event.event_id))
     problem = malformation(event) or _subject_problem(snapshot, event)
     if problem is None and event.is_decision:
         problem = _decision_problem(snapshot, event)
@@ -105,20 +105,20 @@ def judge(
 
 def _subject_problem(snapshot: InstanceSnapshot, event: Event) -> str | None:
     if event.instance_id != snapshot.instance_id:
-        return f"instance_id: {event.instance_id} is not {snapshot.instance_id}"
+        return reasons.OTHER_INSTANCE.format(got=event.instance_id, expected=snapshot.instance_id)
     if event.kind is not EventKind.INSTANCE_CREATED and snapshot.facts.created is None:
-        return f"instance_id: instance {event.instance_id} was never created"
+        return reasons.NEVER_CREATED.format(instance_id=event.instance_id)
     level = event.rule.level
     if level is Level.ATTEMPT and event.kind is not EventKind.ATTEMPT_OPENED:
         if is_instance_cancel(event):
             return None
         attempt = snapshot.attempt(event.attempt_no)
         if attempt is None:
-            return f"attempt_no: attempt {event.attempt_no} was never opened"
+            return reasons.NEVER_OPENED.format(attempt_no=event.attempt_no)
         if event.attempt_token is not None or event.actor == "worker":
             token = event.attempt_token or ""
             if attempt.token_hash is None or not token_matches(token, attempt.token_hash):
-                return f"attempt_token: does not match attempt {event.attempt_no}"
+                return reasons.TOKEN_MISMATCH.format(attempt_no=event.attempt_no)
     return None
 
 
@@ -145,56 +145,55 @@ def _decision_problem(snapshot: InstanceSnapshot, event: Event) -> str | None:
     epoch = snapshot.epoch
     current = snapshot.current
     kind = event.kind
-    now = f"illegal now: the instance is {state}"
     if kind is EventKind.INSTANCE_CREATED:
         created = snapshot.facts.created
         if created is not None:
-            return f"instance_id: already created by event {created.event_id}"
+            return reasons.ALREADY_CREATED.format(event_id=created.event_id)
         return None
     if kind is EventKind.ATTEMPT_OPENED:
         return _opening_problem(snapshot, event)
     if event.attempt_no != epoch:
-        return f"attempt_no: decisions apply to the current epoch {epoch}, not {event.attempt_no}"
+        return reasons.NOT_THE_EPOCH.format(epoch=epoch, attempt_no=event.attempt_no)
     attempt_state = current.state if current is not None else None
     match kind:
         case EventKind.LEASE_EXPIRED:
             if attempt_state is not AttemptState.RUNNING or current is None:
-                return f"{now}; only a RUNNING attempt can lose its lease"
+                return reasons.ILLEGAL_LEASE.format(state=state)
             seen = event.evidence["last_report_seq"]
             if seen != current.max_report_seq:
                 held = current.max_report_seq
-                return f"stale decision: it saw report {seen}, the ledger holds {held}"
+                return reasons.STALE_DECISION.format(seen=seen, held=held)
         case EventKind.TIMEOUT_REQUESTED:
             if attempt_state not in (AttemptState.QUEUED, AttemptState.RUNNING, AttemptState.LOST):
-                return f"{now}; only a queued, running or lost attempt can time out"
+                return reasons.ILLEGAL_TIMEOUT.format(state=state)
         case EventKind.CANCEL_REQUESTED:
             if is_instance_cancel(event):
                 if state not in (InstanceState.CREATED, InstanceState.UP_FOR_RETRY):
-                    return f"{now}; a cancel with nothing running needs CREATED or UP_FOR_RETRY"
+                    return reasons.ILLEGAL_IDLE_CANCEL.format(state=state)
             elif attempt_state not in _RUNNABLE_STOP:
-                return f"{now}; there is nothing to stop"
+                return reasons.NOTHING_TO_STOP.format(state=state)
         case EventKind.CANCEL_UNCONFIRMED:
             if attempt_state is not AttemptState.CANCELLING:
-                return f"{now}; only a CANCELLING attempt can miss its confirmation"
+                return reasons.ILLEGAL_UNCONFIRMED.format(state=state)
         case EventKind.NEVER_RECEIVED:
             if attempt_state not in (AttemptState.SCHEDULED, AttemptState.QUEUED) or (
                 current is not None and current.max_report_seq > 0
             ):
-                return f"{now}; only an attempt no worker reported from can be never received"
+                return reasons.ILLEGAL_NEVER_RECEIVED.format(state=state)
         case EventKind.FENCED:
             if attempt_state not in (AttemptState.LOST, AttemptState.QUEUED):
-                return f"{now}; only a LOST or QUEUED attempt can be fenced"
+                return reasons.ILLEGAL_FENCE.format(state=state)
             if event.evidence["on_unknown"] not in (OnUnknown.RETRY, OnUnknown.FAIL):
-                return "evidence.on_unknown: fencing follows on_unknown retry or fail"
+                return reasons.FENCE_ON_UNKNOWN.format()
         case EventKind.OVERRIDE:
             if attempt_state in _OVERRIDE_BLOCKERS:
-                return f"{now}; stop attempt {epoch} before overriding it"
+                return reasons.STOP_BEFORE_OVERRIDE.format(state=state, epoch=epoch)
         case EventKind.SKIPPED | EventKind.UPSTREAM_FAILED:
             if state is not InstanceState.CREATED or epoch != 0:
-                return f"{now}; trigger rules decide only before the first attempt"
+                return reasons.ILLEGAL_RULE.format(state=state)
         case EventKind.REMOVED:
             if attempt_state is not None and not attempt_state.is_terminal:
-                return f"{now}; attempt {epoch} is still active"
+                return reasons.STILL_ACTIVE.format(state=state, epoch=epoch)
         case _:
             return None
     return None
@@ -204,29 +203,29 @@ def _opening_problem(snapshot: InstanceSnapshot, event: Event) -> str | None:
     state = snapshot.state
     expected = snapshot.epoch + 1
     if event.attempt_no != expected:
-        return f"attempt_no: the next attempt is {expected}, not {event.attempt_no}"
+        return reasons.NEXT_ATTEMPT_IS.format(expected=expected, got=event.attempt_no)
     reason = OpenReason(str(event.evidence["reason"]))
     retry_index = event.evidence["retry_index"]
     resubmit_index = event.evidence["resubmit_index"]
     previous = snapshot.current
     if reason is OpenReason.FIRST:
         if state is not InstanceState.CREATED or previous is not None:
-            return f"illegal now: a first attempt opens from CREATED, the instance is {state}"
+            return reasons.FIRST_FROM_CREATED.format(state=state)
         want = (0, 0)
     elif reason is OpenReason.RERUN:
         if not state.is_terminal:
-            return f"illegal now: a rerun opens from a finished instance, this one is {state}"
+            return reasons.RERUN_FROM_FINISHED.format(state=state)
         want = (0, 0)
     else:
         if state is not InstanceState.UP_FOR_RETRY or previous is None:
-            return f"illegal now: a retry opens from UP_FOR_RETRY, the instance is {state}"
+            return reasons.RETRY_FROM_UP_FOR_RETRY.format(state=state)
         want = _next_counters(previous, reason)
         expected_reason = _retry_reason(previous)
         if reason is not expected_reason:
-            return f"evidence.reason: after {previous.state} the next attempt is {expected_reason}"
+            return reasons.NEXT_OPEN_REASON.format(state=previous.state, expected=expected_reason)
     if (retry_index, resubmit_index) != want:
         got = (retry_index, resubmit_index)
-        return f"evidence.retry_index/resubmit_index: expected {want}, got {got}"
+        return reasons.COUNTERS.format(want=want, got=got)
     return None
 
 
@@ -268,16 +267,10 @@ def _staleness(snapshot: InstanceSnapshot, event: Event) -> str | None:
     if event.attempt_no == 0:
         return None
     if event.attempt_no < snapshot.epoch:
-        return (
-            f"attempt {event.attempt_no} is superseded by attempt {snapshot.epoch}: "
-            "kept on its own record, changes nothing else"
-        )
+        return reasons.SUPERSEDED.format(attempt_no=event.attempt_no, epoch=snapshot.epoch)
     current = snapshot.current
     if current is not None and current.state is AttemptState.ABANDONED:
-        return (
-            f"attempt {event.attempt_no} was fenced off: kept on its record "
-            f"({event.kind} after it was fenced), changes nothing else"
-        )
+        return reasons.FENCED_OFF.format(attempt_no=event.attempt_no, kind=event.kind)
     return None
 
 
@@ -299,13 +292,16 @@ def _conflict(
     if held == {result}:
         return None
     others = ", ".join(sorted(held))
-    return (
-        f"attempt {event.attempt_no}: this completion says {result}, evidence already held says "
-        f"{others}; by precedence the attempt is {view.state} ({view.reason})"
+    return reasons.COMPLETIONS_DISAGREE.format(
+        attempt_no=event.attempt_no,
+        result=result,
+        held=others,
+        state=view.state,
+        reason=view.reason,
     )
 
 
 def _describe(before: InstanceSnapshot, after: InstanceSnapshot, event: Event) -> str:
     if before.state is not after.state:
         return after.reason
-    return f"recorded {event.kind}; the instance stays {after.state}"
+    return reasons.STAYS.format(kind=event.kind, state=after.state)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 
+from veritask.core import problems
 from veritask.core.errors import InvalidPolicy
 from veritask.core.jsontypes import JSONObject
 from veritask.core.states import AttemptState
@@ -57,19 +58,20 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
-            raise InvalidPolicy(f"retry.max_retries: must be 0 or more, got {self.max_retries}")
+            at_least = problems.AT_LEAST.format(minimum=0, number=self.max_retries)
+            raise InvalidPolicy(f"retry.max_retries: {at_least}")
         if self.delay < timedelta(0):
-            raise InvalidPolicy(f"retry.delay: must not be negative, got {self.delay}")
+            raise InvalidPolicy(f"retry.delay: {problems.NOT_NEGATIVE.format(value=self.delay)}")
         if self.max_delay < self.delay:
-            raise InvalidPolicy(
-                f"retry.max_delay: {self.max_delay} is shorter than delay {self.delay}"
-            )
+            shorter = problems.SHORTER_THAN_DELAY.format(max_delay=self.max_delay, delay=self.delay)
+            raise InvalidPolicy(f"retry.max_delay: {shorter}")
         if not 0.0 <= self.jitter <= 1.0:
-            raise InvalidPolicy(f"retry.jitter: must be between 0 and 1, got {self.jitter}")
+            between = problems.BETWEEN.format(low=0, high=1, number=self.jitter)
+            raise InvalidPolicy(f"retry.jitter: {between}")
         forbidden = self.retry_on & _NEVER_RETRYABLE
         if forbidden:
             names = ", ".join(sorted(forbidden))
-            raise InvalidPolicy(f"retry.retry_on: {names} can never be retried")
+            raise InvalidPolicy(f"retry.retry_on: {problems.NEVER_RETRIED.format(states=names)}")
 
     def delay_before(self, *, retry_number: int, seed: str) -> timedelta:
         """The wait before retry ``retry_number`` (1 for the first retry).
@@ -107,11 +109,13 @@ class TaskPolicy:
         for name in ("lease", "evidence_window", "cancel_window"):
             value: timedelta = getattr(self, name)
             if value <= timedelta(0):
-                raise InvalidPolicy(f"{name}: must be positive, got {value}")
+                raise InvalidPolicy(f"{name}: {problems.MUST_BE_POSITIVE.format(value=value)}")
         if self.timeout is not None and self.timeout <= timedelta(0):
-            raise InvalidPolicy(f"timeout: must be positive, got {self.timeout}")
+            positive = problems.MUST_BE_POSITIVE.format(value=self.timeout)
+            raise InvalidPolicy(f"timeout: {positive}")
         if self.max_resubmits < 0:
-            raise InvalidPolicy(f"max_resubmits: must be 0 or more, got {self.max_resubmits}")
+            at_least = problems.AT_LEAST.format(minimum=0, number=self.max_resubmits)
+            raise InvalidPolicy(f"max_resubmits: {at_least}")
 
     def to_json(self) -> JSONObject:
         """The policy as stored beside the instance."""

@@ -29,6 +29,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from veritask.core import reasons
 from veritask.core.errors import VeritaskError
 from veritask.core.states import InstanceState, RunExecutionState
 from veritask.core.trigger_rules import FAILED_STATES, RuleOutcome, TriggerRule, evaluate
@@ -191,22 +192,24 @@ def execution_state(
             return _deadlock(blocked)
         parts = []
         if active:
-            parts.append(f"active: {_names(active)}")
+            parts.append(reasons.ACTIVE.format(tasks=_names(active)))
         if waiting:
-            parts.append(f"waiting for a retry: {_names(waiting)}")
+            parts.append(reasons.WAITING_FOR_RETRY.format(tasks=_names(waiting)))
         if ready:
-            parts.append(f"ready: {_names(ready)}")
+            parts.append(reasons.READY.format(tasks=_names(ready)))
         if blocked:
-            parts.append(f"waiting for upstream: {_names(blocked)}")
+            parts.append(reasons.WAITING_FOR_UPSTREAM.format(tasks=_names(blocked)))
         if failing:
-            parts.append(f"{_leaf_word(failing)} {_describe(failing, state_of)} already")
+            already = reasons.LEAF_ALREADY if len(failing) == 1 else reasons.LEAVES_ALREADY
+            parts.append(already.format(ended=_describe(failing, state_of)))
         return RunVerdict(RunExecutionState.RUNNING, "; ".join(parts))
 
     if failing:
+        ended = reasons.LEAF_ENDED if len(failing) == 1 else reasons.LEAVES_ENDED
         return RunVerdict(
-            RunExecutionState.FAILED, f"{_leaf_word(failing)} {_describe(failing, state_of)}"
+            RunExecutionState.FAILED, ended.format(ended=_describe(failing, state_of))
         )
-    reason = "every leaf succeeded or was skipped"
+    reason = reasons.EVERY_LEAF_SUCCEEDED.format()
     ignored = [
         key
         for key in graph.keys
@@ -215,7 +218,7 @@ def execution_state(
         and state_of(key) in FAILING_LEAF_STATES
     ]
     if ignored:
-        reason += f" (teardown {_describe(ignored, state_of)}, which does not decide the run)"
+        reason = reasons.TEARDOWN_IGNORED.format(ended=_describe(ignored, state_of))
     return RunVerdict(RunExecutionState.SUCCESS, reason)
 
 
@@ -316,29 +319,26 @@ def _cycle_through(
 
 def _deadlock(blocked: Mapping[str, tuple[str, ...]]) -> RunVerdict:
     cycles = find_cycles(blocked)
-    waits = "; ".join(f"{key} waits for {_names(ups)}" for key, ups in blocked.items())
-    reason = f"deadlock: {waits}"
+    waits = "; ".join(
+        reasons.WAITS_FOR.format(task=key, tasks=_names(ups)) for key, ups in blocked.items()
+    )
+    reason = reasons.DEADLOCK.format(waits=waits)
     if cycles:
         shown = ", ".join(" -> ".join((*cycle, cycle[0])) for cycle in cycles)
-        reason += f" (cycle {shown})"
+        reason = reasons.DEADLOCK_CYCLE.format(waits=waits, cycles=shown)
     return RunVerdict(RunExecutionState.FAILED, reason, blocking=tuple(blocked))
-
-
-def _leaf_word(keys: Sequence[str]) -> str:
-    return "leaf" if len(keys) == 1 else "leaves"
 
 
 def _describe(keys: Iterable[str], state_of: Callable[[str], InstanceState]) -> str:
     parts = []
     for key in keys:
         state = state_of(key)
-        word = "failed" if state is InstanceState.FAILED else state.value.lower()
-        parts.append(f"{key} {word}")
+        parts.append(reasons.TASK_ENDED.format(task=key, state=state.value.lower()))
     return ", ".join(parts)
 
 
 def _names(keys: Iterable[str], limit: int = 5) -> str:
     items = list(keys)
     if len(items) > limit:
-        return ", ".join(items[:limit]) + f" and {len(items) - limit} more"
+        return reasons.AND_MORE.format(tasks=", ".join(items[:limit]), count=len(items) - limit)
     return ", ".join(items)

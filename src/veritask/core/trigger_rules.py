@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import assert_never
 
+from veritask.core import reasons
 from veritask.core.errors import VeritaskError
 from veritask.core.states import InstanceState
 
@@ -180,87 +181,87 @@ def evaluate(
     """
     t = _Tally.of(upstream)
     if t.count == 0:
-        return _run("no upstream tasks")
+        return _run(reasons.NO_UPSTREAM.format())
     match rule:
         case TriggerRule.ALWAYS:
-            return _run("always runs")
+            return _run(reasons.ALWAYS_RUNS.format())
         case TriggerRule.ALL_SUCCESS:
             if t.any_failure:
-                return _upstream_failed(f"upstream {_names(t.any_failure)} failed")
+                return _upstream_failed(reasons.UPSTREAM_FAILED.format(tasks=_names(t.any_failure)))
             if t.skipped:
-                return _skip(f"upstream {_names(t.skipped)} skipped")
+                return _skip(reasons.UPSTREAM_SKIPPED.format(tasks=_names(t.skipped)))
             if t.unfinished:
                 return _wait(t)
-            return _run("all upstream tasks succeeded")
+            return _run(reasons.ALL_SUCCEEDED.format())
         case TriggerRule.ALL_FAILED:
             if t.succeeded or t.skipped:
                 others = tuple(sorted(t.succeeded + t.skipped))
-                return _skip(f"upstream {_names(others)} did not fail")
+                return _skip(reasons.UPSTREAM_DID_NOT_FAIL.format(tasks=_names(others)))
             if t.unfinished:
                 return _wait(t)
-            return _run("all upstream tasks failed")
+            return _run(reasons.ALL_FAILED.format())
         case TriggerRule.ALL_DONE:
             if t.unfinished:
                 return _wait(t)
-            return _run("all upstream tasks are done")
+            return _run(reasons.ALL_DONE.format())
         case TriggerRule.ALL_DONE_SETUP_SUCCESS:
             return _all_done_setup_success(t, upstream, setup_upstreams)
         case TriggerRule.ALL_DONE_MIN_ONE_SUCCESS:
             if t.unfinished:
                 return _wait(t)
             if t.succeeded:
-                return _run(f"all upstream tasks are done and {_names(t.succeeded)} succeeded")
+                return _run(reasons.ALL_DONE_AND_SUCCEEDED.format(tasks=_names(t.succeeded)))
             if t.any_failure:
-                return _upstream_failed(f"no upstream succeeded: {_names(t.any_failure)} failed")
-            return _skip("every upstream task was skipped")
+                return _upstream_failed(reasons.NONE_SUCCEEDED.format(tasks=_names(t.any_failure)))
+            return _skip(reasons.EVERY_UPSTREAM_SKIPPED.format())
         case TriggerRule.ONE_SUCCESS:
             if t.succeeded:
-                return _run(f"upstream {_names(t.succeeded)} succeeded")
+                return _run(reasons.UPSTREAM_SUCCEEDED.format(tasks=_names(t.succeeded)))
             if t.unfinished:
                 return _wait(t)
             if t.any_failure:
-                return _upstream_failed(f"no upstream succeeded: {_names(t.any_failure)} failed")
-            return _skip("every upstream task was skipped")
+                return _upstream_failed(reasons.NONE_SUCCEEDED.format(tasks=_names(t.any_failure)))
+            return _skip(reasons.EVERY_UPSTREAM_SKIPPED.format())
         case TriggerRule.ONE_FAILED:
             if t.failed:
-                return _run(f"upstream {_names(t.failed)} failed")
+                return _run(reasons.UPSTREAM_FAILED.format(tasks=_names(t.failed)))
             if t.unfinished:
                 return _wait(t)
-            return _skip("no upstream task failed")
+            return _skip(reasons.NO_UPSTREAM_FAILED.format())
         case TriggerRule.ONE_DONE:
             done = tuple(sorted(t.succeeded + t.failed))
             if done:
-                return _run(f"upstream {_names(done)} finished")
+                return _run(reasons.UPSTREAM_FINISHED.format(tasks=_names(done)))
             if t.unfinished:
                 return _wait(t)
-            return _skip("no upstream task succeeded or failed")
+            return _skip(reasons.NONE_FINISHED.format())
         case TriggerRule.NONE_FAILED:
             if t.any_failure:
-                return _upstream_failed(f"upstream {_names(t.any_failure)} failed")
+                return _upstream_failed(reasons.UPSTREAM_FAILED.format(tasks=_names(t.any_failure)))
             if t.unfinished:
                 return _wait(t)
-            return _run("no upstream task failed")
+            return _run(reasons.NO_UPSTREAM_FAILED.format())
         case TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS:
             if t.any_failure:
-                return _upstream_failed(f"upstream {_names(t.any_failure)} failed")
+                return _upstream_failed(reasons.UPSTREAM_FAILED.format(tasks=_names(t.any_failure)))
             if t.unfinished:
                 return _wait(t)
             if t.succeeded:
-                return _run(f"no upstream task failed and {_names(t.succeeded)} succeeded")
-            return _skip("every upstream task was skipped")
+                return _run(reasons.NONE_FAILED_AND_SUCCEEDED.format(tasks=_names(t.succeeded)))
+            return _skip(reasons.EVERY_UPSTREAM_SKIPPED.format())
         case TriggerRule.NONE_SKIPPED:
             if t.skipped:
-                return _skip(f"upstream {_names(t.skipped)} skipped")
+                return _skip(reasons.UPSTREAM_SKIPPED.format(tasks=_names(t.skipped)))
             if t.unfinished:
                 return _wait(t)
-            return _run("no upstream task was skipped")
+            return _run(reasons.NONE_SKIPPED.format())
         case TriggerRule.ALL_SKIPPED:
             not_skipped = tuple(sorted(t.succeeded + t.failed + t.upstream_failed))
             if not_skipped:
-                return _skip(f"upstream {_names(not_skipped)} was not skipped")
+                return _skip(reasons.UPSTREAM_NOT_SKIPPED.format(tasks=_names(not_skipped)))
             if t.unfinished:
                 return _wait(t)
-            return _run("all upstream tasks were skipped")
+            return _run(reasons.ALL_SKIPPED.format())
         case _:
             assert_never(rule)
 
@@ -276,13 +277,13 @@ def _all_done_setup_success(
         if key in upstream and upstream[key] is not InstanceState.REMOVED
     )
     if not setups:
-        return _run("all upstream tasks are done (no setup upstream)")
+        return _run(reasons.ALL_DONE_NO_SETUP.format())
     succeeded = [key for key in setups if upstream[key] is InstanceState.SUCCESS]
     if succeeded:
-        return _run(f"all upstream tasks are done and setup {_names(succeeded)} succeeded")
+        return _run(reasons.SETUP_SUCCEEDED.format(tasks=_names(succeeded)))
     if all(upstream[key] is InstanceState.SKIPPED for key in setups):
-        return _skip(f"setup {_names(setups)} skipped")
-    return _upstream_failed(f"no setup succeeded: {_names(setups)}")
+        return _skip(reasons.SETUP_SKIPPED.format(tasks=_names(setups)))
+    return _upstream_failed(reasons.NO_SETUP_SUCCEEDED.format(tasks=_names(setups)))
 
 
 def branch_skips(downstream_of_branch: Collection[str], chosen: Collection[str]) -> frozenset[str]:
@@ -296,8 +297,7 @@ def branch_skips(downstream_of_branch: Collection[str], chosen: Collection[str])
     if bad:
         allowed = ", ".join(sorted(downstream)) or "none"
         raise InvalidBranch(
-            f"the branch chose {_names(bad)}, not directly downstream of it "
-            f"(direct downstream tasks: {allowed})"
+            reasons.BRANCH_NOT_DOWNSTREAM.format(tasks=_names(bad), allowed=allowed)
         )
     return downstream - frozenset(chosen)
 
@@ -315,11 +315,11 @@ def _upstream_failed(reason: str) -> RuleDecision:
 
 
 def _wait(t: _Tally) -> RuleDecision:
-    return RuleDecision(RuleOutcome.WAIT, f"waiting for {_names(t.unfinished)}")
+    return RuleDecision(RuleOutcome.WAIT, reasons.WAITING_FOR.format(what=_names(t.unfinished)))
 
 
 def _names(keys: Iterable[str], limit: int = 5) -> str:
     items = list(keys)
     if len(items) > limit:
-        return ", ".join(items[:limit]) + f" and {len(items) - limit} more"
+        return reasons.AND_MORE.format(tasks=", ".join(items[:limit]), count=len(items) - limit)
     return ", ".join(items)

@@ -17,6 +17,7 @@ from functools import lru_cache
 
 from cronsim import CronSim, CronSimError
 
+from veritask.core import problems
 from veritask.core.errors import VeritaskError
 
 MACROS = {
@@ -28,14 +29,6 @@ MACROS = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-
-FIELDS = (
-    ("minute", "0-59"),
-    ("hour", "0-23"),
-    ("day of month", "1-31, L or LW"),
-    ("month", "1-12 or JAN-DEC"),
-    ("day of week", "0-7 or SUN-SAT (0 and 7 are Sunday), with L or # allowed"),
-)
 
 _PROBE = datetime(2000, 1, 1)
 
@@ -66,34 +59,28 @@ class CronExpr:
 def parse_cron(text: str) -> CronExpr:
     """Check ``text`` and return it parsed; raise :class:`InvalidSchedule` naming the field."""
     if not isinstance(text, str) or not text.strip():
-        raise InvalidSchedule("a cron expression is required, such as '0 2 * * *'")
+        raise InvalidSchedule(problems.CRON_REQUIRED.format())
     stripped = text.strip()
     if stripped.startswith("@"):
         expanded = MACROS.get(stripped.lower())
         if expanded is None:
             names = ", ".join(sorted(MACROS))
-            raise InvalidSchedule(f"unknown macro {stripped!r}; known: {names}")
+            raise InvalidSchedule(problems.UNKNOWN_MACRO.format(macro=stripped, known=names))
         stripped = expanded
     parts = stripped.upper().split()
     if len(parts) != 5:
-        raise InvalidSchedule(
-            f"{text!r} has {len(parts)} fields; cron needs 5: minute hour day-of-month "
-            "month day-of-week"
-        )
+        raise InvalidSchedule(problems.CRON_FIELD_COUNT.format(text=text, count=len(parts)))
     for i, part in enumerate(parts):
         probe = ["*"] * 5
         probe[i] = part
         try:
             CronSim(" ".join(probe), _PROBE)
         except (CronSimError, ValueError, IndexError) as exc:
-            name, allowed = FIELDS[i]
-            raise InvalidSchedule(
-                f"{name} field {part!r} is not valid (allowed: {allowed})"
-            ) from exc
+            raise InvalidSchedule(problems.CRON_FIELDS[i].format(part=part)) from exc
     try:
         sim = CronSim(" ".join(parts), _PROBE)
     except (CronSimError, ValueError, IndexError) as exc:
-        raise InvalidSchedule(f"{text!r} never fires: {exc}") from exc
+        raise InvalidSchedule(problems.NEVER_FIRES.format(text=text, detail=exc)) from exc
     return CronExpr(
         text=text,
         fields=(parts[0], parts[1], parts[2], parts[3], parts[4]),
@@ -119,9 +106,10 @@ def load_zone(name: str) -> zoneinfo.ZoneInfo:
         return zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
         close = difflib.get_close_matches(name, sorted(zoneinfo.available_timezones()), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise InvalidSchedule(
-            f"unknown time zone {name!r}{hint}; use an IANA name such as 'Asia/Shanghai' or 'UTC'"
+            problems.UNKNOWN_ZONE_HINT.format(name=name, close=close[0])
+            if close
+            else problems.UNKNOWN_ZONE.format(name=name)
         ) from None
 
 

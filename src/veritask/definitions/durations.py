@@ -8,6 +8,8 @@ import math
 import re
 from datetime import timedelta
 
+from veritask.core import problems
+
 _PATTERN = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?")
 _UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
 
@@ -24,15 +26,15 @@ def parse_duration(value: object) -> timedelta:
     try:
         return _parse(value)
     except OverflowError:
-        raise InvalidDuration(f"{value!r} is too long for a duration") from None
+        raise InvalidDuration(problems.DURATION_TOO_LONG.format(value=value)) from None
 
 
 def _parse(value: object) -> timedelta:
     if isinstance(value, bool):
-        raise InvalidDuration(f"expected a duration such as 30s, 10m or 1h30m, got {value!r}")
+        raise InvalidDuration(problems.EXPECTED_A_DURATION.format(value=value))
     if isinstance(value, int | float):
         if not math.isfinite(value) or value < 0:
-            raise InvalidDuration(f"a duration must be 0 or more seconds, got {value!r}")
+            raise InvalidDuration(problems.NEGATIVE_DURATION.format(value=value))
         return timedelta(seconds=value)
     if isinstance(value, str):
         text = value.strip().replace(" ", "")
@@ -43,11 +45,8 @@ def _parse(value: object) -> timedelta:
             days, hours, minutes = (int(g) if g else 0 for g in match.groups()[:3])
             seconds = float(match.group(4) or 0)
             return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-        raise InvalidDuration(
-            f"{value!r} is not a duration: write units largest first, such as 30s, 10m, 2h, "
-            "1d or 1h30m, or a number of seconds"
-        )
-    raise InvalidDuration(f"expected a duration such as 30s, 10m or 1h30m, got {value!r}")
+        raise InvalidDuration(problems.NOT_A_DURATION.format(value=value))
+    raise InvalidDuration(problems.EXPECTED_A_DURATION.format(value=value))
 
 
 def format_duration(value: timedelta) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 
+from veritask.core import problems
 from veritask.core.jsontypes import JSONValue
 from veritask.core.policy import TaskPolicy
 from veritask.core.run_state import RunGraph, TaskNode, TaskRole
@@ -57,7 +58,10 @@ class Catchup:
 
     def __post_init__(self) -> None:
         if self.max_runs is not None and self.max_runs < 1:
-            raise DefinitionError.one("schedule.catchup.max_runs", "must be 1 or more")
+            raise DefinitionError.one(
+                "schedule.catchup.max_runs",
+                problems.ONE_OR_MORE.format(),
+            )
 
 
 @dataclass(frozen=True)
@@ -123,7 +127,7 @@ class WaitFor:
     def __post_init__(self) -> None:
         if not self.published:
             raise DefinitionError.one(
-                "wait_for.published", "must be true: only PUBLISHED releases a dependency"
+                "wait_for.published", problems.ONLY_PUBLISHED_RELEASES.format()
             )
 
 
@@ -157,20 +161,22 @@ class TaskSpec:
             _check_step(self.run, self.call, f"tasks.{self.key}")
             if self.connection is not None:
                 raise DefinitionError.one(
-                    f"tasks.{self.key}.connection", "only a sql task names a connection"
+                    f"tasks.{self.key}.connection", problems.CONNECTION_WITHOUT_SQL.format()
                 )
         else:
             if self.run is not None or self.call is not None:
-                raise DefinitionError.one(f"tasks.{self.key}", "a sql task has no run and no call")
+                raise DefinitionError.one(f"tasks.{self.key}", problems.SQL_HAS_NO_STEP.format())
             if not self.sql.strip():
-                raise DefinitionError.one(f"tasks.{self.key}.sql", "the statement is empty")
+                raise DefinitionError.one(
+                    f"tasks.{self.key}.sql", problems.EMPTY_STATEMENT.format()
+                )
             if self.connection is None or not SLUG.fullmatch(self.connection):
                 raise DefinitionError.one(
-                    f"tasks.{self.key}.connection", "a sql task needs a connection name"
+                    f"tasks.{self.key}.connection", problems.SQL_NEEDS_CONNECTION_NAME.format()
                 )
         if self.decides_run and self.role is not TaskRole.TEARDOWN:
             raise DefinitionError.one(
-                f"tasks.{self.key}.decides_run", "only a teardown task may set decides_run"
+                f"tasks.{self.key}.decides_run", problems.ONLY_TEARDOWN_DECIDES.format()
             )
 
     @property
@@ -207,10 +213,12 @@ class Definition:
 
     def __post_init__(self) -> None:
         if not SLUG.fullmatch(self.name):
-            raise DefinitionError.one("name", f"{self.name!r} is not a valid name")
+            raise DefinitionError.one("name", problems.NOT_A_VALID_NAME.format(name=self.name))
         for key, task in self.tasks.items():
             if key != task.key:
-                raise DefinitionError.one(f"tasks.{key}", f"holds the task {task.key!r}")
+                raise DefinitionError.one(
+                    f"tasks.{key}", problems.HOLDS_ANOTHER_TASK.format(key=task.key)
+                )
 
     def run_graph(self) -> RunGraph:
         """The tasks as the core's graph (edges, rules, roles), for trigger rules and the
@@ -237,6 +245,6 @@ class Definition:
 def _check_step(run: str | None, call: str | None, path: str) -> None:
     prefix = f"{path}." if path else ""
     if (run is None) == (call is None):
-        raise DefinitionError.one(path or "step", "needs exactly one of run or call")
+        raise DefinitionError.one(path or "step", problems.ONE_OF_RUN_OR_CALL.format())
     if call is not None and not CALLABLE.fullmatch(call):
-        raise DefinitionError.one(f"{prefix}call", f"{call!r} is not module:function")
+        raise DefinitionError.one(f"{prefix}call", problems.NOT_CALLABLE_SHORT.format(call=call))

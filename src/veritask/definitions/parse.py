@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from functools import partial
 
+from veritask.core import problems
 from veritask.core.errors import InvalidPolicy
 from veritask.core.jsontypes import JSONValue
 from veritask.core.policy import Backoff, OnUnknown, RetryPolicy, TaskPolicy
@@ -36,7 +37,7 @@ from veritask.definitions.model import (
     TaskSpec,
     WaitFor,
 )
-from veritask.definitions.reader import Reader, entry_line, hint, is_null, kind, slug_message
+from veritask.definitions.reader import Reader, closest, entry_line, is_null, kind, slug_message
 from veritask.definitions.source import Entry, Map, Scalar, Seq, Value
 
 __all__ = [
@@ -199,22 +200,22 @@ class _Reader(Reader):
                 key_entry = item.get("key") if isinstance(item, Map) else None
                 key = self.text(key_entry, f"tasks[{i}].key") if key_entry else None
                 if key is None:
-                    self.add(f"tasks[{i}]", item.line, "a task in a list needs a key")
+                    self.add(f"tasks[{i}]", item.line, problems.LISTED_TASK_NEEDS_KEY.format())
                     continue
                 items.append((key, entry_line(key_entry), item, True))
         else:
-            self.add("tasks", value.line, f"expected a mapping of task keys, got {kind(value)}")
+            self.add("tasks", value.line, problems.EXPECTED_TASKS.format(kind=kind(value)))
             return {}
         if not items:
-            self.add("tasks", value.line or entry.key_line, "at least one task is required")
+            self.add("tasks", value.line or entry.key_line, problems.NO_TASKS.format())
         tasks: dict[str, TaskSpec] = {}
         for key, line, task_value, listed in items:
             path = f"tasks.{key}"
             if key in tasks or key in self.edges:
-                self.add(path, line, "a task with this key is already defined")
+                self.add(path, line, problems.TASK_DEFINED_TWICE.format())
                 continue
             if not SLUG.fullmatch(key):
-                self.add(path, line, slug_message(key, "task key"))
+                self.add(path, line, slug_message(key, problems.NOT_A_TASK_KEY))
             spec = self.task(key, line, task_value, listed, defaults, queue)
             if spec is not None:
                 tasks[key] = spec
@@ -251,15 +252,14 @@ class _Reader(Reader):
             self.add(
                 f"{path}.trigger_rule",
                 entry_line(f.get("trigger_rule")),
-                "a teardown task always uses all_done_setup_success: it must run even when "
-                "the work failed",
+                problems.TEARDOWN_RULE.format(),
             )
         decides_run = self.boolean(f.get("decides_run"), f"{path}.decides_run", False)
         if decides_run and role is not TaskRole.TEARDOWN:
             self.add(
                 f"{path}.decides_run",
                 entry_line(f.get("decides_run")),
-                "only a teardown task may set decides_run (other leaves always decide the run)",
+                problems.DECIDES_RUN.format(),
             )
         skip_exit_code = self.integer(
             f.get("skip_exit_code"),
@@ -307,14 +307,14 @@ class _Reader(Reader):
             self.add(
                 f"{path}.connection",
                 entry_line(f.get("connection")),
-                slug_message(connection, "connection name"),
+                slug_message(connection, problems.NOT_A_CONNECTION_NAME),
             )
         if sql is None:
             if connection is not None:
                 self.add(
                     f"{path}.connection",
                     entry_line(f.get("connection")),
-                    "only a sql task names a connection",
+                    problems.CONNECTION_WITHOUT_SQL.format(),
                 )
             return None, None
         for other in ("run", "call", "with"):
@@ -322,15 +322,15 @@ class _Reader(Reader):
                 self.add(
                     f"{path}.{other}",
                     entry_line(f.get(other)),
-                    f"a sql task has no {other}: the statement is the whole task",
+                    problems.SQL_HAS_NO.format(other=other),
                 )
         if not sql.strip():
-            self.add(f"{path}.sql", entry_line(f.get("sql")), "the statement is empty")
+            self.add(f"{path}.sql", entry_line(f.get("sql")), problems.EMPTY_STATEMENT.format())
         if connection is None:
             self.add(
                 f"{path}.connection",
                 line,
-                "a sql task needs connection: the name of a server in the platform's settings",
+                problems.SQL_NEEDS_CONNECTION.format(),
             )
         return sql, connection
 
@@ -341,18 +341,18 @@ class _Reader(Reader):
         run = self.text(f.get("run"), f"{path}.run")
         call = self.text(f.get("call"), f"{path}.call")
         if run is not None and call is not None:
-            self.add(path, line, "has both run and call; a step is one or the other")
+            self.add(path, line, problems.RUN_AND_CALL.format())
             return None, None
         if run is None and call is None:
-            self.add(path, line, "needs run (a shell command) or call (module:function)")
+            self.add(path, line, problems.RUN_OR_CALL.format())
             return None, None
         if run is not None and not run.strip():
-            self.add(f"{path}.run", entry_line(f.get("run")), "the command is empty")
+            self.add(f"{path}.run", entry_line(f.get("run")), problems.EMPTY_COMMAND.format())
         if call is not None and not CALLABLE.fullmatch(call):
             self.add(
                 f"{path}.call",
                 entry_line(f.get("call")),
-                f"{call!r} is not module:function, such as jobs.transform:main",
+                problems.NOT_CALLABLE.format(call=call),
             )
         return run, call
 
@@ -367,12 +367,14 @@ class _Reader(Reader):
         elif isinstance(value, Seq):
             items = value.items
         else:
-            self.add(path, value.line, f"expected a list of task keys, got {kind(value)}")
+            self.add(path, value.line, problems.EXPECTED_TASK_KEYS.format(kind=kind(value)))
             return ()
         result = []
         for i, item in enumerate(items):
             if not (isinstance(item, Scalar) and isinstance(item.value, str)):
-                self.add(f"{path}[{i}]", item.line, f"expected a task key, got {kind(item)}")
+                self.add(
+                    f"{path}[{i}]", item.line, problems.EXPECTED_TASK_KEY.format(kind=kind(item))
+                )
                 continue
             result.append(item.value)
             self.edges[key].append(_Edge(item.value, item.line))
@@ -385,11 +387,18 @@ class _Reader(Reader):
             for i, edge in enumerate(edges):
                 path = f"tasks.{key}.after[{i}]"
                 if edge.up == key:
-                    self.add(path, edge.line, f"task {key!r} cannot run after itself")
+                    self.add(path, edge.line, problems.AFTER_ITSELF.format(key=key))
                 elif edge.up not in self.edges:
-                    self.add(path, edge.line, f"no task named {edge.up!r}{hint(edge.up, known)}")
+                    close = closest(edge.up, known)
+                    self.add(
+                        path,
+                        edge.line,
+                        problems.NO_SUCH_TASK.format(key=edge.up)
+                        if close is None
+                        else problems.NO_SUCH_TASK_HINT.format(key=edge.up, close=close),
+                    )
                 elif edge.up in seen:
-                    self.add(path, edge.line, f"{edge.up!r} is listed twice")
+                    self.add(path, edge.line, problems.LISTED_TWICE.format(key=edge.up))
                 seen.add(edge.up)
         graph = {
             key: [e.up for e in edges if e.up in self.edges and e.up != key]
@@ -402,7 +411,7 @@ class _Reader(Reader):
             self.add(
                 f"tasks.{start}.after[{index}]",
                 self.edges[start][index].line,
-                f"the tasks form a cycle: {shown}",
+                problems.CYCLE.format(cycle=shown),
             )
 
     # -- publication and dependencies ------------------------------------------------------
@@ -421,7 +430,9 @@ class _Reader(Reader):
                 continue
             name = self.text(c.get("name"), f"{path}.name")
             if name is not None and name in names:
-                self.add(f"{path}.name", entry_line(c.get("name")), f"{name!r} is used twice")
+                self.add(
+                    f"{path}.name", entry_line(c.get("name")), problems.USED_TWICE.format(name=name)
+                )
             run, call = self.step(c, path, item.line)
             if name is not None and (run or call):
                 names.add(name)
@@ -451,15 +462,14 @@ class _Reader(Reader):
                 self.add(
                     f"{path}.definition",
                     entry_line(w.get("definition")),
-                    "a definition cannot wait for its own runs",
+                    problems.WAITS_FOR_ITSELF.format(),
                 )
             published = self.boolean(w.get("published"), f"{path}.published", True)
             if not published:
                 self.add(
                     f"{path}.published",
                     entry_line(w.get("published")),
-                    "must be true: a dependency is released only when the other run is "
-                    "PUBLISHED, never merely executed",
+                    problems.MUST_BE_PUBLISHED.format(),
                 )
             timeout = self.duration(w.get("timeout"), f"{path}.timeout", None, positive=True)
             lag = self.duration(w.get("lag"), f"{path}.lag", timedelta(0)) or timedelta(0)

@@ -10,7 +10,9 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import TypeVar
 
+from veritask.core import problems
 from veritask.core.jsontypes import JSONValue
+from veritask.core.phrases import Phrase
 from veritask.definitions import durations, source
 from veritask.definitions.errors import DefinitionError, Problem
 from veritask.definitions.model import SLUG
@@ -40,17 +42,20 @@ class Reader:
         """The entries of a mapping, refusing unknown keys (with the closest known one) and
         naming missing required ones."""
         if not isinstance(value, Map):
-            self.add(path, value.line, f"expected a mapping, got {kind(value)}")
+            self.add(path, value.line, problems.EXPECTED_MAPPING.format(kind=kind(value)))
             return None
         allowed = list(known)
         result: dict[str, Entry] = {}
         for entry in value.entries:
             child = f"{path}.{entry.key}" if path else entry.key
             if entry.key not in allowed:
+                close = closest(entry.key, allowed)
                 self.add(
                     child,
                     entry.key_line,
-                    f"unknown field {entry.key!r}{hint(entry.key, allowed)}",
+                    problems.UNKNOWN_FIELD.format(name=entry.key)
+                    if close is None
+                    else problems.UNKNOWN_FIELD_HINT.format(name=entry.key, close=close),
                 )
                 continue
             result[entry.key] = entry
@@ -58,7 +63,7 @@ class Reader:
             if name not in result or is_null(result[name]):
                 where = f"{path}.{name}" if path else name
                 at = result[name].key_line if name in result else line or value.line
-                self.add(where, at, f"the field {name!r} is required")
+                self.add(where, at, problems.REQUIRED.format(name=name))
         return result
 
     def fields_of(
@@ -78,7 +83,7 @@ class Reader:
         if entry is None or is_null(entry):
             return ()
         if not isinstance(entry.value, Seq):
-            self.add(path, entry.value.line, f"expected a list, got {kind(entry.value)}")
+            self.add(path, entry.value.line, problems.EXPECTED_LIST.format(kind=kind(entry.value)))
             return ()
         return entry.value.items
 
@@ -88,7 +93,7 @@ class Reader:
         value = entry.value
         if isinstance(value, Scalar) and isinstance(value.value, str):
             return value.value
-        self.add(path, value.line, f"expected a string, got {kind(value)}")
+        self.add(path, value.line, problems.EXPECTED_STRING.format(kind=kind(value)))
         return None
 
     def slug(self, entry: Entry | None, path: str, default: str) -> str:
@@ -96,7 +101,7 @@ class Reader:
         if text is None:
             return default
         if not SLUG.fullmatch(text):
-            self.add(path, entry_line(entry), slug_message(text, "name"))
+            self.add(path, entry_line(entry), slug_message(text, problems.NOT_A_NAME))
         return text
 
     def boolean(self, entry: Entry | None, path: str, default: bool) -> bool:
@@ -105,7 +110,7 @@ class Reader:
         value = entry.value
         if isinstance(value, Scalar) and isinstance(value.value, bool):
             return value.value
-        self.add(path, value.line, f"expected true or false, got {kind(value)}")
+        self.add(path, value.line, problems.EXPECTED_BOOLEAN.format(kind=kind(value)))
         return default
 
     def integer(
@@ -122,13 +127,13 @@ class Reader:
         value = entry.value
         number = value.value if isinstance(value, Scalar) else None
         if isinstance(number, bool) or not isinstance(number, int):
-            self.add(path, value.line, f"expected a whole number, got {kind(value)}")
+            self.add(path, value.line, problems.EXPECTED_WHOLE_NUMBER.format(kind=kind(value)))
             return default
         if minimum is not None and number < minimum:
-            self.add(path, value.line, f"must be {minimum} or more, got {number}")
+            self.add(path, value.line, problems.AT_LEAST.format(minimum=minimum, number=number))
             return default
         if maximum is not None and number > maximum:
-            self.add(path, value.line, f"must be {maximum} or less, got {number}")
+            self.add(path, value.line, problems.AT_MOST.format(maximum=maximum, number=number))
             return default
         return number
 
@@ -140,10 +145,10 @@ class Reader:
         value = entry.value
         number = value.value if isinstance(value, Scalar) else None
         if isinstance(number, bool) or not isinstance(number, int | float):
-            self.add(path, value.line, f"expected a number, got {kind(value)}")
+            self.add(path, value.line, problems.EXPECTED_NUMBER.format(kind=kind(value)))
             return default
         if not low <= number <= high:
-            self.add(path, value.line, f"must be between {low:g} and {high:g}, got {number}")
+            self.add(path, value.line, problems.BETWEEN.format(low=low, high=high, number=number))
             return default
         return float(number)
 
@@ -159,9 +164,7 @@ class Reader:
             return default
         value = entry.value
         if not isinstance(value, Scalar):
-            self.add(
-                path, value.line, f"expected a duration such as 30s or 1h30m, got {kind(value)}"
-            )
+            self.add(path, value.line, problems.EXPECTED_DURATION.format(kind=kind(value)))
             return default
         try:
             parsed = durations.parse_duration(value.value)
@@ -169,7 +172,7 @@ class Reader:
             self.add(path, value.line, str(exc))
             return default
         if positive and parsed <= timedelta(0):
-            self.add(path, value.line, "must be longer than 0s")
+            self.add(path, value.line, problems.LONGER_THAN_ZERO.format())
             return default
         return parsed
 
@@ -181,21 +184,32 @@ class Reader:
         if isinstance(value, Scalar) and isinstance(value.value, str):
             if value.value in names:
                 return enum(value.value)
+            close = closest(value.value, names)
+            listed = ", ".join(names)
             self.add(
                 path,
                 value.line,
-                f"unknown value {value.value!r}{hint(value.value, names)}; "
-                f"one of: {', '.join(names)}",
+                problems.UNKNOWN_VALUE.format(value=value.value, names=listed)
+                if close is None
+                else problems.UNKNOWN_VALUE_HINT.format(
+                    value=value.value, close=close, names=listed
+                ),
             )
             return default
-        self.add(path, value.line, f"expected one of {', '.join(names)}, got {kind(value)}")
+        self.add(
+            path,
+            value.line,
+            problems.EXPECTED_ONE_OF.format(names=", ".join(names), kind=kind(value)),
+        )
         return default
 
     def json_object(self, entry: Entry | None, path: str) -> dict[str, JSONValue]:
         if entry is None or is_null(entry):
             return {}
         if not isinstance(entry.value, Map):
-            self.add(path, entry.value.line, f"expected a mapping, got {kind(entry.value)}")
+            self.add(
+                path, entry.value.line, problems.EXPECTED_MAPPING.format(kind=kind(entry.value))
+            )
             return {}
         result: dict[str, JSONValue] = {}
         for item in entry.value.entries:
@@ -236,30 +250,28 @@ def is_null(entry: Entry) -> bool:
 
 def kind(value: Value) -> str:
     if isinstance(value, Map):
-        return "a mapping"
+        return problems.A_MAPPING.format()
     if isinstance(value, Seq):
-        return "a list"
+        return problems.A_LIST.format()
     scalar = value.value
     if scalar is None:
-        return "null"
+        return problems.NULL.format()
     if isinstance(scalar, bool):
-        return f"the boolean {str(scalar).lower()}"
+        return problems.THE_BOOLEAN.format(value=str(scalar).lower())
     if isinstance(scalar, int | float):
-        return f"the number {scalar}"
-    return f"the string {scalar!r}"
+        return problems.THE_NUMBER.format(value=scalar)
+    return problems.THE_STRING.format(value=scalar)
 
 
-def hint(word: str, candidates: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the closest candidate, or nothing."""
+def closest(word: str, candidates: Iterable[str]) -> str | None:
+    """The candidate closest to ``word``, if one is close enough to suggest."""
     close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return close[0] if close else None
 
 
-def slug_message(text: str, what: str) -> str:
-    return (
-        f"{text!r} is not a valid {what}: use lowercase letters, digits, '_' and '-', "
-        "starting with a letter, at most 64 characters"
-    )
+def slug_message(text: str, phrase: Phrase) -> str:
+    """Why ``text`` is not a name: ``phrase`` is the kind of name (a name, a task key…)."""
+    return phrase.format(text=text)
 
 
 def _json(value: object) -> JSONValue:

@@ -15,6 +15,7 @@ import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from veritask.core import problems as wording
 from veritask.definitions.errors import Problem
 
 ScalarValue = str | int | float | bool | None
@@ -86,16 +87,16 @@ def from_text(text: str) -> tuple[Value | None, list[Problem]]:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
         detail = " ".join(part for part in (exc.context, exc.problem) if part)
-        return None, [Problem("", line, f"invalid YAML: {detail or exc}")]
+        return None, [Problem("", line, wording.INVALID_YAML.format(detail=detail or exc))]
     except yaml.YAMLError as exc:
-        return None, [Problem("", None, f"invalid YAML: {exc}")]
+        return None, [Problem("", None, wording.INVALID_YAML.format(detail=exc))]
     if node is None:
-        return None, [Problem("", 1, "the definition is empty")]
+        return None, [Problem("", 1, wording.EMPTY.format())]
     problems: list[Problem] = []
     budget = [_MAX_NODES]
     tree = _convert(node, "", _Context(SafeConstructor(), problems, budget), frozenset())
     if budget[0] < 0:
-        return None, [Problem("", None, f"the definition is too large (over {_MAX_NODES} values)")]
+        return None, [Problem("", None, wording.TOO_LARGE.format(count=_MAX_NODES))]
     return tree, problems
 
 
@@ -112,26 +113,26 @@ def _convert(node: Node, path: str, ctx: _Context, seen: frozenset[int]) -> Valu
     if ctx.budget[0] < 0:
         return Scalar(None, line)
     if id(node) in seen:
-        problems.append(Problem(path, line, "a YAML alias refers to itself"))
+        problems.append(Problem(path, line, wording.ALIAS_LOOP.format()))
         return Scalar(None, line)
     if isinstance(node, MappingNode):
         try:
             constructor.flatten_mapping(node)  # applies ``<<`` merge keys
         except ConstructorError as exc:
-            problems.append(Problem(path, line, f"invalid merge key: {exc.problem}"))
+            problems.append(Problem(path, line, wording.INVALID_MERGE.format(detail=exc.problem)))
             return Map((), line)
         entries: list[Entry] = []
         keys: dict[str, int] = {}
         for key_node, value_node in node.value:
             key_line = key_node.start_mark.line + 1
             if not isinstance(key_node, ScalarNode):
-                problems.append(Problem(path, key_line, "a key must be a plain string"))
+                problems.append(Problem(path, key_line, wording.PLAIN_KEY.format()))
                 continue
             key = str(key_node.value)
             child = f"{path}.{key}" if path else key
             if key in keys:
                 problems.append(
-                    Problem(child, key_line, f"duplicate key (first on line {keys[key]})")
+                    Problem(child, key_line, wording.DUPLICATE_KEY.format(line=keys[key]))
                 )
                 continue
             keys[key] = key_line
@@ -145,21 +146,23 @@ def _convert(node: Node, path: str, ctx: _Context, seen: frozenset[int]) -> Valu
         )
         return Seq(items, line)
     if not isinstance(node, ScalarNode):
-        problems.append(Problem(path, line, f"unsupported YAML node {type(node).__name__}"))
+        problems.append(
+            Problem(path, line, wording.UNSUPPORTED_NODE.format(node=type(node).__name__))
+        )
         return Scalar(None, line)
     if node.tag == _TIMESTAMP:
         return Scalar(str(node.value), line)  # a date stays the text that was written
     try:
         value = constructor.construct_object(node)
     except ConstructorError as exc:
-        problems.append(Problem(path, line, f"unsupported value: {exc.problem}"))
+        problems.append(Problem(path, line, wording.UNSUPPORTED_VALUE.format(detail=exc.problem)))
         return Scalar(None, line)
     if isinstance(value, float) and not math.isfinite(value):
-        problems.append(Problem(path, line, "a number must be finite"))
+        problems.append(Problem(path, line, wording.NOT_FINITE.format()))
         return Scalar(None, line)
     if value is None or isinstance(value, str | int | float | bool):
         return Scalar(value, line)
-    problems.append(Problem(path, line, f"unsupported value of type {type(value).__name__}"))
+    problems.append(Problem(path, line, wording.UNSUPPORTED_TYPE.format(type=type(value).__name__)))
     return Scalar(None, line)
 
 
@@ -168,7 +171,7 @@ def _wrap(value: object, path: str, problems: list[Problem]) -> Value:
         entries = []
         for key, item in value.items():
             if not isinstance(key, str):
-                problems.append(Problem(path, None, f"key {key!r} is not a string"))
+                problems.append(Problem(path, None, wording.KEY_NOT_A_STRING.format(key=key)))
                 continue
             child = f"{path}.{key}" if path else key
             entries.append(Entry(key, None, _wrap(item, child, problems)))
@@ -176,11 +179,11 @@ def _wrap(value: object, path: str, problems: list[Problem]) -> Value:
     if isinstance(value, list | tuple):
         return Seq(tuple(_wrap(v, f"{path}[{i}]", problems) for i, v in enumerate(value)), None)
     if isinstance(value, float) and not math.isfinite(value):
-        problems.append(Problem(path, None, "a number must be finite"))
+        problems.append(Problem(path, None, wording.NOT_FINITE.format()))
         return Scalar(None, None)
     if value is None or isinstance(value, str | int | float | bool):
         return Scalar(value, None)
-    problems.append(Problem(path, None, f"unsupported value of type {type(value).__name__}"))
+    problems.append(Problem(path, None, wording.UNSUPPORTED_TYPE.format(type=type(value).__name__)))
     return Scalar(None, None)
 
 

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
-from veritask.core import decide, judge, run_state, trigger_rules
+from veritask.core import decide, judge, reasons, run_state, trigger_rules
 from veritask.core.events import Event, EventKind
 from veritask.core.jsontypes import JSONObject
 from veritask.core.states import InstanceState, PublicationState, RunExecutionState
@@ -234,7 +234,7 @@ class RunAdvancer:
             loaded = self.ledger.snapshot(brief.id)
             if loaded is not None:
                 unfinished.append(loaded)
-        done = self.sweeper.cancel_instances(unfinished, now, reason="the run is cancelled")
+        done = self.sweeper.cancel_instances(unfinished, now, reason=reasons.RUN_CANCELLED.format())
         if done:
             keys = {b.id: b.task_key for b in briefs}
             for snapshot, _ in unfinished:
@@ -343,7 +343,7 @@ class RunAdvancer:
         verdict = trigger_rules.evaluate(
             node.trigger_rule, upstream, setup_upstreams=graph.setup_upstreams(node.key)
         )
-        rule = f"{node.trigger_rule}: {verdict.reason}"
+        rule = reasons.RULE_SAYS.format(rule=node.trigger_rule, reason=verdict.reason)
         match verdict.outcome:
             case trigger_rules.RuleOutcome.RUN:
                 return True
@@ -421,14 +421,14 @@ class RunAdvancer:
         }
         if run.execution_state is RunExecutionState.CANCELLING:
             if all(state.is_terminal for state in states.values()):
-                target, reason = RunExecutionState.CANCELLED, "cancelled; every instance stopped"
+                target, reason = RunExecutionState.CANCELLED, reasons.ALL_STOPPED.format()
             else:
                 return run.execution_state
         else:
             verdict = run_state.execution_state(graph, states, waiting_for_time=waiting)
             target, reason = verdict.state, verdict.reason
             if verdict.blocking:
-                reason = f"{reason} (blocking: {', '.join(verdict.blocking)})"
+                reason = reasons.BLOCKING.format(reason=reason, tasks=", ".join(verdict.blocking))
         if target is run.execution_state:
             return target
         with self.ledger.engine.begin() as connection:

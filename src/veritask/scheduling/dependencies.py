@@ -17,6 +17,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from veritask.core import reasons
 from veritask.core.states import PublicationState
 from veritask.definitions.model import Definition
 from veritask.ledger import schema
@@ -46,20 +47,33 @@ def check(
         state = _publication_of(connection, dependency.definition, wanted)
         if state is PublicationState.PUBLISHED:
             continue
-        what = f"{dependency.definition}" + (
-            f" at {wanted.isoformat()}" if wanted else " (latest run)"
+        name = dependency.definition
+        what = (
+            reasons.DEPENDENCY_AT.format(definition=name, at=wanted.isoformat())
+            if wanted
+            else reasons.DEPENDENCY_LATEST.format(definition=name)
         )
-        seen = "no run yet" if state is None else f"publication {state}"
+        seen = (
+            reasons.NO_RUN_YET.format()
+            if state is None
+            else reasons.PUBLICATION_IS.format(state=state)
+        )
         if dependency.timeout is not None and now >= created_at + dependency.timeout:
             return Verdict(
                 False,
                 True,
-                f"wait_for {what}: not PUBLISHED within {dependency.timeout} ({seen})",
+                reasons.DEPENDENCY_TIMED_OUT.format(
+                    what=what, timeout=dependency.timeout, seen=seen
+                ),
             )
-        waiting.append(f"{what}: {seen}")
+        waiting.append(
+            reasons.PENDING_NO_RUN.format(what=what)
+            if state is None
+            else reasons.PENDING_PUBLICATION.format(what=what, state=state)
+        )
     if waiting:
-        return Verdict(False, False, "waiting for " + "; ".join(waiting))
-    return Verdict(True, False, "every dependency is PUBLISHED")
+        return Verdict(False, False, reasons.WAITING_FOR.format(what="; ".join(waiting)))
+    return Verdict(True, False, reasons.EVERY_DEPENDENCY_PUBLISHED.format())
 
 
 def _publication_of(

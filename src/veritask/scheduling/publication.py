@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from veritask.core import reasons
 from veritask.core.states import InstanceState, PublicationState, RunExecutionState
 from veritask.definitions.model import Definition, TaskSpec
 
@@ -80,19 +81,21 @@ def plan(
 ) -> PublicationPlan:
     """The publication state that the instances imply, and which steps may open."""
     if definition.publish is None:
-        return PublicationPlan(PublicationState.NOT_REQUIRED, "the definition publishes nothing")
+        return PublicationPlan(PublicationState.NOT_REQUIRED, reasons.PUBLISHES_NOTHING.format())
     if current in (
         PublicationState.PUBLISHED,
         PublicationState.CHECK_FAILED,
         PublicationState.PUBLISH_FAILED,
     ):
-        return PublicationPlan(current, "publication is finished")
+        return PublicationPlan(current, reasons.PUBLICATION_FINISHED.format())
     if execution in (RunExecutionState.FAILED, RunExecutionState.CANCELLED):
         return PublicationPlan(
-            PublicationState.PENDING, f"execution ended {execution}: nothing will be published"
+            PublicationState.PENDING, reasons.NOTHING_PUBLISHED.format(state=execution)
         )
     if execution is not RunExecutionState.SUCCESS:
-        return PublicationPlan(PublicationState.PENDING, f"waiting for execution ({execution})")
+        return PublicationPlan(
+            PublicationState.PENDING, reasons.WAITING_FOR_EXECUTION.format(state=execution)
+        )
     checks = check_keys(definition)
     check_states = {key: states.get(key, InstanceState.CREATED) for key in checks}
     failed = sorted(
@@ -100,16 +103,22 @@ def plan(
     )
     if failed:
         names = ", ".join(key.removeprefix(CHECK_PREFIX) for key in failed)
-        return PublicationPlan(PublicationState.CHECK_FAILED, f"check(s) failed: {names}")
+        return PublicationPlan(
+            PublicationState.CHECK_FAILED, reasons.CHECKS_FAILED.format(checks=names)
+        )
     pending = [key for key, state in check_states.items() if state is InstanceState.CREATED]
     if any(state not in _SUCCEEDED for state in check_states.values()):
         return PublicationPlan(
-            PublicationState.CHECKING, f"{len(checks)} check(s) running", tuple(pending)
+            PublicationState.CHECKING,
+            reasons.CHECKS_RUNNING.format(count=len(checks)),
+            tuple(pending),
         )
     commit = states.get(COMMIT_KEY, InstanceState.CREATED)
     if commit in _SUCCEEDED:
-        return PublicationPlan(PublicationState.PUBLISHED, "the commit step succeeded")
+        return PublicationPlan(PublicationState.PUBLISHED, reasons.COMMIT_SUCCEEDED.format())
     if commit.is_terminal:
-        return PublicationPlan(PublicationState.PUBLISH_FAILED, f"the commit step ended {commit}")
+        return PublicationPlan(
+            PublicationState.PUBLISH_FAILED, reasons.COMMIT_ENDED.format(state=commit)
+        )
     opening = (COMMIT_KEY,) if commit is InstanceState.CREATED else ()
-    return PublicationPlan(PublicationState.PUBLISHING, "committing the output", opening)
+    return PublicationPlan(PublicationState.PUBLISHING, reasons.COMMITTING.format(), opening)

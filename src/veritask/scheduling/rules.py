@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
+from veritask.core import reasons
 from veritask.core.events import Event, EventKind
 from veritask.core.jsontypes import JSONObject
 from veritask.core.states import InstanceState
@@ -29,7 +30,9 @@ class BranchChoices:
                 continue
             chosen = self._chosen(up)
             if chosen is not None and key not in chosen:
-                return f"branch: {up} chose {', '.join(sorted(chosen)) or 'nothing'}"
+                if not chosen:
+                    return reasons.BRANCH_CHOSE_NOTHING.format(task=up)
+                return reasons.BRANCH_CHOSE.format(task=up, tasks=", ".join(sorted(chosen)))
         return None
 
     def _chosen(self, task_key: str) -> frozenset[str] | None:

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
-from veritask.core import decide
+from veritask.core import decide, reasons, refusals
 from veritask.core.errors import VeritaskError
 from veritask.core.jsontypes import JSONValue
 from veritask.core.states import (
@@ -73,7 +73,9 @@ def apply_definition(ledger: Ledger, text: str, *, actor: str = "api") -> Applie
     with ledger.engine.begin() as connection:
         existing = _definition_row(connection, definition.name)
         if existing is not None and existing.lifecycle in ("deleting", "deleted", "purged"):
-            raise Refused(f"definition {definition.name} is {existing.lifecycle}")
+            raise Refused(
+                refusals.DEFINITION_IS.format(name=definition.name, lifecycle=existing.lifecycle)
+            )
         definition_id, version, created = definition_store.save_definition_version(
             connection,
             name=definition.name,
@@ -92,7 +94,9 @@ def apply_definition(ledger: Ledger, text: str, *, actor: str = "api") -> Applie
             event_id=new_event_id(),
             now=now,
             evidence={"version": version, "content_hash": digest, "new_version": created},
-            reason=f"version {version} {'created' if created else 'applied again'}",
+            reason=(reasons.VERSION_CREATED if created else reasons.VERSION_APPLIED_AGAIN).format(
+                version=version
+            ),
         )
     return Applied(definition_id, definition.name, version, created)
 
@@ -112,13 +116,12 @@ def trigger(
     with dialects.read_transaction(ledger.engine) as connection:
         row, definition = _current_definition(connection, name)
         if row.lifecycle not in (DefinitionLifecycle.ACTIVE, DefinitionLifecycle.DISABLED):
-            raise Refused(f"definition {name} is {row.lifecycle}; it cannot be triggered")
+            raise Refused(refusals.CANNOT_BE_TRIGGERED.format(name=name, lifecycle=row.lifecycle))
         active = _active_runs(connection, row.id)
     unknown = sorted(set(parameters or {}) - set(definition.parameters))
     if unknown and definition.parameters:
-        raise Refused(
-            f"parameters: unknown {', '.join(unknown)}; known: {', '.join(definition.parameters)}"
-        )
+        known = ", ".join(definition.parameters)
+        raise Refused(refusals.UNKNOWN_PARAMETERS.format(names=", ".join(unknown), known=known))
     idempotency_key = _key(name, kind, key, logical_time)
     state, reason = _admission(definition, active, kind)
     interval = (
@@ -151,7 +154,8 @@ def trigger(
         close_unstarted(ledger, run_id, actor="scheduler", reason=reason)
     if created and definition.concurrency is ConcurrencyPolicy.REPLACE:
         for other in active:
-            request_run_cancel(ledger, other, actor="scheduler", reason=f"replaced by run {run_id}")
+            replaced = reasons.REPLACED_BY.format(run_id=run_id)
+            request_run_cancel(ledger, other, actor="scheduler", reason=replaced)
     with dialects.read_transaction(ledger.engine) as connection:
         current = connection.execute(
             sa.select(schema.runs.c.execution_state, schema.runs.c.execution_reason).where(
@@ -176,9 +180,9 @@ def backfill(
     with dialects.read_transaction(ledger.engine) as connection:
         _, definition = _current_definition(connection, name)
     if definition.schedule is None:
-        raise Refused(f"definition {name} has no schedule to backfill")
+        raise Refused(refusals.NO_SCHEDULE.format(name=name))
     if end < start:
-        raise Refused("end: must not be before start")
+        raise Refused(refusals.END_BEFORE_START.format())
     times = schedule.fire_times(definition.schedule, after=start - _EPSILON, until=end)
     return [
         trigger(ledger, name=name, kind=TriggerKind.BACKFILL, actor=actor, logical_time=moment)
@@ -192,7 +196,7 @@ _EPSILON = timedelta(microseconds=1)
 def _key(name: str, kind: TriggerKind, key: str | None, logical_time: datetime | None) -> str:
     if kind in (TriggerKind.SCHEDULE, TriggerKind.BACKFILL):
         if logical_time is None:
-            raise Refused("logical_time: a scheduled or backfilled run needs one")
+            raise Refused(refusals.NEEDS_LOGICAL_TIME.format())
         return f"{name}@{logical_time.isoformat()}"
     return f"{name}:{key}" if key else f"{name}:{uuid.uuid4()}"
 
@@ -202,24 +206,21 @@ def _admission(
 ) -> tuple[RunExecutionState, str]:
     """What a new run does given the runs of its definition that are still active."""
     if not active:
-        return RunExecutionState.RUNNING, "started"
+        return RunExecutionState.RUNNING, reasons.STARTED.format()
     others = ", ".join(active)
     if kind is TriggerKind.BACKFILL and definition.concurrency is not ConcurrencyPolicy.ALLOW:
         # A backfill asks for every interval: it waits its turn rather than being refused
         # or replacing the runs ahead of it.
-        return RunExecutionState.QUEUED, f"backfill queued behind run(s) {others}"
+        return RunExecutionState.QUEUED, reasons.BACKFILL_QUEUED.format(runs=others)
     match definition.concurrency:
         case ConcurrencyPolicy.ALLOW:
-            return RunExecutionState.RUNNING, f"started beside active run(s) {others}"
+            return RunExecutionState.RUNNING, reasons.STARTED_BESIDE.format(runs=others)
         case ConcurrencyPolicy.FORBID:
-            return (
-                RunExecutionState.CANCELLED,
-                f"not started: concurrency is forbid and run(s) {others} are active",
-            )
+            return RunExecutionState.CANCELLED, reasons.FORBIDDEN_OVERLAP.format(runs=others)
         case ConcurrencyPolicy.QUEUE:
-            return RunExecutionState.QUEUED, f"queued behind run(s) {others}"
+            return RunExecutionState.QUEUED, reasons.QUEUED_BEHIND.format(runs=others)
         case ConcurrencyPolicy.REPLACE:
-            return RunExecutionState.QUEUED, f"replacing run(s) {others}: waiting for them to stop"
+            return RunExecutionState.QUEUED, reasons.REPLACING.format(runs=others)
 
 
 def start_queued_runs(ledger: Ledger) -> int:
@@ -245,7 +246,7 @@ def start_queued_runs(ledger: Ledger) -> int:
                 run_id=row.id,
                 expected_version=row.version,
                 state=RunExecutionState.RUNNING,
-                reason="started: the runs ahead of it finished",
+                reason=reasons.STARTED_AFTER_QUEUE.format(),
                 previous=RunExecutionState.QUEUED,
                 actor="scheduler",
                 event_id=new_event_id(),
@@ -296,7 +297,7 @@ def _request_cancel(ledger: Ledger, run_id: str, *, actor: str, reason: str) -> 
         if state in (RunExecutionState.CANCELLING, RunExecutionState.CANCELLED):
             return state
         if state in (RunExecutionState.SUCCESS, RunExecutionState.FAILED):
-            raise Refused(f"run {run_id} is already {state}")
+            raise Refused(refusals.RUN_ALREADY.format(run_id=run_id, state=state))
         target = (
             RunExecutionState.CANCELLED
             if state is RunExecutionState.QUEUED
@@ -307,7 +308,7 @@ def _request_cancel(ledger: Ledger, run_id: str, *, actor: str, reason: str) -> 
             run_id=run_id,
             expected_version=version,
             state=target,
-            reason=f"cancel requested by {actor}: {reason}",
+            reason=reasons.RUN_CANCEL_REQUESTED.format(actor=actor, reason=reason),
             previous=state,
             actor=actor,
             event_id=new_event_id(),
@@ -380,7 +381,7 @@ def _current_definition(connection: sa.Connection, name: str) -> tuple[_Definiti
     """The definition's row and its current version, or NotFound."""
     row = _definition_row(connection, name)
     if row is None:
-        raise NotFound(f"no definition named {name!r}")
+        raise NotFound(refusals.NO_DEFINITION.format(name=name))
     return row, versions.read(connection, row.id, row.current_version)
 
 

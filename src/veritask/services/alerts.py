@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from veritask.core import refusals
 from veritask.ledger import alerts, dialects
 from veritask.ledger.alerts import AlertRow
 from veritask.ledger.vocabulary import AlertCategory, AlertStatus
@@ -45,7 +46,7 @@ def list_alerts(
 ) -> list[AlertRow]:
     """Alerts newest first; with no status given, the unresolved ones (open and acknowledged)."""
     if not 1 <= limit <= MAX_PAGE:
-        raise InvalidInput.about("limit", f"must be between 1 and {MAX_PAGE}")
+        raise InvalidInput.about("limit", refusals.BETWEEN.format(low=1, high=MAX_PAGE))
     wanted = tuple(statuses) or (AlertStatus.OPEN, AlertStatus.ACKNOWLEDGED)
     with dialects.read_transaction(platform.engine) as connection:
         return alerts.list_alerts(
@@ -91,7 +92,7 @@ def get_alert(platform: Platform, alert_id: int) -> AlertRow:
     with dialects.read_transaction(platform.engine) as connection:
         found = alerts.get_alert(connection, alert_id)
     if found is None:
-        raise NotFound(f"no alert {alert_id}")
+        raise NotFound(refusals.NO_ALERT.format(alert_id=alert_id))
     return found
 
 

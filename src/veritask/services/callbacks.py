@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from typing import Final
 
-from veritask.core import judge
+from veritask.core import judge, refusals
 from veritask.core.events import Event, EventKind
 from veritask.core.fold import AttemptView, InstanceSnapshot
 from veritask.core.jsontypes import JSONObject
@@ -56,7 +56,7 @@ def record_worker_report(
     loaded = platform.ledger.snapshot(event.instance_id)
     if loaded is None:
         platform.ledger.apply(event)  # recorded as rejected, for audit
-        raise NotFound(f"no instance {event.instance_id!r}")
+        raise NotFound(refusals.NO_INSTANCE.format(instance_id=event.instance_id))
     snapshot, _ = loaded
     if not _token_fits(snapshot.attempt(event.attempt_no), attempt_token):
         platform.ledger.apply(event)  # the judge rejects it and the ledger keeps the attempt
@@ -94,7 +94,7 @@ def commit_output(
         raise InvalidInput.about("marker", "a commit names its output with a marker")
     loaded = platform.ledger.snapshot(instance_id)
     if loaded is None:
-        raise NotFound(f"no instance {instance_id!r}")
+        raise NotFound(refusals.NO_INSTANCE.format(instance_id=instance_id))
     snapshot, _ = loaded
     attempt = snapshot.attempt(attempt_no)
     if attempt is None or not _token_fits(attempt, attempt_token):

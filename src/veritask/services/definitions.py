@@ -15,6 +15,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from veritask.core import refusals
 from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.core.states import DefinitionLifecycle, RunExecutionState
 from veritask.definitions import model as definition_model
@@ -91,7 +92,7 @@ def version_source(platform: Platform, name: str, version: int) -> str:
         row = reading.definition_named(connection, name)
         found = queries.get_definition_version(connection, definition_id=row.id, version=version)
     if found is None:
-        raise NotFound(f"definition {name} has no version {version}")
+        raise NotFound(refusals.NO_VERSION.format(name=name, version=version))
     return found.source
 
 
@@ -124,10 +125,8 @@ def set_enabled(platform: Platform, name: str, *, enabled: bool, actor: str) -> 
         row = reading.definition_named(connection, name)
         current = DefinitionLifecycle(row.lifecycle)
         if current in _GONE:
-            verb = "enabled" if enabled else "disabled"
-            raise Conflict(
-                f"definition {name} is {current}; it cannot be {verb}", current_state=current
-            )
+            cannot = refusals.CANNOT_BE_ENABLED if enabled else refusals.CANNOT_BE_DISABLED
+            raise Conflict(cannot.format(name=name, lifecycle=current), current_state=current)
         if current is not target:
             _move(connection, row, current, target, actor=actor, now=platform.now(), evidence={})
     return get_definition(platform, name).definition
@@ -318,7 +317,7 @@ def _move(
     ).rowcount
     if moved != 1:
         raise Conflict(
-            f"definition {row.name} changed meanwhile; it is no longer {current}",
+            refusals.CHANGED_MEANWHILE.format(name=row.name, lifecycle=current),
             current_state=current,
         )
     run_store.record_subject_event(

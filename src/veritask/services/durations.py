@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from veritask.core import durations
+from veritask.core import durations, refusals
 from veritask.core.durations import Phase, PhaseInterval
 from veritask.core.fold import fold
 from veritask.core.policy import TaskPolicy
@@ -88,7 +88,7 @@ def run_timeline(platform: Platform, run_id: str) -> list[InstanceTimeline]:
     datetimes; ``end`` None while a phase goes on). ``NotFound`` if there is no such run."""
     with dialects.read_transaction(platform.engine) as connection:
         if queries.get_run(connection, run_id) is None:
-            raise NotFound(f"no run {run_id!r}")
+            raise NotFound(refusals.NO_RUN.format(run_id=run_id))
         histories = timelines.instance_histories(connection, [run_id])
     return [_timeline(history) for history in histories]
 
@@ -98,7 +98,7 @@ def run_durations(platform: Platform, run_id: str) -> RunDurations:
     with dialects.read_transaction(platform.engine) as connection:
         run = queries.get_run(connection, run_id)
         if run is None:
-            raise NotFound(f"no run {run_id!r}")
+            raise NotFound(refusals.NO_RUN.format(run_id=run_id))
         definition = reading.definition_names(connection, [run.definition_id])
         histories = timelines.instance_histories(connection, [run_id])
     return RunDurations(
@@ -113,7 +113,7 @@ def definition_durations(
 ) -> DefinitionDurations:
     """p50 and p95 of each phase, per task and over all tasks, over the newest runs."""
     if not 1 <= recent_runs <= MAX_RECENT_RUNS:
-        raise InvalidInput.about("runs", f"must be between 1 and {MAX_RECENT_RUNS}")
+        raise InvalidInput.about("runs", refusals.BETWEEN.format(low=1, high=MAX_RECENT_RUNS))
     with dialects.read_transaction(platform.engine) as connection:
         row = reading.definition_named(connection, name)
         run_ids = timelines.recent_run_ids(connection, row.id, limit=recent_runs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from veritask.core import refusals
 from veritask.core.errors import VeritaskError
 
 
@@ -52,7 +53,8 @@ class InvalidInput(ServiceError):
     @classmethod
     def about(cls, field: str, message: str) -> InvalidInput:
         """A refusal with one problem, about one field."""
-        return cls(f"{field}: {message}", [FieldProblem(field, None, message)])
+        text = refusals.FIELD_PROBLEM.format(field=field, problem=message)
+        return cls(text, [FieldProblem(field, None, message)])
 
 
 class Unauthenticated(ServiceError):

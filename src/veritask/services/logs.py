@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
+from veritask.core import refusals
 from veritask.execution import layout
 from veritask.execution.celery import settings as celery_settings
 from veritask.ledger import dialects, queries
@@ -49,19 +50,19 @@ def read_log(
     ``tail`` bytes.
     """
     if not 1 <= limit <= MAX_CHUNK:
-        raise InvalidInput.about("limit", f"must be between 1 and {MAX_CHUNK}")
+        raise InvalidInput.about("limit", refusals.BETWEEN.format(low=1, high=MAX_CHUNK))
     if not 0 <= tail <= MAX_CHUNK:
-        raise InvalidInput.about("tail", f"must be between 0 and {MAX_CHUNK}")
+        raise InvalidInput.about("tail", refusals.BETWEEN.format(low=0, high=MAX_CHUNK))
     if offset is not None and offset < 0:
-        raise InvalidInput.about("offset", "must not be negative")
+        raise InvalidInput.about("offset", refusals.NOT_NEGATIVE.format())
     loaded = platform.ledger.snapshot(instance_id)
     if loaded is None:
-        raise NotFound(f"no instance {instance_id!r}")
+        raise NotFound(refusals.NO_INSTANCE.format(instance_id=instance_id))
     snapshot, _ = loaded
     number = attempt_no if attempt_no is not None else snapshot.epoch
     attempt = snapshot.attempt(number)
     if attempt is None:
-        raise NotFound(f"instance {instance_id} has no attempt {number}")
+        raise NotFound(refusals.NO_ATTEMPT.format(instance_id=instance_id, attempt_no=number))
     ended = attempt.state.is_terminal
     if attempt.executor == CELERY_EXECUTOR:
         shipped = _shipped_log(instance_id, number)
@@ -109,24 +110,24 @@ def search_logs(
     one unreadable attempt does not hide the others' matches.
     """
     if not text.strip():
-        raise InvalidInput.about("text", "must not be blank")
+        raise InvalidInput.about("text", refusals.NOT_BLANK.format())
     if not 1 <= max_matches <= MAX_MATCHES:
-        raise InvalidInput.about("limit", f"must be between 1 and {MAX_MATCHES}")
+        raise InvalidInput.about("limit", refusals.BETWEEN.format(low=1, high=MAX_MATCHES))
     scopes = [
         name
         for name, value in (("definition", definition), ("run", run_id), ("instance", instance_id))
         if value is not None
     ]
     if len(scopes) != 1:
-        raise InvalidInput.about("definition", "give exactly one of definition, run or instance")
+        raise InvalidInput.about("definition", refusals.ONE_SCOPE.format())
     with dialects.read_transaction(platform.engine) as connection:
         definition_id = None
         if definition is not None:
             definition_id = reading.definition_named(connection, definition).id
         elif run_id is not None and queries.get_run(connection, run_id) is None:
-            raise NotFound(f"no run {run_id!r}")
+            raise NotFound(refusals.NO_RUN.format(run_id=run_id))
         elif instance_id is not None and queries.get_instance(connection, instance_id) is None:
-            raise NotFound(f"no instance {instance_id!r}")
+            raise NotFound(refusals.NO_INSTANCE.format(instance_id=instance_id))
         attempts = queries.attempt_logs(
             connection,
             definition_id=definition_id,
@@ -196,10 +197,7 @@ def _location(
         return None
     resolved = Path(recorded).resolve()
     if not resolved.is_relative_to(platform.home):
-        raise NotFound(
-            f"the log of attempt {attempt_no} is at {recorded}, outside this server's "
-            "VERITASK_HOME; read it where its engine keeps it"
-        )
+        raise NotFound(refusals.LOG_ELSEWHERE.format(attempt_no=attempt_no, path=recorded))
     return str(resolved)
 
 

@@ -18,6 +18,7 @@ from typing import Final
 
 import sqlalchemy as sa
 
+from veritask.core import refusals
 from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.core.states import DefinitionLifecycle
 from veritask.ledger import audit, dialects, queries, retention, schema
@@ -122,7 +123,7 @@ def export_run(platform: Platform, run_id: str) -> Iterator[JSONObject]:
     """A run's full history as export lines (``NotFound`` if there is no such run)."""
     with dialects.read_transaction(platform.engine) as connection:
         if queries.get_run(connection, run_id) is None:
-            raise NotFound(f"no run {run_id!r}")
+            raise NotFound(refusals.NO_RUN.format(run_id=run_id))
     return audit.export_run(platform.ledger, run_id)
 
 
@@ -142,7 +143,7 @@ def replay(platform: Platform, lines: Iterable[JSONObject], *, actor: str) -> li
     with dialects.read_transaction(platform.engine) as connection:
         existing = connection.execute(sa.select(sa.func.count()).select_from(schema.definitions))
         if existing.scalar_one():
-            raise Conflict("the database is not empty: replay loads an export into a new one")
+            raise Conflict(refusals.NOT_EMPTY.format())
     with recorded(
         platform, OperationKind.REPLAY, actor=actor, dry_run=False, parameters={}
     ) as operation:

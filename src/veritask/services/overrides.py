@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Connection
 
-from veritask.core import judge, run_state
+from veritask.core import judge, refusals, run_state
 from veritask.core.events import Event, EventKind, OverrideScope
 from veritask.core.fold import InstanceSnapshot
 from veritask.core.states import InstanceState, RunExecutionState
@@ -50,13 +50,13 @@ def override(
 ) -> views.Overridden:
     """Set ``to_state`` on the instances in ``scope``; 409 naming those that refuse it."""
     if to_state not in OVERRIDE_STATES:
-        raise InvalidInput.about("state", "an override sets SUCCESS or FAILED")
+        raise InvalidInput.about("state", refusals.OVERRIDE_STATES.format())
     if not reason.strip():
-        raise InvalidInput.about("reason", "an override needs a reason")
+        raise InvalidInput.about("reason", refusals.OVERRIDE_NEEDS_REASON.format())
     with dialects.read_transaction(platform.engine) as connection:
         instance = queries.get_instance(connection, instance_id)
         if instance is None:
-            raise NotFound(f"no instance {instance_id!r}")
+            raise NotFound(refusals.NO_INSTANCE.format(instance_id=instance_id))
         run_id = instance.run_id
         graph, keys_to_ids = _graph(connection, run_id)
     task_keys = _scope(graph, instance.task_key, scope, keys_to_ids)
@@ -74,7 +74,7 @@ def override(
             continue  # one moved meanwhile: judge them all again on what is there now
         break
     else:
-        raise Conflict(f"instance {instance_id} kept changing; try again")
+        raise Conflict(refusals.KEPT_CHANGING.format(instance_id=instance_id))
     state = _settle_run(platform, run_id, graph, actor)
     return views.Overridden(
         run_id, to_state, scope.value, tuple(keys_to_ids[key] for key in task_keys), state
@@ -84,12 +84,12 @@ def override(
 def _graph(connection: Connection, run_id: str) -> tuple[run_state.RunGraph, dict[str, str]]:
     run = queries.get_run(connection, run_id)
     if run is None:
-        raise NotFound(f"no run {run_id!r}")
+        raise NotFound(refusals.NO_RUN.format(run_id=run_id))
     version = queries.get_definition_version(
         connection, definition_id=run.definition_id, version=run.definition_version
     )
     if version is None:
-        raise NotFound(f"run {run_id} names a definition version that is gone")
+        raise NotFound(refusals.VERSION_GONE.format(run_id=run_id))
     graph = parse.definition_from_json(version.spec).run_graph()
     ids = {row.task_key: row.id for row in queries.instances_of_run(connection, run_id)}
     return graph, ids
@@ -122,7 +122,7 @@ def _target(
 ) -> _Target:
     loaded = platform.ledger.snapshot(instance_id)
     if loaded is None:
-        raise NotFound(f"no instance {instance_id!r}")
+        raise NotFound(refusals.NO_INSTANCE.format(instance_id=instance_id))
     snapshot, version = loaded
     event = Event(
         event_id=new_event_id(),
@@ -137,17 +137,24 @@ def _target(
 
 
 def _refuse_if_any_refuses(platform: Platform, targets: list[_Target], origin: str) -> None:
-    refusals = []
+    refused: list[str] = []
     for target in targets:
         policy = platform.ledger.policy_of(target.instance_id)
         if policy is None:
-            raise NotFound(f"no instance {target.instance_id!r}")
+            raise NotFound(refusals.NO_INSTANCE.format(instance_id=target.instance_id))
         verdict = judge.judge(target.snapshot, target.event, policy)
         if verdict.outcome is judge.Outcome.REJECTED:
-            refusals.append(f"{target.task} ({target.snapshot.state}): {verdict.reason}")
-    if refusals:
+            refused.append(
+                refusals.OVERRIDE_REFUSAL.format(
+                    task=target.task, state=target.snapshot.state, reason=verdict.reason
+                )
+            )
+    if refused:
         current = next(t.snapshot.state for t in targets if t.instance_id == origin)
-        raise Conflict("override refused: " + "; ".join(refusals), current_state=current.value)
+        raise Conflict(
+            refusals.OVERRIDE_REFUSED.format(refusals="; ".join(refused)),
+            current_state=current.value,
+        )
 
 
 def _settle_run(

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from veritask.core import codec, fold
+from veritask.core import codec, fold, refusals
 from veritask.core.policy import TaskPolicy
 from veritask.core.states import PublicationState, RunExecutionState, TriggerKind
 from veritask.ledger import queries, schema
@@ -24,7 +24,7 @@ def definition_named(connection: Connection, name: str) -> DefinitionRow:
     """The definition called ``name``; NotFound (404) if there is none."""
     row = queries.get_definition(connection, name=name)
     if row is None:
-        raise NotFound(f"no definition named {name!r}")
+        raise NotFound(refusals.NO_DEFINITION.format(name=name))
     return row
 
 

@@ -14,7 +14,7 @@ from typing import Final
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from veritask.core import decide
+from veritask.core import decide, refusals
 from veritask.core.jsontypes import JSONValue
 from veritask.core.judge import Outcome
 from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
@@ -51,7 +51,7 @@ def trigger_run(
     Parameters must be ones the definition declares (when it declares any).
     """
     if kind not in (TriggerKind.MANUAL, TriggerKind.API):
-        raise InvalidInput.about("trigger_kind", "a trigger by request is manual or api")
+        raise InvalidInput.about("trigger_kind", refusals.TRIGGER_KIND.format())
     _check_parameters(platform, name, parameters or {})
     try:
         result = triggers.trigger(
@@ -83,21 +83,22 @@ def _check_parameters(platform: Platform, name: str, parameters: Mapping[str, JS
     with dialects.read_transaction(platform.engine) as connection:
         row = reading.definition_named(connection, name)
         if row.current_version is None:
-            raise Conflict(f"definition {name} has no version", current_state=row.lifecycle)
+            raise Conflict(refusals.HAS_NO_VERSION.format(name=name), current_state=row.lifecycle)
         version = queries.get_definition_version(
             connection, definition_id=row.id, version=row.current_version
         )
     if version is None:
-        raise Conflict(f"definition {name} has no version", current_state=row.lifecycle)
+        raise Conflict(refusals.HAS_NO_VERSION.format(name=name), current_state=row.lifecycle)
     declared = parse.definition_from_json(version.spec).parameters
     unknown = sorted(set(parameters) - set(declared))
     # A definition that declares no parameters takes any (they reach the templates as given);
     # one that declares some refuses the others, as the scheduler does.
     if declared and unknown:
         known = ", ".join(declared)
+        unknown_one = refusals.UNKNOWN_PARAMETER.format(known=known)
         raise InvalidInput(
-            f"parameters: unknown {', '.join(unknown)}; known: {known}",
-            [FieldProblem(f"parameters.{k}", None, f"unknown; known: {known}") for k in unknown],
+            refusals.UNKNOWN_PARAMETERS.format(names=", ".join(unknown), known=known),
+            [FieldProblem(f"parameters.{k}", None, unknown_one) for k in unknown],
         )
 
 
@@ -114,13 +115,13 @@ def list_runs(
 ) -> views.RunPage:
     """Runs, newest first, one page at a time; ``cursor`` is the previous page's next_cursor."""
     if not 1 <= limit <= MAX_PAGE:
-        raise InvalidInput.about("limit", f"must be between 1 and {MAX_PAGE}")
+        raise InvalidInput.about("limit", refusals.BETWEEN.format(low=1, high=MAX_PAGE))
     after = None
     if cursor:
         try:
             after = pagination.Cursor.decode(cursor)
         except ValueError:
-            raise InvalidInput.about("cursor", "not a cursor this API handed out") from None
+            raise InvalidInput.about("cursor", refusals.NOT_A_CURSOR.format()) from None
     with dialects.read_transaction(platform.engine) as connection:
         definition_id = None
         if definition is not None:
@@ -222,7 +223,7 @@ def history(
     ``subject`` is a run or instance id, or a definition's name.
     """
     if not 1 <= limit <= MAX_HISTORY:
-        raise InvalidInput.about("limit", f"must be between 1 and {MAX_HISTORY}")
+        raise InvalidInput.about("limit", refusals.BETWEEN.format(low=1, high=MAX_HISTORY))
     with dialects.read_transaction(platform.engine) as connection:
         match subject_type:
             case SubjectType.RUN:
@@ -246,7 +247,7 @@ def rejected_events(
 ) -> tuple[views.RejectedEvent, ...]:
     """The events refused for this instance, oldest first (at most ``limit``)."""
     if not 1 <= limit <= MAX_HISTORY:
-        raise InvalidInput.about("limit", f"must be between 1 and {MAX_HISTORY}")
+        raise InvalidInput.about("limit", refusals.BETWEEN.format(low=1, high=MAX_HISTORY))
     x = schema.rejected_events.c
     with dialects.read_transaction(platform.engine) as connection:
         _instance_row(connection, instance_id)
@@ -304,7 +305,9 @@ def cancel_run(
         current = _run_row(connection, run_id).execution_state
     if current == RunExecutionState.CANCELLED:
         # A second cancel of a stopping run is the same request; of a stopped one, illegal.
-        raise Conflict(f"run {run_id} is already CANCELLED", current_state=current)
+        raise Conflict(
+            refusals.RUN_ALREADY.format(run_id=run_id, state="CANCELLED"), current_state=current
+        )
     try:
         state = triggers.request_run_cancel(platform.ledger, run_id, actor=actor, reason=reason)
     except triggers.Refused as exc:
@@ -338,7 +341,7 @@ def _request_stop(
     for _ in range(_DECISION_ROUNDS):
         loaded = platform.ledger.snapshot(instance_id)
         if loaded is None:
-            raise NotFound(f"no run or instance {instance_id!r}")
+            raise NotFound(refusals.NO_RUN_OR_INSTANCE.format(instance_id=instance_id))
         snapshot, version = loaded
         event = decide.request_stop(
             snapshot, actor=actor, reason=reason, now=platform.now(), event_id=new_event_id()
@@ -346,7 +349,7 @@ def _request_stop(
         if event is None:
             if strict:
                 raise Conflict(
-                    f"instance {instance_id} is {snapshot.state}: there is nothing to stop",
+                    refusals.NOTHING_TO_STOP.format(instance_id=instance_id, state=snapshot.state),
                     current_state=snapshot.state.value,
                 )
             return snapshot.state
@@ -361,13 +364,13 @@ def _request_stop(
                 raise Conflict(applied.reason, current_state=snapshot.state.value)
             return snapshot.state
         return applied.snapshot.state
-    raise Conflict(f"instance {instance_id} kept changing; try again")
+    raise Conflict(refusals.KEPT_CHANGING.format(instance_id=instance_id))
 
 
 def _reason(reason: str) -> str:
     text = reason.strip()
     if not text:
-        raise InvalidInput.about("reason", "a cancel needs a reason")
+        raise InvalidInput.about("reason", refusals.CANCEL_NEEDS_REASON.format())
     return text
 
 
@@ -377,12 +380,12 @@ def _reason(reason: str) -> str:
 def _run_row(connection: Connection, run_id: str) -> RunRow:
     row = queries.get_run(connection, run_id)
     if row is None:
-        raise NotFound(f"no run {run_id!r}")
+        raise NotFound(refusals.NO_RUN.format(run_id=run_id))
     return row
 
 
 def _instance_row(connection: Connection, instance_id: str) -> InstanceRow:
     row = queries.get_instance(connection, instance_id)
     if row is None:
-        raise NotFound(f"no instance {instance_id!r}")
+        raise NotFound(refusals.NO_INSTANCE.format(instance_id=instance_id))
     return row

@@ -18,6 +18,7 @@ from typing import Final
 
 import sqlalchemy as sa
 
+from veritask.core import refusals
 from veritask.ledger import dialects, runs, schema
 from veritask.ledger.vocabulary import TokenRole as TokenRole  # re-exported for the API
 from veritask.scheduling import tokens as attempt_tokens
@@ -46,9 +47,7 @@ def allows(principal: views.Principal, needed: TokenRole) -> bool:
 def create_token(platform: Platform, *, role: TokenRole, name: str) -> views.NewToken:
     """A new random token for ``role``; the token itself is returned here and never again."""
     if not _NAME.fullmatch(name):
-        raise InvalidInput.about(
-            "name", "1 to 64 letters, digits, '_', '.', '@' or '-', starting with a letter or digit"
-        )
+        raise InvalidInput.about("name", refusals.TOKEN_NAME.format())
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token_id = runs.new_id()
     now = platform.now()
@@ -88,7 +87,7 @@ def revoke_token(platform: Platform, token_id: str) -> views.TokenInfo:
             .with_for_update()
         ).first()
         if row is None:
-            raise NotFound(f"no token {token_id!r}")
+            raise NotFound(refusals.NO_TOKEN.format(token_id=token_id))
         if row.revoked_at is not None:
             return _info(row)
         if row.role == TokenRole.ADMIN.value:
@@ -100,10 +99,7 @@ def revoke_token(platform: Platform, token_id: str) -> views.TokenInfo:
                 .with_for_update()
             ).all()
             if len(admins) <= 1:
-                raise Conflict(
-                    f"token {token_id} is the last working admin token; create another "
-                    "admin token first"
-                )
+                raise Conflict(refusals.LAST_ADMIN.format(token_id=token_id))
         now = platform.now()
         connection.execute(
             schema.api_tokens.update().where(t.id == token_id).values(revoked_at=now)

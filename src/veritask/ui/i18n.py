@@ -45,7 +45,7 @@ class Translator:
 
     language: Language
 
-    def __call__(self, key: str, **values: object) -> str:
+    def __call__(self, key: str, /, **values: object) -> str:
         text = catalog(self.language).get(key, key)
         return text.format(**values) if values else text
 

@@ -2,19 +2,24 @@
 
 Dates are shown in the viewer's time zone with the UTC time in the ``title`` (on hover);
 states are a colour *and* a glyph and a translated word, so that they read without colour.
+Sentences the platform stored in English (reasons, a validator's messages, refusals) are
+recognised by the phrase that wrote them and shown in the viewer's language (``sentence``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import zoneinfo
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import Final, assert_never
 
 import jinja2
 from markupsafe import Markup, escape
 
+from veritask.core import phrasebook
+from veritask.core.phrases import Slot
 from veritask.definitions.schedule import ScheduleWords
 from veritask.ui import i18n
 
@@ -107,6 +112,7 @@ def render(template: str, *, t: i18n.Translator, zone: zoneinfo.ZoneInfo, **valu
         "actor": actor_in(t),
         "event_kind": event_kind_in(t),
         "schedule_phrase": schedule_in(t),
+        "sentence": sentence_in(t),
         "as_json": as_json,
         "tone": tone,
         "glyph": glyph,
@@ -232,6 +238,94 @@ def schedule_in(t: i18n.Translator) -> Callable[[ScheduleWords], str]:
         return t("schedule.in_zone", phrase=phrase, zone=words.timezone)
 
     return schedule_phrase
+
+
+def sentence_in(t: i18n.Translator) -> Callable[[str | None], str]:
+    """``sentence(text)``: a sentence the platform stored in English, in the viewer's language.
+
+    The phrase that wrote it is recognised (:func:`veritask.core.phrasebook.match`) and its
+    catalog entry is rendered with the fields; fields that are platform words (states, event
+    kinds, durations, nested sentences) are translated too, names and numbers are kept. A
+    sentence no phrase wrote (a person's words, an engine's error) is shown as stored.
+    """
+
+    def sentence(text: str | None) -> str:
+        if not text:
+            return ""
+        if t.language is i18n.Language.EN:
+            return text  # the catalog's English is the template itself
+        return translate_sentence(t, text)
+
+    return sentence
+
+
+#: Sentences joined into one: the run's "active: a; ready: b", lists of "task state".
+_JOINED = {"; ": "list.clauses", ", ": "list.separator"}
+_TIMEDELTA = re.compile(r"(?:(-?\d+) days?, )?(\d+):(\d\d):(\d\d(?:\.\d+)?)")
+
+
+def translate_sentence(t: i18n.Translator, text: str) -> str:
+    """``text`` in ``t``'s language, as far as phrases wrote it; the rest as stored."""
+    return _render(t, phrasebook.read(text))
+
+
+def _render(t: i18n.Translator, reading: phrasebook.Reading) -> str:
+    match reading:
+        case phrasebook.Plain(text):
+            return text
+        case phrasebook.Joined(separator=separator, parts=parts):
+            between = t(_JOINED.get(separator, "list.clauses"))
+            return between.join(_render(t, part) for part in parts)
+        case phrasebook.Said(text=text, phrase=phrase, fields=fields, nested=nested):
+            if not t.has(phrase.key):
+                return text
+            inner = dict(nested)
+            values = {
+                name: _render(t, inner[name]) if name in inner else _field(t, slot, value)
+                for (name, value), slot in zip(fields, phrase.slots.values(), strict=True)
+            }
+            return t(phrase.key, **values)
+        case _:
+            assert_never(reading)
+
+
+def _field(t: i18n.Translator, slot: Slot, value: str) -> str:
+    match slot:
+        case Slot.STATE:
+            return _word(t, "state", value.upper())
+        case Slot.STATES:
+            return t("list.separator").join(
+                _word(t, "state", word.upper()) for word in value.split(", ")
+            )
+        case Slot.EVENT_KIND:
+            return _word(t, "event_kind", value)
+        case Slot.OPEN_REASON:
+            return _word(t, "open_reason", value)
+        case Slot.LIFECYCLE:
+            return _word(t, "lifecycle", value)
+        case Slot.ACTOR:
+            return actor_in(t)(value)
+        case Slot.DURATION:
+            return _timedelta_in(t, value)
+        case Slot.TEXT | Slot.SENTENCE | Slot.NUMBER | Slot.CODE | Slot.FIELD:
+            return value
+
+
+def _word(t: i18n.Translator, prefix: str, value: str) -> str:
+    key = f"{prefix}.{value}"
+    return t(key) if t.has(key) else value
+
+
+def _timedelta_in(t: i18n.Translator, text: str) -> str:
+    """A ``timedelta`` as Python printed it (``1 day, 0:10:00``), as :func:`duration_in`."""
+    found = _TIMEDELTA.fullmatch(text)
+    if found is None:
+        return text
+    days, hours, minutes, seconds = found.groups()
+    span = timedelta(
+        days=int(days or 0), hours=int(hours), minutes=int(minutes), seconds=float(seconds)
+    )
+    return duration_in(t)(span)
 
 
 def listed(t: i18n.Translator, items: list[str]) -> str:

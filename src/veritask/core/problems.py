@@ -1,0 +1,232 @@
+"""The problems a definition is refused with, one phrase per kind (see :mod:`.phrases`).
+
+The validator (:mod:`veritask.definitions`) formats them into each problem's message; the API
+and the CLI show the English, the web UI's editor shows the reader's language at the line.
+"""
+
+from __future__ import annotations
+
+from veritask.core.phrases import Phrase, Slot
+
+_S = Slot.SENTENCE
+
+# -- what a value is (inside "expected …, got {kind}") ---------------------------------------
+
+A_MAPPING = Phrase("problem.a_mapping", "a mapping")
+A_LIST = Phrase("problem.a_list", "a list")
+NULL = Phrase("problem.null", "null")
+THE_BOOLEAN = Phrase("problem.the_boolean", "the boolean {value}", value=Slot.CODE)
+THE_NUMBER = Phrase("problem.the_number", "the number {value}", value=Slot.NUMBER)
+THE_STRING = Phrase("problem.the_string", "the string {value!r}")
+
+# -- typed values (definitions.reader) -------------------------------------------------------
+
+EXPECTED_MAPPING = Phrase("problem.expected_mapping", "expected a mapping, got {kind}", kind=_S)
+UNKNOWN_FIELD = Phrase("problem.unknown_field", "unknown field {name!r}")
+UNKNOWN_FIELD_HINT = Phrase(
+    "problem.unknown_field_hint", "unknown field {name!r} (did you mean {close!r}?)"
+)
+REQUIRED = Phrase("problem.required", "the field {name!r} is required")
+EXPECTED_LIST = Phrase("problem.expected_list", "expected a list, got {kind}", kind=_S)
+EXPECTED_STRING = Phrase("problem.expected_string", "expected a string, got {kind}", kind=_S)
+EXPECTED_BOOLEAN = Phrase("problem.expected_boolean", "expected true or false, got {kind}", kind=_S)
+EXPECTED_WHOLE_NUMBER = Phrase(
+    "problem.expected_whole_number", "expected a whole number, got {kind}", kind=_S
+)
+AT_LEAST = Phrase(
+    "problem.at_least",
+    "must be {minimum} or more, got {number}",
+    minimum=Slot.NUMBER,
+    number=Slot.NUMBER,
+)
+ONE_OR_MORE = Phrase("problem.one_or_more", "must be 1 or more")
+AT_MOST = Phrase(
+    "problem.at_most",
+    "must be {maximum} or less, got {number}",
+    maximum=Slot.NUMBER,
+    number=Slot.NUMBER,
+)
+EXPECTED_NUMBER = Phrase("problem.expected_number", "expected a number, got {kind}", kind=_S)
+BETWEEN = Phrase(
+    "problem.between",
+    "must be between {low:g} and {high:g}, got {number}",
+    low=Slot.NUMBER,
+    high=Slot.NUMBER,
+    number=Slot.NUMBER,
+)
+EXPECTED_DURATION = Phrase(
+    "problem.expected_duration", "expected a duration such as 30s or 1h30m, got {kind}", kind=_S
+)
+LONGER_THAN_ZERO = Phrase("problem.longer_than_zero", "must be longer than 0s")
+UNKNOWN_VALUE = Phrase("problem.unknown_value", "unknown value {value!r}; one of: {names}")
+UNKNOWN_VALUE_HINT = Phrase(
+    "problem.unknown_value_hint",
+    "unknown value {value!r} (did you mean {close!r}?); one of: {names}",
+)
+EXPECTED_ONE_OF = Phrase("problem.expected_one_of", "expected one of {names}, got {kind}", kind=_S)
+NOT_A_NAME = Phrase(
+    "problem.not_a_name",
+    "{text!r} is not a valid name: use lowercase letters, digits, '_' and '-', starting with a "
+    "letter, at most 64 characters",
+)
+NOT_A_TASK_KEY = Phrase(
+    "problem.not_a_task_key",
+    "{text!r} is not a valid task key: use lowercase letters, digits, '_' and '-', starting "
+    "with a letter, at most 64 characters",
+)
+NOT_A_CONNECTION_NAME = Phrase(
+    "problem.not_a_connection_name",
+    "{text!r} is not a valid connection name: use lowercase letters, digits, '_' and '-', "
+    "starting with a letter, at most 64 characters",
+)
+
+# -- durations (definitions.durations) -------------------------------------------------------
+
+DURATION_TOO_LONG = Phrase("problem.duration_too_long", "{value!r} is too long for a duration")
+EXPECTED_A_DURATION = Phrase(
+    "problem.expected_a_duration", "expected a duration such as 30s, 10m or 1h30m, got {value!r}"
+)
+NEGATIVE_DURATION = Phrase(
+    "problem.negative_duration", "a duration must be 0 or more seconds, got {value!r}"
+)
+NOT_A_DURATION = Phrase(
+    "problem.not_a_duration",
+    "{value!r} is not a duration: write units largest first, such as 30s, 10m, 2h, 1d or "
+    "1h30m, or a number of seconds",
+)
+
+# -- the text (definitions.source) -----------------------------------------------------------
+
+INVALID_YAML = Phrase("problem.invalid_yaml", "invalid YAML: {detail}")
+EMPTY = Phrase("problem.empty", "the definition is empty")
+TOO_LARGE = Phrase(
+    "problem.too_large", "the definition is too large (over {count} values)", count=Slot.NUMBER
+)
+ALIAS_LOOP = Phrase("problem.alias_loop", "a YAML alias refers to itself")
+INVALID_MERGE = Phrase("problem.invalid_merge", "invalid merge key: {detail}")
+PLAIN_KEY = Phrase("problem.plain_key", "a key must be a plain string")
+DUPLICATE_KEY = Phrase(
+    "problem.duplicate_key", "duplicate key (first on line {line})", line=Slot.NUMBER
+)
+UNSUPPORTED_NODE = Phrase("problem.unsupported_node", "unsupported YAML node {node}")
+UNSUPPORTED_VALUE = Phrase("problem.unsupported_value", "unsupported value: {detail}")
+NOT_FINITE = Phrase("problem.not_finite", "a number must be finite")
+UNSUPPORTED_TYPE = Phrase("problem.unsupported_type", "unsupported value of type {type}")
+KEY_NOT_A_STRING = Phrase("problem.key_not_a_string", "key {key!r} is not a string")
+
+# -- tasks and the graph (definitions.parse, definitions.model) ------------------------------
+
+LISTED_TASK_NEEDS_KEY = Phrase("problem.listed_task_needs_key", "a task in a list needs a key")
+EXPECTED_TASKS = Phrase(
+    "problem.expected_tasks", "expected a mapping of task keys, got {kind}", kind=_S
+)
+NO_TASKS = Phrase("problem.no_tasks", "at least one task is required")
+TASK_DEFINED_TWICE = Phrase("problem.task_defined_twice", "a task with this key is already defined")
+TEARDOWN_RULE = Phrase(
+    "problem.teardown_rule",
+    "a teardown task always uses all_done_setup_success: it must run even when the work failed",
+)
+DECIDES_RUN = Phrase(
+    "problem.decides_run",
+    "only a teardown task may set decides_run (other leaves always decide the run)",
+)
+ONLY_TEARDOWN_DECIDES = Phrase(
+    "problem.only_teardown_decides", "only a teardown task may set decides_run"
+)
+CONNECTION_WITHOUT_SQL = Phrase(
+    "problem.connection_without_sql", "only a sql task names a connection"
+)
+SQL_HAS_NO = Phrase(
+    "problem.sql_has_no",
+    "a sql task has no {other}: the statement is the whole task",
+    other=Slot.CODE,
+)
+SQL_HAS_NO_STEP = Phrase("problem.sql_has_no_step", "a sql task has no run and no call")
+EMPTY_STATEMENT = Phrase("problem.empty_statement", "the statement is empty")
+SQL_NEEDS_CONNECTION = Phrase(
+    "problem.sql_needs_connection",
+    "a sql task needs connection: the name of a server in the platform's settings",
+)
+SQL_NEEDS_CONNECTION_NAME = Phrase(
+    "problem.sql_needs_connection_name", "a sql task needs a connection name"
+)
+RUN_AND_CALL = Phrase("problem.run_and_call", "has both run and call; a step is one or the other")
+RUN_OR_CALL = Phrase("problem.run_or_call", "needs run (a shell command) or call (module:function)")
+ONE_OF_RUN_OR_CALL = Phrase("problem.one_of_run_or_call", "needs exactly one of run or call")
+EMPTY_COMMAND = Phrase("problem.empty_command", "the command is empty")
+NOT_CALLABLE = Phrase(
+    "problem.not_callable", "{call!r} is not module:function, such as jobs.transform:main"
+)
+NOT_CALLABLE_SHORT = Phrase("problem.not_callable_short", "{call!r} is not module:function")
+EXPECTED_TASK_KEYS = Phrase(
+    "problem.expected_task_keys", "expected a list of task keys, got {kind}", kind=_S
+)
+EXPECTED_TASK_KEY = Phrase("problem.expected_task_key", "expected a task key, got {kind}", kind=_S)
+AFTER_ITSELF = Phrase("problem.after_itself", "task {key!r} cannot run after itself")
+NO_SUCH_TASK = Phrase("problem.no_such_task", "no task named {key!r}")
+NO_SUCH_TASK_HINT = Phrase(
+    "problem.no_such_task_hint", "no task named {key!r} (did you mean {close!r}?)"
+)
+LISTED_TWICE = Phrase("problem.listed_twice", "{key!r} is listed twice")
+CYCLE = Phrase("problem.cycle", "the tasks form a cycle: {cycle}")
+USED_TWICE = Phrase("problem.used_twice", "{name!r} is used twice")
+WAITS_FOR_ITSELF = Phrase("problem.waits_for_itself", "a definition cannot wait for its own runs")
+MUST_BE_PUBLISHED = Phrase(
+    "problem.must_be_published",
+    "must be true: a dependency is released only when the other run is PUBLISHED, never "
+    "merely executed",
+)
+ONLY_PUBLISHED_RELEASES = Phrase(
+    "problem.only_published_releases", "must be true: only PUBLISHED releases a dependency"
+)
+NOT_A_VALID_NAME = Phrase("problem.not_a_valid_name", "{name!r} is not a valid name")
+HOLDS_ANOTHER_TASK = Phrase("problem.holds_another_task", "holds the task {key!r}")
+
+# -- schedules (definitions.cron) ------------------------------------------------------------
+
+CRON_REQUIRED = Phrase(
+    "problem.cron_required", "a cron expression is required, such as '0 2 * * *'"
+)
+UNKNOWN_MACRO = Phrase("problem.unknown_macro", "unknown macro {macro!r}; known: {known}")
+CRON_FIELD_COUNT = Phrase(
+    "problem.cron_field_count",
+    "{text!r} has {count} fields; cron needs 5: minute hour day-of-month month day-of-week",
+    count=Slot.NUMBER,
+)
+#: One per field of a cron expression, in order.
+CRON_FIELDS = (
+    Phrase("problem.cron_minute", "minute field {part!r} is not valid (allowed: 0-59)"),
+    Phrase("problem.cron_hour", "hour field {part!r} is not valid (allowed: 0-23)"),
+    Phrase(
+        "problem.cron_day",
+        "day of month field {part!r} is not valid (allowed: 1-31, L or LW)",
+    ),
+    Phrase("problem.cron_month", "month field {part!r} is not valid (allowed: 1-12 or JAN-DEC)"),
+    Phrase(
+        "problem.cron_weekday",
+        "day of week field {part!r} is not valid (allowed: 0-7 or SUN-SAT (0 and 7 are "
+        "Sunday), with L or # allowed)",
+    ),
+)
+NEVER_FIRES = Phrase("problem.never_fires", "{text!r} never fires: {detail}")
+UNKNOWN_ZONE = Phrase(
+    "problem.unknown_zone",
+    "unknown time zone {name!r}; use an IANA name such as 'Asia/Shanghai' or 'UTC'",
+)
+UNKNOWN_ZONE_HINT = Phrase(
+    "problem.unknown_zone_hint",
+    "unknown time zone {name!r} (did you mean {close!r}?); use an IANA name such as "
+    "'Asia/Shanghai' or 'UTC'",
+)
+
+# -- policies (core.policy) ------------------------------------------------------------------
+
+NOT_NEGATIVE = Phrase("problem.not_negative", "must not be negative, got {value}")
+SHORTER_THAN_DELAY = Phrase(
+    "problem.shorter_than_delay",
+    "{max_delay} is shorter than delay {delay}",
+    max_delay=Slot.DURATION,
+    delay=Slot.DURATION,
+)
+NEVER_RETRIED = Phrase("problem.never_retried", "{states} can never be retried", states=Slot.STATES)
+MUST_BE_POSITIVE = Phrase("problem.must_be_positive", "must be positive, got {value}")

@@ -1,0 +1,133 @@
+"""Why a service refuses a request, one phrase per kind (see :mod:`.phrases`).
+
+The services raise these as the English ``detail`` of a 404, 409 or 422 (what the API's
+problem documents and the CLI show); the web UI's error banner shows the reader's language.
+"""
+
+from __future__ import annotations
+
+from veritask.core.phrases import Phrase, Slot
+
+# -- 404: there is no such object ------------------------------------------------------------
+
+NO_RUN = Phrase("refusal.no_run", "no run {run_id!r}")
+NO_INSTANCE = Phrase("refusal.no_instance", "no instance {instance_id!r}")
+NO_RUN_OR_INSTANCE = Phrase("refusal.no_run_or_instance", "no run or instance {instance_id!r}")
+NO_DEFINITION = Phrase("refusal.no_definition", "no definition named {name!r}")
+NO_ALERT = Phrase("refusal.no_alert", "no alert {alert_id}", alert_id=Slot.NUMBER)
+NO_TOKEN = Phrase("refusal.no_token", "no token {token_id!r}")
+NO_VERSION = Phrase(
+    "refusal.no_version",
+    "definition {name} has no version {version}",
+    name=Slot.FIELD,
+    version=Slot.NUMBER,
+)
+NO_ATTEMPT = Phrase(
+    "refusal.no_attempt",
+    "instance {instance_id} has no attempt {attempt_no}",
+    attempt_no=Slot.NUMBER,
+)
+VERSION_GONE = Phrase(
+    "refusal.version_gone", "run {run_id} names a definition version that is gone"
+)
+LOG_ELSEWHERE = Phrase(
+    "refusal.log_elsewhere",
+    "the log of attempt {attempt_no} is at {path}, outside this server's VERITASK_HOME; read "
+    "it where its engine keeps it",
+    attempt_no=Slot.NUMBER,
+)
+
+# -- 409: illegal in the object's current state ----------------------------------------------
+
+CANNOT_BE_ENABLED = Phrase(
+    "refusal.cannot_be_enabled",
+    "definition {name} is {lifecycle}; it cannot be enabled",
+    name=Slot.FIELD,
+    lifecycle=Slot.LIFECYCLE,
+)
+CANNOT_BE_DISABLED = Phrase(
+    "refusal.cannot_be_disabled",
+    "definition {name} is {lifecycle}; it cannot be disabled",
+    name=Slot.FIELD,
+    lifecycle=Slot.LIFECYCLE,
+)
+CHANGED_MEANWHILE = Phrase(
+    "refusal.changed_meanwhile",
+    "definition {name} changed meanwhile; it is no longer {lifecycle}",
+    name=Slot.FIELD,
+    lifecycle=Slot.LIFECYCLE,
+)
+DEFINITION_IS = Phrase(
+    "refusal.definition_is",
+    "definition {name} is {lifecycle}",
+    name=Slot.FIELD,
+    lifecycle=Slot.LIFECYCLE,
+)
+CANNOT_BE_TRIGGERED = Phrase(
+    "refusal.cannot_be_triggered",
+    "definition {name} is {lifecycle}; it cannot be triggered",
+    name=Slot.FIELD,
+    lifecycle=Slot.LIFECYCLE,
+)
+NO_SCHEDULE = Phrase(
+    "refusal.no_schedule", "definition {name} has no schedule to backfill", name=Slot.FIELD
+)
+END_BEFORE_START = Phrase("refusal.end_before_start", "end: must not be before start")
+NEEDS_LOGICAL_TIME = Phrase(
+    "refusal.needs_logical_time", "logical_time: a scheduled or backfilled run needs one"
+)
+HAS_NO_VERSION = Phrase(
+    "refusal.has_no_version", "definition {name} has no version", name=Slot.FIELD
+)
+RUN_ALREADY = Phrase("refusal.run_already", "run {run_id} is already {state}", state=Slot.STATE)
+NOTHING_TO_STOP = Phrase(
+    "refusal.nothing_to_stop",
+    "instance {instance_id} is {state}: there is nothing to stop",
+    state=Slot.STATE,
+)
+KEPT_CHANGING = Phrase("refusal.kept_changing", "instance {instance_id} kept changing; try again")
+OVERRIDE_REFUSED = Phrase(
+    "refusal.override_refused", "override refused: {refusals}", refusals=Slot.SENTENCE
+)
+OVERRIDE_REFUSAL = Phrase(
+    "refusal.override_refusal",
+    "{task} ({state}): {reason}",
+    task=Slot.FIELD,
+    state=Slot.STATE,
+    reason=Slot.SENTENCE,
+)
+NOT_EMPTY = Phrase(
+    "refusal.not_empty", "the database is not empty: replay loads an export into a new one"
+)
+LAST_ADMIN = Phrase(
+    "refusal.last_admin",
+    "token {token_id} is the last working admin token; create another admin token first",
+)
+
+# -- 422: the input was refused --------------------------------------------------------------
+
+FIELD_PROBLEM = Phrase(
+    "refusal.field_problem", "{field}: {problem}", field=Slot.FIELD, problem=Slot.SENTENCE
+)
+BETWEEN = Phrase(
+    "refusal.between",
+    "must be between {low} and {high}",
+    low=Slot.NUMBER,
+    high=Slot.NUMBER,
+)
+NOT_NEGATIVE = Phrase("refusal.not_negative", "must not be negative")
+NOT_BLANK = Phrase("refusal.not_blank", "must not be blank")
+ONE_SCOPE = Phrase("refusal.one_scope", "give exactly one of definition, run or instance")
+OVERRIDE_STATES = Phrase("refusal.override_states", "an override sets SUCCESS or FAILED")
+OVERRIDE_NEEDS_REASON = Phrase("refusal.override_needs_reason", "an override needs a reason")
+CANCEL_NEEDS_REASON = Phrase("refusal.cancel_needs_reason", "a cancel needs a reason")
+TRIGGER_KIND = Phrase("refusal.trigger_kind", "a trigger by request is manual or api")
+NOT_A_CURSOR = Phrase("refusal.not_a_cursor", "not a cursor this API handed out")
+UNKNOWN_PARAMETERS = Phrase(
+    "refusal.unknown_parameters", "parameters: unknown {names}; known: {known}"
+)
+UNKNOWN_PARAMETER = Phrase("refusal.unknown_parameter", "unknown; known: {known}")
+TOKEN_NAME = Phrase(
+    "refusal.token_name",
+    "1 to 64 letters, digits, '_', '.', '@' or '-', starting with a letter or digit",
+)

@@ -1,0 +1,292 @@
+"""Every sentence the platform records is a phrase the web UI can read back and translate.
+
+The phrases themselves (both catalogs, their fields, the round trip from a sentence to its
+fields), then coverage: the reasons real folds, judgements, run verdicts and trigger rules
+produce are all recognised, so that no English is left for a reader of another language.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import string
+from collections.abc import Iterable, Iterator
+
+import pytest
+
+from tests.unit.simulation import Fate, Scenario, simulate
+from tests.unit.story import Story
+from veritask.core import phrasebook, reasons
+from veritask.core.phrases import Phrase, Slot
+from veritask.core.policy import OnUnknown, RetryPolicy, TaskPolicy
+from veritask.core.run_state import RunGraph, TaskNode, TaskRole, execution_state
+from veritask.core.states import EngineState, InstanceState
+from veritask.core.trigger_rules import TriggerRule, evaluate
+from veritask.ui import i18n
+
+PHRASES = phrasebook.BOOK.phrases
+PLACEHOLDER = re.compile(r"\{(\w+)\}")
+#: Names joined by ", " (task keys, run ids) are data, never words to translate.
+NAMES = re.compile(r"[\w.:@-]+(?:, [\w.:@-]+)*")
+
+SAMPLES: dict[Slot, object] = {
+    Slot.NUMBER: 7,
+    Slot.STATE: "UP_FOR_RETRY",
+    Slot.STATES: "FAILED, SUCCESS",
+    Slot.EVENT_KIND: "lease_expired",
+    Slot.OPEN_REASON: "unknown_retry",
+    Slot.LIFECYCLE: "disabled",
+    Slot.ACTOR: "operator:alice",
+    Slot.DURATION: "1 day, 0:10:00",
+    Slot.CODE: "all_success",
+    Slot.FIELD: "tasks.load",
+}
+
+
+def sample(phrase: Phrase) -> dict[str, object]:
+    """A value for each field that no other template would claim."""
+    return {
+        name: SAMPLES.get(slot, f"<{name} {slot.value}>") for name, slot in phrase.slots.items()
+    }
+
+
+def recorded_text(phrase: Phrase, values: dict[str, object]) -> dict[str, str]:
+    """Each field as the template writes it (``{name!r}`` quotes it)."""
+    shown = {}
+    for _, name, spec, conversion in string.Formatter().parse(phrase.template):
+        if name is not None:
+            converted: object = repr(values[name]) if conversion == "r" else values[name]
+            shown[name] = format(converted, spec or "")
+    return shown
+
+
+@pytest.mark.parametrize("language", list(i18n.Language))
+def test_every_phrase_is_in_the_catalog_with_the_same_fields(language: i18n.Language) -> None:
+    catalog = i18n.catalog(language)
+    for phrase in PHRASES:
+        assert phrase.key in catalog, phrase.key
+        assert set(PLACEHOLDER.findall(catalog[phrase.key])) == phrase.fields, phrase.key
+
+
+def test_the_english_catalog_says_what_the_template_writes() -> None:
+    english = i18n.catalog(i18n.Language.EN)
+    for phrase in PHRASES:
+        plain = re.sub(r"\{(\w+)(?:![rsa])?(?::[^}]*)?\}", r"{\1}", phrase.template)
+        assert english[phrase.key] == plain
+
+
+def test_keys_and_templates_are_unique() -> None:
+    assert len({p.key for p in PHRASES}) == len(PHRASES)
+    assert len({p.template for p in PHRASES}) == len(PHRASES)
+
+
+@pytest.mark.parametrize("phrase", PHRASES, ids=lambda p: p.key)
+def test_a_formatted_phrase_is_recognised_with_its_fields(phrase: Phrase) -> None:
+    values = sample(phrase)
+    text = phrase.format(**values)
+    assert phrasebook.match(text) == (phrase, recorded_text(phrase, values))
+
+
+def test_format_refuses_missing_or_unknown_fields() -> None:
+    with pytest.raises(TypeError):
+        reasons.FENCED.format()
+    with pytest.raises(TypeError):
+        reasons.FENCED.format(why="x", extra="y")
+
+
+def test_a_sentence_no_phrase_wrote_is_not_recognised() -> None:
+    assert phrasebook.match("the moon is made of cheese") is None
+    assert isinstance(phrasebook.read("the moon is made of cheese"), phrasebook.Plain)
+
+
+def test_the_most_specific_template_wins() -> None:
+    label = reasons.ATTEMPT.format(attempt_no=2, reason=reasons.NEVER_RECEIVED.format())
+    text = reasons.NO_RETRIES_ALLOWED.format(reason=label, allowed=3)
+    assert phrasebook.match(text) == (reasons.NO_RETRIES_ALLOWED, {"reason": label, "allowed": "3"})
+
+
+def test_joined_clauses_are_read_one_by_one() -> None:
+    running = "; ".join(
+        [reasons.ACTIVE.format(tasks="a, b"), reasons.WAITING_FOR_UPSTREAM.format(tasks="c")]
+    )
+    reading = phrasebook.read(running)
+    assert isinstance(reading, phrasebook.Joined)
+    assert [part.phrase for part in reading.parts if isinstance(part, phrasebook.Said)] == [
+        reasons.ACTIVE,
+        reasons.WAITING_FOR_UPSTREAM,
+    ]
+
+
+# -- coverage: what the core really writes is recognised ------------------------------------
+
+
+def unread(text: str, free: Iterable[str] = ()) -> list[str]:
+    """The parts of ``text`` that no phrase wrote and that are not names or ``free`` text."""
+    allowed = set(free)
+    left: list[str] = []
+
+    def walk(reading: phrasebook.Reading) -> None:
+        match reading:
+            case phrasebook.Plain(text=plain):
+                if plain not in allowed and not NAMES.fullmatch(plain):
+                    left.append(plain)
+            case phrasebook.Joined(parts=parts):
+                for part in parts:
+                    walk(part)
+            case phrasebook.Said(nested=nested):
+                for _, inner in nested:
+                    walk(inner)
+
+    top = phrasebook.read(text)
+    if isinstance(top, phrasebook.Plain):
+        return [text]
+    walk(top)
+    return left
+
+
+def scenarios(count: int) -> Iterator[Scenario]:
+    rng = random.Random(20260101)
+    for seed in range(count):
+        yield Scenario(
+            fates=tuple(rng.choice(list(Fate)) for _ in range(6)),
+            durations=tuple(rng.randint(1, 10) for _ in range(6)),
+            max_retries=rng.randint(0, 3),
+            on_unknown=rng.choice(list(OnUnknown)),
+            timeout=rng.choice([None, rng.randint(4, 20)]),
+            max_delay=rng.randint(0, 6),
+            duplicate_rate=rng.choice([0.0, 0.2, 0.5]),
+            cancel_at=rng.choice([None, rng.randint(1, 60)]),
+            override_at_end=rng.random() < 0.3,
+            seed=seed,
+            steps=100,
+            requires_commit=rng.random() < 0.3,
+        )
+
+
+def test_every_reason_of_simulated_histories_is_recognised() -> None:
+    seen: dict[str, str] = {}
+    for scenario in scenarios(150):
+        for r in simulate(scenario).recorded:
+            texts = [r.reason, r.after.reason]
+            for attempt in r.after.attempts:
+                texts += [attempt.reason, *attempt.late]
+            for text in texts:
+                seen.setdefault(text, text)
+    # The simulation's operator cancels "wrong parameters": a person's words, kept.
+    left = {text: unread(text, {"wrong parameters"}) for text in seen}
+    assert {text: parts for text, parts in left.items() if parts} == {}
+    assert len(seen) > 100  # the histories did reach many different reasons
+
+
+def story_reasons() -> Iterator[str]:
+    """Paths the simulation rarely takes, told as stories."""
+    policy = TaskPolicy(retry=RetryPolicy(max_retries=1), max_resubmits=1)
+    stories: list[Story] = []
+    s = Story(policy)  # refused by the engine, which says retrying cannot help
+    s.open()
+    s.submit_failed(retryable=False)
+    stories.append(s)
+    s = Story(policy)  # never received, twice
+    for _ in range(2):
+        s.open()
+        s.ack()
+        s.never_received()
+    stories.append(s)
+    s = Story(policy)  # lost, fenced, fail
+    s.run_until_lost()
+    s.fence("fail")
+    s.complete(0)
+    stories.append(s)
+    s = Story(policy)  # a cancel the engine never confirmed
+    s.open()
+    s.ack()
+    s.start()
+    s.cancel()
+    s.unconfirm_stop()
+    stories.append(s)
+    s = Story(policy)  # the engine's word against the worker's
+    s.open()
+    s.ack()
+    s.start()
+    s.complete(0)
+    s.engine(EngineState.FAILED, exit_code=1)
+    s.override("FAILED")
+    stories.append(s)
+    s = Story(policy)  # cancelled while it waited to retry
+    s.open()
+    s.ack()
+    s.start()
+    s.complete(1, "task_error")
+    s.cancel()
+    stories.append(s)
+    for story in stories:
+        for verdict in story.verdicts:
+            yield verdict.reason
+            yield verdict.after.reason
+            for attempt in verdict.after.attempts:
+                yield attempt.reason
+                yield from attempt.late
+
+
+def test_every_reason_of_the_stories_is_recognised() -> None:
+    # The story's fence and cancel carry made-up words; the engine's error is kept as is.
+    free = {"window closed", "wrong input", "checked by hand"}
+    left = {text: unread(text, free) for text in set(story_reasons())}
+    assert {text: parts for text, parts in left.items() if parts} == {}
+
+
+def run_graphs() -> Iterator[tuple[RunGraph, dict[str, InstanceState], frozenset[str]]]:
+    chain = RunGraph(
+        (
+            TaskNode("setup", role=TaskRole.SETUP),
+            TaskNode("extract", ("setup",)),
+            TaskNode("load", ("extract",)),
+            TaskNode("report", ("extract",), TriggerRule.ALL_DONE),
+            TaskNode("teardown", ("load", "report", "setup"), role=TaskRole.TEARDOWN),
+        )
+    )
+    for states in _state_choices(chain.keys):
+        yield chain, states, frozenset()
+        yield chain, states, frozenset(k for k, v in states.items() if v.name == "UP_FOR_RETRY")
+    wide = RunGraph(tuple(TaskNode(f"t{i}") for i in range(8)))
+    yield wide, {f"t{i}": InstanceState.FAILED for i in range(8)}, frozenset()
+    yield wide, {f"t{i}": InstanceState.RUNNING for i in range(8)}, frozenset()
+    # Instances that wait for each other: a deadlock, with its cycle.
+    cycle = RunGraph((TaskNode("a", ("c",)), TaskNode("b", ("a",)), TaskNode("c", ("b",))))
+    yield cycle, {}, frozenset()
+    stuck = RunGraph((TaskNode("a"), TaskNode("b", ("a",))))
+    yield stuck, {"a": InstanceState.CANCELLING}, frozenset()
+
+
+def _state_choices(keys: tuple[str, ...]) -> Iterator[dict[str, InstanceState]]:
+    rng = random.Random(7)
+    for _ in range(400):
+        yield {key: rng.choice(list(InstanceState)) for key in keys}
+
+
+def test_every_run_verdict_is_recognised() -> None:
+    found = set()
+    for graph, states, timed in run_graphs():
+        verdict = execution_state(graph, states, waiting_for_time=timed)
+        found.add(verdict.reason)
+        if verdict.blocking:
+            found.add(
+                reasons.BLOCKING.format(reason=verdict.reason, tasks=", ".join(verdict.blocking))
+            )
+    left = {text: unread(text) for text in found}
+    assert {text: parts for text, parts in left.items() if parts} == {}
+    assert any(text.startswith("deadlock:") for text in found)
+
+
+def test_every_trigger_rule_reason_is_recognised() -> None:
+    rng = random.Random(11)
+    found = set()
+    for rule in TriggerRule:
+        for _ in range(60):
+            upstream = {key: rng.choice(list(InstanceState)) for key in ("a", "b", "c")}
+            decision = evaluate(rule, upstream, setup_upstreams=frozenset({"a"}))
+            said = reasons.RULE_SAYS.format(rule=rule, reason=decision.reason)
+            found.add(reasons.TRIGGER_RULE.format(rule=said))
+        found.add(evaluate(rule, {}).reason)
+    left = {text: unread(text) for text in found}
+    assert {text: parts for text, parts in left.items() if parts} == {}
