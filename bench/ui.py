@@ -33,9 +33,11 @@ from veritask.services.platform import Platform
 from veritask.services.runtime import SchedulerRuntime
 from veritask.services.tokens import TokenRole
 from veritask.ui import app as ui_app
+from veritask.ui.context import LANGUAGE_COOKIE
 
 TARGET_SECONDS = 1.0
 DEADLINE_SECONDS = 600.0
+LANGUAGES = ("en", "zh")
 FINISHED = (RunExecutionState.SUCCESS, RunExecutionState.FAILED, RunExecutionState.CANCELLED)
 
 
@@ -101,25 +103,35 @@ def main() -> None:
         token = tokens.create_token(platform, role=TokenRole.VIEWER, name="bench").token
         app = create_app(ApiSettings(url, home), platform=platform)
         ui_app.install(app)
+        timings: dict[str, list[float]] = {}
+        first: dict[str, float] = {}
         with ServerThread(app) as server:
             http = signed_in(server.url, token)
-            http.get(f"/ui/runs/{run_id}")  # warm: templates compiled, caches filled
-            timings = []
-            for _ in range(options.repeat):
+            for language in LANGUAGES:
+                http.cookies.set(LANGUAGE_COOKIE, language)
+                # The first page of a language pays for compiling templates and, in Chinese,
+                # for reading each recorded reason once; it is shown apart.
                 began = time.perf_counter()
-                page = http.get(f"/ui/runs/{run_id}")
-                timings.append(time.perf_counter() - began)
-                page.raise_for_status()
+                http.get(f"/ui/runs/{run_id}").raise_for_status()
+                first[language] = time.perf_counter() - began
+                timings[language] = []
+                for _ in range(options.repeat):
+                    began = time.perf_counter()
+                    page = http.get(f"/ui/runs/{run_id}")
+                    timings[language].append(time.perf_counter() - began)
+                    page.raise_for_status()
             http.close()
         platform.close()
-    median, worst = statistics.median(timings), max(timings)
-    verdict = "under" if worst < TARGET_SECONDS else "OVER"
-    print(
-        f"GET /ui/runs/<id> with {len(detail.instances)} instances, "
-        f"{len(page.content) // 1024} KiB: "
-        f"median {median * 1000:.0f} ms, worst {worst * 1000:.0f} ms of {options.repeat} "
-        f"({verdict} the {TARGET_SECONDS:.0f} s target)"
-    )
+    for language, measured in timings.items():
+        median, worst = statistics.median(measured), max(measured)
+        verdict = "under" if worst < TARGET_SECONDS else "OVER"
+        print(
+            f"GET /ui/runs/<id> with {len(detail.instances)} instances ({language}), "
+            f"{len(page.content) // 1024} KiB: "
+            f"median {median * 1000:.0f} ms, worst {worst * 1000:.0f} ms of {options.repeat} "
+            f"({verdict} the {TARGET_SECONDS:.0f} s target); "
+            f"first page {first[language] * 1000:.0f} ms"
+        )
 
 
 if __name__ == "__main__":
