@@ -267,10 +267,40 @@ def _wait(paths: list[Path]) -> None:
             time.sleep(0.001)
 
 
-def _executor_baseline(args: argparse.Namespace) -> tuple[float, float]:
-    """Attempts/s of the executor alone, and its median submit -> task started, in ms."""
+@dataclass(frozen=True)
+class FileCost:
+    #: CPU to create one empty file where the homes are, in microseconds.
+    create_us: float
+    #: Files and directories the executor creates per attempt of ``true``.
+    per_attempt: float
+
+
+def _file_cost(directory: Path, count: int = 300) -> float:
+    """CPU microseconds to create one file in ``directory``. Left in place: deleting them
+    would make the next creations dearer on ext4 without a journal, which skips inodes freed
+    in the last seconds and scans past them."""
+    directory.mkdir()
+    began = time.process_time()
+    for n in range(count):
+        os.close(os.open(directory / f"f{n}", os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600))
+    return (time.process_time() - began) / count * 1e6
+
+
+def _inodes_under(directory: Path) -> int:
+    """Files and directories, each counted once however many names it has."""
+    seen = set()
+    for root, dirs, files in os.walk(directory):
+        for name in dirs + files:
+            seen.add(os.lstat(os.path.join(root, name)).st_ino)
+    return len(seen)
+
+
+def _executor_baseline(args: argparse.Namespace) -> tuple[float, float, FileCost]:
+    """Attempts/s of the executor alone, its median submit -> task started in ms, and what
+    files cost there."""
     with tempfile.TemporaryDirectory(prefix="veritask-bench-", dir=args.dir) as tmp:
         home = Path(tmp)
+        create_us = _file_cost(home / "file-cost")
         outbox = home / "outbox"
         executor = local.LocalExecutor(home=home, slots=args.slots)
         executor.ensure_supervisor()
@@ -283,6 +313,7 @@ def _executor_baseline(args: argparse.Namespace) -> tuple[float, float]:
                 attempts.append(executor.home.attempt(spec.instance_id, 1))
             _wait([a.exit_record for a in attempts])
             per_s = args.tasks / (time.perf_counter() - started)
+            files = FileCost(create_us, _inodes_under(executor.home.attempts) / args.tasks)
             latencies = []
             for _ in range(args.chain):
                 spec = _spec(outbox)
@@ -293,7 +324,7 @@ def _executor_baseline(args: argparse.Namespace) -> tuple[float, float]:
                 _wait([executor.home.attempt(spec.instance_id, 1).exit_record])
         finally:
             executor.shutdown_supervisor()
-    return per_s, statistics.median(latencies) * 1000
+    return per_s, statistics.median(latencies) * 1000, files
 
 
 # -- databases -----------------------------------------------------------------------------
@@ -340,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     popen = _popen_baseline(args.tasks, args.slots)
-    executor_per_s, executor_start_ms = _executor_baseline(args)
+    executor_per_s, executor_start_ms, files = _executor_baseline(args)
     results = []
     with _databases(args) as databases:
         for database, url in databases:
@@ -351,6 +382,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"baseline plain Popen(['true']), {args.slots} in flight: {popen:8.1f} processes/s")
     print(f"baseline LocalExecutor alone (no ledger):   {executor_per_s:8.1f} attempts/s")
     print(f"baseline LocalExecutor, submit -> task started, median: {executor_start_ms:.1f} ms")
+    print(
+        f"file system where the homes are: creating a file costs {files.create_us:.0f} us of CPU; "
+        f"an attempt creates {files.per_attempt:.1f} files and directories "
+        f"(~{files.create_us * files.per_attempt / 1000:.1f} ms of CPU per task)"
+    )
     for f in results:
         print(f"-- {f.database}")
         print(
