@@ -6,6 +6,7 @@ import json
 import os
 import signal
 from datetime import timedelta
+from pathlib import Path
 
 from tests.execution.conftest import Engine, evidence, wait_until
 from veritask.execution import port, records
@@ -196,3 +197,50 @@ def test_a_commit_from_a_fenced_attempt_is_refused_and_the_task_is_told(engine: 
     }
     assert evidence(completed)["commit_marker"] is None
     assert "output_committed" not in engine.platform.kinds_of(spec.instance_id)
+
+
+def test_an_attempt_of_a_silent_task_creates_few_files(engine: Engine) -> None:
+    spec = engine.spec("true")
+
+    engine.run(spec)
+    engine.wait_delivered(spec)
+
+    attempt = engine.attempt(spec)
+    # The task and exit records are second names of the spool's started and completed files:
+    # on some file systems an inode costs more than running the task.
+    inodes = {os.lstat(path).st_ino for path in attempt.path.iterdir()}
+    assert len(inodes) == 5  # spec, worker record, channel, started, completed
+    sent = ["event.00000001.sent", "event.00000002.sent"]
+
+    def spooled() -> list[Path]:
+        return sorted(p for p in attempt.path.iterdir() if p.name.startswith("event."))
+
+    wait_until(lambda: [p.name for p in spooled()] == sent, what="both events settled")
+    first, last = spooled()
+    assert os.path.samefile(attempt.task_record, first)
+    assert os.path.samefile(attempt.exit_record, last)
+    assert not attempt.log.exists()  # nothing was printed
+    task = records.read_process_record(attempt.task_record)
+    record = records.read_exit_record(attempt)
+    started = engine.platform.events_of(spec.instance_id)[0]
+    assert task is not None and record is not None
+    assert task.pid == evidence(started)["pid"] and task.pgid == task.pid
+    assert record.started_at == task.started_at
+    assert record.error_category is port.ErrorCategory.NONE and record.exit_code == 0
+
+
+def test_records_written_whole_by_earlier_versions_still_read(engine: Engine) -> None:
+    spec = engine.spec("true")
+    engine.run(spec)
+    attempt = engine.attempt(spec)
+    task = records.read_process_record(attempt.task_record)
+    record = records.read_exit_record(attempt)
+    assert task is not None and record is not None
+    # Replace the linked records by the whole objects an earlier worker wrote.
+    attempt.task_record.unlink()
+    attempt.exit_record.unlink()
+    attempt.task_record.write_text(json.dumps(task.encode()))
+    attempt.exit_record.write_text(json.dumps(record.encode()))
+
+    assert records.read_process_record(attempt.task_record) == task
+    assert records.read_exit_record(attempt) == record

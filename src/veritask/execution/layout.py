@@ -7,13 +7,15 @@ it alone, even when every callback was lost::
     spec.json         the AttemptSpec (mode 0600: it holds the attempt token)
     worker.json       the worker's identity: pid, start time in clock ticks, host
     cancel_requested  a stop was asked for; holds the time of the first request
-    task.json         the task's identity: pid, start time, process group
+    task.json         the task's identity: its ``started`` event (a second name of the
+                      spool's file for it)
     task.log          the task's stdout and stderr, capped, with the worker's notes; made
                       on the first byte (a silent task has none: read as empty)
     output.json       VERITASK_OUTPUT: JSON the task leaves for the platform
     channel           a FIFO: the task API's progress and commit notices to the worker
     event.<seq>.*     the spool: every event, written before it is sent (see spool.py)
-    exit.json         the exit record: how the task ended, and the completed event
+    exit.json         the exit record: the ``completed`` event, fsync-ed (a second name of
+                      the spool's file for it)
 
 The worker that owns the attempt holds an flock on the directory itself for its whole life.
 Creating a file costs far more than writing one on some file systems, so the layout creates
@@ -129,10 +131,16 @@ def parse_attempt_key(key: str) -> tuple[str, int]:
     return instance_id, int(attempt_text)
 
 
-def write_atomically(path: Path, data: bytes, *, durable: bool, mode: int = 0o600) -> None:
+def write_atomically(
+    path: Path, data: bytes, *, durable: bool, mode: int = 0o600, also: Path | None = None
+) -> None:
     """Write a temporary file beside ``path`` and rename it over: readers see all or nothing.
 
     ``durable`` adds an fsync before the rename, for files that must survive a machine crash.
+    ``also`` gives the same file a second name in the same directory, complete before ``path``
+    appears: a hard link costs a directory entry, where a second file would cost an inode
+    (and creating an inode is, on some file systems, dearer than everything else an attempt
+    does).
     """
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
@@ -144,6 +152,11 @@ def write_atomically(path: Path, data: bytes, *, durable: bool, mode: int = 0o60
             os.fsync(fd)
     finally:
         os.close(fd)
+    if also is not None:
+        second = also.with_name(f".{also.name}.{os.getpid()}.tmp")
+        remove_quietly(second)
+        os.link(temporary, second)
+        os.replace(second, also)
     os.replace(temporary, path)
 
 

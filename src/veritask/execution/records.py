@@ -206,8 +206,30 @@ def write_process_record(path: Path, record: ProcessRecord) -> None:
 
 
 def read_process_record(path: Path) -> ProcessRecord | None:
+    """A worker record, or a task record: the worker's ``started`` event (the task was
+    forked: its pid, start ticks and group are in the event's evidence; its time is when)."""
     obj = layout.read_json_object(path)
-    return None if obj is None else ProcessRecord.decode(obj)
+    if obj is None:
+        return None
+    if obj.get("kind") == "started":
+        return _task_of(wire.validate(obj))
+    return ProcessRecord.decode(obj)
+
+
+def _task_of(event: wire.WorkerEvent) -> ProcessRecord:
+    if event["kind"] != "started":
+        raise ValueError("a task record is a started event")
+    evidence = cast(jsontypes.JSONObject, event["evidence"])
+    started_at = _time(cast(jsontypes.JSONObject, event), "event_time")
+    if started_at is None:
+        raise ValueError("field 'event_time' is required")
+    return ProcessRecord(
+        pid=_field(evidence, "pid", int),
+        start_ticks=_field(evidence, "pid_start_time", int),
+        host=_field(evidence, "host", str),
+        started_at=started_at,
+        pgid=_optional(evidence, "pgid", int),
+    )
 
 
 # --- the exit record ----------------------------------------------------------------------
@@ -258,10 +280,22 @@ class ExitRecord:
         return cls(started_at=_time(obj, "started_at"), ended_at=ended_at, completed=completed)
 
 
-def write_exit_record(attempt: layout.AttemptDir, record: ExitRecord) -> None:
-    layout.write_json_atomically(attempt.exit_record, record.encode(), durable=True)
-
-
 def read_exit_record(attempt: layout.AttemptDir) -> ExitRecord | None:
+    """The exit record: the worker's ``completed`` event, with the task's start from the task
+    record (None: the task never started). Records written as a whole object by earlier
+    versions read the same."""
     obj = layout.read_json_object(attempt.exit_record)
-    return None if obj is None else ExitRecord.decode(obj)
+    if obj is None:
+        return None
+    if obj.get("kind") != "completed":
+        return ExitRecord.decode(obj)
+    completed = wire.validate(obj)
+    ended_at = _time(obj, "event_time")
+    if ended_at is None:
+        raise ValueError("field 'event_time' is required")
+    task = read_process_record(attempt.task_record)
+    return ExitRecord(
+        started_at=None if task is None else task.started_at,
+        ended_at=ended_at,
+        completed=cast(wire.CompletedEvent, completed),
+    )

@@ -10,8 +10,9 @@ the platform refused it for good). So:
   continues numbering after the highest ``seq`` it finds, so no number is used twice.
 
 The journal survives the worker's death, not the machine's: it is not fsync-ed, to keep an
-attempt cheap. What must survive a power cut, the completion, is also in the exit record, which
-is fsync-ed, and a restarted worker re-spools it from there.
+attempt cheap. What must survive a power cut, the completion, is fsync-ed: its file is also the
+exit record (``exit.json`` is a second name of it, which a rename to ``.sent`` leaves alone),
+and a restarted worker re-spools it from there if the journal lost its name.
 
 One worker owns the directory at a time (the attempt's worker lock); within it, one thread
 appends and one delivers.
@@ -70,9 +71,13 @@ class Spool:
             self._last_seq += 1
             return self._last_seq
 
-    def append(self, event: wire.WorkerEvent) -> SpooledEvent:
+    def append(
+        self, event: wire.WorkerEvent, *, durable: bool = False, also: Path | None = None
+    ) -> SpooledEvent:
+        """Journal ``event``; ``also`` names the same file as a record of the attempt (the
+        task record, the exit record), in place before the event is in the journal."""
         path = self._path(event["seq"], _PENDING)
-        layout.write_atomically(path, wire.encode(event), durable=False)
+        layout.write_atomically(path, wire.encode(event), durable=durable, also=also)
         with self._lock:
             self._last_seq = max(self._last_seq, event["seq"])
         return SpooledEvent(path, event)

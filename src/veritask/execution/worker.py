@@ -29,7 +29,6 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 
 from veritask.core import jsontypes
@@ -107,7 +106,7 @@ class AttemptRun:
                 self._stop_cause = port.ErrorCategory.CANCELLED
             if self._stop_cause is not None:
                 self.log.note(f"stop requested before the task started ({self._stop_cause})")
-                return self._complete(None, started_at=None)
+                return self._complete(None)
             self._open_channel()
             try:
                 self._task = task_process.start(
@@ -119,10 +118,10 @@ class AttemptRun:
             except task_process.StartFailed as exc:
                 self.log.note(str(exc))
                 self._stop_cause = port.ErrorCategory.START_ERROR
-                return self._complete(None, started_at=None)
+                return self._complete(None)
             self._record_start(self._task)
             status = self._supervise(self._task)
-            return self._complete(status, started_at=self._task.started_at)
+            return self._complete(status)
         finally:
             self._close()
 
@@ -211,7 +210,7 @@ class AttemptRun:
         else:
             procfs.signal_group(self._task.pgid, signal.SIGKILL)
 
-    def _complete(self, wait_status: int | None, *, started_at: datetime | None) -> int:
+    def _complete(self, wait_status: int | None) -> int:
         exit_code, signum = (
             (None, None) if wait_status is None else task_process.decode_wait_status(wait_status)
         )
@@ -234,12 +233,10 @@ class AttemptRun:
             evidence=evidence,
             event_time=ended_at,
         )
-        records.write_exit_record(
-            self.attempt,
-            records.ExitRecord(started_at=started_at, ended_at=ended_at, completed=event),
-        )
+        # Durable, and the exit record under its second name before the journal has it.
+        spooled = self.journal.append(event, durable=True, also=self.attempt.exit_record)
         self._release_slot()
-        self._deliverer.push(self.journal.append(event))
+        self._deliverer.push(spooled)
         if self.log.dropped_bytes:
             self.log.note(f"{self.log.dropped_bytes} bytes of output dropped past the log cap")
         self._await_delivery()
@@ -300,27 +297,25 @@ class AttemptRun:
         deliverer.abort()
 
     def _record_start(self, task: task_process.TaskProcess) -> None:
+        """The ``started`` event is also the task record (``task.json``, its second name):
+        once it exists, no later worker on this directory starts the task again."""
         host = procfs.hostname()
-        records.write_process_record(
-            self.attempt.task_record,
-            records.ProcessRecord(
-                pid=task.pid,
-                start_ticks=task.start_ticks,
-                host=host,
-                started_at=task.started_at,
-                pgid=task.pgid,
-            ),
-        )
-        self._emit(
-            "started",
-            wire.StartedEvidence(
+        event = wire.make_event(
+            kind="started",
+            instance_id=self.spec.instance_id,
+            attempt_no=self.spec.attempt_no,
+            attempt_token=self.spec.attempt_token,
+            seq=self.journal.next_seq(),
+            evidence=wire.StartedEvidence(
                 worker=f"{host}:{os.getpid()}",
                 host=host,
                 pid=task.pid,
                 pid_start_time=task.start_ticks,
                 pgid=task.pgid,
             ),
+            event_time=task.started_at,
         )
+        self._deliverer.push(self.journal.append(event, also=self.attempt.task_record))
 
     # --- the task's side ----------------------------------------------------------------
 

@@ -95,7 +95,8 @@ def run_delivery(
         status = _run_worker(context, attempt, key, me, spec.log_cap_bytes)
     finally:
         claims.release_lease(key)
-    exit_record = layout.read_json_object(attempt.exit_record)
+    record = records.read_exit_record(attempt)
+    exit_record = None if record is None else record.encode()
     return {
         "worker": me,
         "host": socket.gethostname(),
