@@ -18,6 +18,7 @@ import heapq
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -62,6 +63,9 @@ _ACTIVE = frozenset({InstanceState.QUEUED, InstanceState.RUNNING})
 _LEAF_DONE = frozenset({InstanceState.SUCCESS, InstanceState.SKIPPED})
 #: Bound of the instance -> run map that routes worker reports to their runs.
 _ROUTES_LIMIT = 200_000
+#: How soon a run created by another process (or moved by one: a cancel) is found when no
+#: run has news; a run with news is read at once.
+_DISCOVER_EVERY_SECONDS = 0.02
 #: How often the idle loop looks at the outbox while it waits.
 _IDLE_POLL_SECONDS = 0.001
 
@@ -112,6 +116,7 @@ class Scheduler:
         self._leaves: set[str] = set()
         self._settling: set[str] = set()
         self._rescan = True
+        self._loaded_at = float("-inf")
         self._newest_run: datetime | None = None
         self._held_back = False
         self._stops_due = True
@@ -198,7 +203,11 @@ class Scheduler:
         full = full or self._rescan
         self._rescan = False
         report.reports += self.drain_outbox()
-        runs = self._load_runs(full)
+        timers_due = bool(self._timers) and self._timers[0][0] <= now
+        if full or self._dirty or timers_due or self._discovery_due():
+            runs = self._load_runs(full)
+        else:
+            runs = self._runs  # a tick of reports only: nothing to read runs for yet
         while self._timers and self._timers[0][0] <= now:
             due = heapq.heappop(self._timers)[1]
             self._dirty.add(due)
@@ -232,6 +241,15 @@ class Scheduler:
             self._rescan = True  # decisions of the sweeps may move runs on
         self.last_tick_at = now
         return report
+
+    def _discovery_due(self) -> bool:
+        """Whether to look for new runs (and runs someone else moved) though none has news.
+
+        Most ticks of a busy scheduler only record reports; reading the active runs for
+        each of them would cost more than the reports. On a monotonic clock: a test's frozen
+        ledger clock must not hide new runs.
+        """
+        return time.monotonic() - self._loaded_at >= _DISCOVER_EVERY_SECONDS
 
     def _remember(self, advanced: Advanced) -> None:
         if len(self._routes) > _ROUTES_LIMIT:
@@ -408,6 +426,7 @@ class Scheduler:
                 active,
                 sa.or_(r.created_at >= since, r.id.in_(known)) if known else r.created_at >= since,
             )
+        self._loaded_at = time.monotonic()
         with dialects.read_transaction(self.ledger.engine) as connection:
             rows = connection.execute(statement).all()
         runs: dict[str, ActiveRun] = {}
