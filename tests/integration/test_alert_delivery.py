@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -15,6 +16,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from veritask.core import alert_messages, phrasebook
 from veritask.core.states import TriggerKind
 from veritask.ledger import alerts, dialects, schema
 from veritask.ledger.vocabulary import AlertCategory
@@ -200,6 +202,12 @@ def test_a_run_late_for_its_expected_finish_raises_one_deadline_alert(
     late = Platform(Ledger(platform.engine, clock=lambda: later), platform.home)
     assert deadlines.alert_late_runs(late) == 1
     assert deadlines.alert_late_runs(late) == 0, "deduplicated per run"
+    a = schema.alerts.c
     with dialects.read_transaction(platform.engine) as connection:
-        row = connection.execute(sa.select(schema.alerts.c.category, schema.alerts.c.owner)).one()
-    assert tuple(row) == ("deadline", "data-platform")
+        row = connection.execute(sa.select(a.category, a.owner, a.message, a.evidence)).one()
+    assert (row.category, row.owner) == ("deadline", "data-platform")
+    # Stored in English as before; the web UI reads it back by its phrase.
+    due = row.evidence["due"]
+    assert row.message == f"the run was expected to finish by {due} and is still active"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+\+00:00", due)
+    assert phrasebook.match(row.message) == (alert_messages.DEADLINE, {"due": due})

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.scheduling.harness import FAST, Harness
+from tests.unit.test_phrases import unread
 from veritask.execution import local
 from veritask.scheduling.settings import Settings
 
@@ -17,7 +18,11 @@ MakeHarness = Callable[..., Harness]
 
 @pytest.fixture
 def make_harness(database_url: str, tmp_path: Path) -> Iterator[MakeHarness]:
-    """Build a harness (once) with a chosen executor or settings; closed after the test."""
+    """Build a harness (once) with a chosen executor or settings; closed after the test.
+
+    After the test, every alert the scheduler raised must be a sentence the phrasebook reads
+    (the web UI shows it in the reader's language), whatever path raised it.
+    """
     made: list[Harness] = []
 
     def make(
@@ -32,8 +37,13 @@ def make_harness(database_url: str, tmp_path: Path) -> Iterator[MakeHarness]:
         return harness
 
     yield make
+    unread_alerts: list[str] = []
     for harness in made:
-        harness.close()
+        try:
+            unread_alerts += [message for _, message, _ in harness.alerts() if unread(message)]
+        finally:
+            harness.close()
+    assert unread_alerts == [], "alert messages no phrase wrote"
 
 
 @pytest.fixture

@@ -16,12 +16,14 @@ import sqlalchemy as sa
 
 from tests.contract.test_apply_ledger import SUCCESS, acked, opened, report
 from tests.ui.conftest import Ui
-from veritask.core import decide, reasons, run_state
+from veritask.core import alert_messages, decide, reasons, run_state
 from veritask.core.events import EventKind, OverrideScope
 from veritask.core.states import InstanceState, RunExecutionState
+from veritask.ledger import alerts as ledger_alerts
 from veritask.ledger import run_store, schema
+from veritask.ledger.vocabulary import AlertCategory
 from veritask.scheduling.dispatch import new_event_id
-from veritask.services import overrides, runs
+from veritask.services import alerts, overrides, runs
 from veritask.services.tokens import TokenRole
 
 _ids = itertools.count(1)
@@ -159,3 +161,62 @@ def test_a_refusal_reads_in_chinese(ui: Ui) -> None:
     assert page.status_code == 404
     assert "没有运行 'no-such-run'" in html.unescape(page.text)
     assert "no run" not in page.text
+
+
+def test_alert_messages_and_their_refusals_read_in_chinese(ui: Ui) -> None:
+    run_id = runs.trigger_run(ui.platform, "pipeline", actor="operator:ann").run_id
+    instance_id = runs.get_run(ui.platform, run_id).instances[0].id
+    raised = {
+        AlertCategory.RECONCILIATION: alert_messages.LOST.format(attempt_no=1, seconds=30.0),
+        AlertCategory.ENGINE: alert_messages.FENCED_STILL_RUNNING.format(
+            attempt_no=2, seconds=3.0, engine=alert_messages.UNREACHABLE.format(), next_no=3
+        ),
+        AlertCategory.QUEUE_QUOTA: alert_messages.STILL_PENDING.format(
+            attempt_no=1, since=alert_messages.UNKNOWN_TIME.format(), source="describe"
+        ),
+        AlertCategory.DEADLINE: alert_messages.DEADLINE.format(due="2026-03-01T04:00:00+00:00"),
+    }
+    for category, message in raised.items():
+        assert ledger_alerts.raise_alert(
+            ui.platform.ledger,
+            category=category,
+            dedup_key=f"reasons:{category}",
+            message=message,
+            evidence={},
+            run_id=run_id,
+            instance_id=instance_id,
+        )
+    # The stored English is what the sweeps wrote before their messages were phrases.
+    assert "attempt 1 is LOST: no report within its lease (30 s); reconciling with the engine" in (
+        raised.values()
+    )
+
+    operator = ui.signed_in(TokenRole.OPERATOR)
+    english = _shown(operator.http.get("/ui/alerts").text)
+    assert all(message in english for message in raised.values())
+
+    operator.http.cookies.set("veritask_lang", "zh")
+    page = _shown(operator.http.get("/ui/alerts").text)
+    assert "第 1 次尝试已失联：租约期（30 秒）内没有报告；正在与执行引擎对账" in page
+    assert (
+        "第 2 次尝试已隔离，但执行引擎未在 3 秒内确认其已停止（引擎：无法连接）；"
+        "第 3 次尝试将与其并行开启"
+    ) in page
+    assert "第 1 次尝试自 未知时间 起一直排队中；执行引擎仍将其挂起（describe）" in page
+    assert "此运行本应在 2026-03-01T04:00:00+00:00 前结束，但仍在进行中" in page
+    for message in raised.values():
+        assert message not in page
+    for english_word in ("attempt", "engine", "unreachable", "unknown time", "expected to"):
+        assert english_word not in page
+
+    # Resolving twice is refused by the ledger; the refusal reads in Chinese too.
+    alert_id = max(alert.id for alert in alerts.list_alerts(ui.platform))
+    for _ in range(2):
+        answer = operator.http.post(f"/ui/alerts/{alert_id}/resolve", data={"csrf": operator.csrf})
+    assert answer.status_code == 409
+    assert f"告警 {alert_id} 已解决" in _shown(answer.text)
+    assert "already resolved" not in answer.text
+    missing = operator.http.post("/ui/alerts/999999/acknowledge", data={"csrf": operator.csrf})
+    assert missing.status_code == 404
+    assert "没有告警 999999" in _shown(missing.text)
+    assert "no alert" not in missing.text

@@ -2,7 +2,8 @@
 
 The phrases themselves (both catalogs, their fields, the round trip from a sentence to its
 fields), then coverage: the reasons real folds, judgements, run verdicts and trigger rules
-produce are all recognised, so that no English is left for a reader of another language.
+produce, and the messages of every alert the platform raises, are all recognised, so that no
+English is left for a reader of another language.
 """
 
 from __future__ import annotations
@@ -11,16 +12,17 @@ import random
 import re
 import string
 from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from tests.unit.simulation import Fate, Scenario, simulate
 from tests.unit.story import Story
-from veritask.core import phrasebook, reasons
+from veritask.core import alert_messages, decide, judge, phrasebook, reasons
 from veritask.core.phrases import Phrase, Slot
 from veritask.core.policy import OnUnknown, RetryPolicy, TaskPolicy
 from veritask.core.run_state import RunGraph, TaskNode, TaskRole, execution_state
-from veritask.core.states import EngineState, InstanceState
+from veritask.core.states import EngineState, InstanceState, PublicationState
 from veritask.core.trigger_rules import TriggerRule, evaluate
 from veritask.ui import i18n
 
@@ -28,6 +30,8 @@ PHRASES = phrasebook.BOOK.phrases
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
 #: Names joined by ", " (task keys, run ids) are data, never words to translate.
 NAMES = re.compile(r"[\w.:@-]+(?:, [\w.:@-]+)*")
+#: A recorded time (``datetime.isoformat``) is data too.
+MOMENT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:\d\d)?")
 
 SAMPLES: dict[Slot, object] = {
     Slot.NUMBER: 7,
@@ -128,7 +132,7 @@ def unread(text: str, free: Iterable[str] = ()) -> list[str]:
     def walk(reading: phrasebook.Reading) -> None:
         match reading:
             case phrasebook.Plain(text=plain):
-                if plain not in allowed and not NAMES.fullmatch(plain):
+                if plain not in allowed and not (NAMES.fullmatch(plain) or MOMENT.fullmatch(plain)):
                     left.append(plain)
             case phrasebook.Joined(parts=parts):
                 for part in parts:
@@ -290,3 +294,130 @@ def test_every_trigger_rule_reason_is_recognised() -> None:
         found.add(evaluate(rule, {}).reason)
     left = {text: unread(text) for text in found}
     assert {text: parts for text, parts in left.items() if parts} == {}
+
+
+# -- alert messages: what the scheduler, its sweeps and the deadline pass write ---------------
+
+AT = datetime(2026, 3, 1, 4, 5, 6, 789000, tzinfo=UTC)
+
+
+def _conflict_reason() -> str:
+    """The judge's reason for the engine's word against the worker's (a real conflict)."""
+    story = Story(TaskPolicy())
+    story.open()
+    story.ack()
+    story.start()
+    story.complete(0)
+    verdict = story.engine(EngineState.FAILED, exit_code=1)
+    assert verdict.outcome is judge.Outcome.CONFLICT
+    return verdict.reason
+
+
+def _inconclusive() -> str:
+    """The reconciler's alert for a LOST attempt whose policy says wait."""
+    story = Story(TaskPolicy(on_unknown=OnUnknown.WAIT))
+    story.run_until_lost()
+    later = story.clock + timedelta(days=1)
+    result = decide.reconcile(story.snapshot, story.policy, None, now=later, next_id=story.next_id)
+    assert result.alert is not None
+    return result.alert
+
+
+def _dependency_timed_out() -> str:
+    """A ``wait_for`` past its timeout, as ``scheduling/dependencies.py`` words it."""
+    return reasons.DEPENDENCY_TIMED_OUT.format(
+        what=reasons.DEPENDENCY_AT.format(definition="ingest", at=AT.isoformat()),
+        timeout=timedelta(hours=2),
+        seen=reasons.PUBLICATION_IS.format(state=PublicationState.PUBLISH_FAILED),
+    )
+
+
+def written_alerts() -> Iterator[tuple[str, str]]:
+    """Each alert message as its producer writes it, beside the English it wrote before it was
+    a phrase (the old f-strings, copied as they were): the stored text must not change."""
+    n, seconds, queued = 3, timedelta(seconds=30).total_seconds(), AT.isoformat()
+    half = timedelta(milliseconds=500).total_seconds()
+    yield alert_messages.MONITOR_FAILED.format(), "the monitor failed on this instance"
+    yield alert_messages.RECONCILER_FAILED.format(), "the reconciler failed on this instance"
+    yield alert_messages.ADVANCE_FAILED.format(), "the scheduler failed to advance this run"
+    conflict = _conflict_reason()
+    yield (
+        alert_messages.CONFLICTING_EVIDENCE.format(reason=conflict),
+        f"conflicting evidence: {conflict}",
+    )
+    for lease in (seconds, half):
+        yield (
+            alert_messages.LOST.format(attempt_no=n, seconds=lease),
+            f"attempt {n} is LOST: no report within its lease "
+            f"({lease:g} s); reconciling with the engine",
+        )
+    yield (
+        alert_messages.RETRY_LATE.format(retry_at=queued),
+        f"UP_FOR_RETRY since {queued} and not retried yet",
+    )
+    for deferred in ("", "connection refused (errno 111)"):
+        written = (
+            alert_messages.NOT_ACKNOWLEDGED_DEFERRED.format(
+                attempt_no=n, seconds=seconds, error=deferred
+            )
+            if deferred
+            else alert_messages.NOT_ACKNOWLEDGED.format(attempt_no=n, seconds=seconds)
+        )
+        yield (
+            written,
+            f"attempt {n} was opened but not acknowledged within "
+            f"{seconds:g} s; submitting it again"
+            + (f" (the engine said: {deferred})" if deferred else ""),
+        )
+    for since in (queued, alert_messages.UNKNOWN_TIME.format()):
+        yield (
+            alert_messages.STILL_PENDING.format(attempt_no=n, since=since, source="describe"),
+            f"attempt {n} has been QUEUED since {since}; "
+            f"the engine still holds it pending (describe)",
+        )
+    assert alert_messages.UNKNOWN_TIME.format() == "an unknown time"
+    yield (
+        alert_messages.STOP_UNCONFIRMED.format(attempt_no=n, seconds=seconds),
+        f"the engine did not confirm the stop of attempt {n} within {seconds:g} s",
+    )
+    for seen in (EngineState.RUNNING.value, alert_messages.UNREACHABLE.format()):
+        yield (
+            alert_messages.FENCED_STILL_RUNNING.format(
+                attempt_no=n, seconds=half, engine=seen, next_no=n + 1
+            ),
+            f"attempt {n} was fenced but the engine did not confirm it "
+            f"stopped within {half:g} s (engine: {seen}); "
+            f"attempt {n + 1} opens beside it",
+        )
+    assert alert_messages.UNREACHABLE.format() == "unreachable"
+    yield (
+        alert_messages.DEADLINE.format(due=queued),
+        f"the run was expected to finish by {queued} and is still active",
+    )
+    inconclusive = _inconclusive()
+    yield inconclusive, "attempt 1 is LOST and the evidence stays inconclusive"
+    timed_out = _dependency_timed_out()
+    yield (
+        timed_out,
+        f"wait_for ingest at {queued}: not PUBLISHED within 2:00:00 (publication PUBLISH_FAILED)",
+    )
+
+
+def test_alert_messages_are_written_as_before() -> None:
+    changed = [(new, old) for new, old in written_alerts() if new != old]
+    assert changed == []
+
+
+def test_every_alert_message_is_recognised() -> None:
+    written = [new for new, _ in written_alerts()]
+    # The engine's error is kept as the engine wrote it.
+    left = {text: unread(text, {"connection refused (errno 111)"}) for text in written}
+    assert {text: parts for text, parts in left.items() if parts} == {}
+    keys = {found[0].key for found in map(phrasebook.match, written) if found is not None}
+    every_alert_phrase = {
+        phrase.key
+        for phrase in phrasebook.BOOK.phrases
+        if phrase.key.startswith("alert.")
+        and phrase not in (alert_messages.UNKNOWN_TIME, alert_messages.UNREACHABLE)
+    }
+    assert every_alert_phrase <= keys

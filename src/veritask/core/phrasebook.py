@@ -1,7 +1,8 @@
 """Every phrase the platform writes, in one book that recognises their sentences.
 
-The reasons it records (:mod:`.reasons`), the problems a definition is refused with
-(:mod:`.problems`) and the services' refusals (:mod:`.refusals`). The web UI asks
+The reasons it records (:mod:`.reasons`), the messages of the alerts it raises
+(:mod:`.alert_messages`), the problems a definition is refused with (:mod:`.problems`) and the
+services' refusals (:mod:`.refusals`). The web UI asks
 :func:`match` which phrase wrote a stored sentence, then shows that key's catalog entry.
 """
 
@@ -11,10 +12,10 @@ import functools
 from dataclasses import dataclass
 from types import ModuleType
 
-from veritask.core import problems, reasons, refusals
+from veritask.core import alert_messages, problems, reasons, refusals
 from veritask.core.phrases import Phrase, Phrasebook, Slot
 
-MODULES: tuple[ModuleType, ...] = (reasons, problems, refusals)
+MODULES: tuple[ModuleType, ...] = (reasons, alert_messages, problems, refusals)
 
 
 def _phrases_of(module: ModuleType) -> list[Phrase]:

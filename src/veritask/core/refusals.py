@@ -2,6 +2,8 @@
 
 The services raise these as the English ``detail`` of a 404, 409 or 422 (what the API's
 problem documents and the CLI show); the web UI's error banner shows the reader's language.
+The ledger's alert lifecycle raises two of them (``NO_ALERT``, ``ALERT_RESOLVED``), which the
+alert services pass on as they are.
 """
 
 from __future__ import annotations
@@ -84,6 +86,9 @@ NOTHING_TO_STOP = Phrase(
     "refusal.nothing_to_stop",
     "instance {instance_id} is {state}: there is nothing to stop",
     state=Slot.STATE,
+)
+ALERT_RESOLVED = Phrase(
+    "refusal.alert_resolved", "alert {alert_id} is already resolved", alert_id=Slot.NUMBER
 )
 KEPT_CHANGING = Phrase("refusal.kept_changing", "instance {instance_id} kept changing; try again")
 OVERRIDE_REFUSED = Phrase(

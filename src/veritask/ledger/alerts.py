@@ -16,6 +16,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from veritask.core import refusals
 from veritask.core.jsontypes import JSONObject
 from veritask.ledger import dialects, errors, schema
 from veritask.ledger.ledger import Ledger
@@ -226,7 +227,7 @@ def acknowledge(ledger: Ledger, alert_id: int, *, actor: str) -> AlertRow:
                 )
             )
         elif current.status is AlertStatus.RESOLVED:
-            raise AlertClosed(f"alert {alert_id} is already resolved")
+            raise AlertClosed(refusals.ALERT_RESOLVED.format(alert_id=alert_id))
         return _current(connection, alert_id)
 
 
@@ -236,7 +237,7 @@ def resolve(ledger: Ledger, alert_id: int, *, actor: str) -> AlertRow:
     with ledger.engine.begin() as connection:
         current = _current(connection, alert_id)
         if current.status is AlertStatus.RESOLVED:
-            raise AlertClosed(f"alert {alert_id} is already resolved")
+            raise AlertClosed(refusals.ALERT_RESOLVED.format(alert_id=alert_id))
         connection.execute(
             schema.alerts.update()
             .where(a.id == alert_id, a.status == current.status.value)
@@ -256,5 +257,5 @@ def resolve(ledger: Ledger, alert_id: int, *, actor: str) -> AlertRow:
 def _current(connection: Connection, alert_id: int) -> AlertRow:
     found = get_alert(connection, alert_id)
     if found is None:
-        raise AlertNotFound(f"no alert {alert_id}")
+        raise AlertNotFound(refusals.NO_ALERT.format(alert_id=alert_id))
     return found

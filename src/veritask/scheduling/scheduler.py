@@ -25,7 +25,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from veritask.core import judge
+from veritask.core import alert_messages, judge
 from veritask.core.events import Event, EventKind
 from veritask.core.states import InstanceState, PublicationState, RunExecutionState
 from veritask.definitions.model import Definition
@@ -227,7 +227,7 @@ class Scheduler:
                 raise
             except Exception:  # one run that errors never stops the others
                 log.exception("advancing run %s failed", run.id, extra={"run_id": run.id})
-                self._alert_run(run.id, "the scheduler failed to advance this run")
+                self._alert_run(run.id, alert_messages.ADVANCE_FAILED.format())
         if report.runs_moved:
             report.runs_moved += self._start_queued_runs()
         if self._due("monitor", now, self.settings.monitor_every):
@@ -488,7 +488,7 @@ class Scheduler:
             self.ledger,
             category=AlertCategory.PLATFORM,
             dedup_key=f"conflict:{event.instance_id}:{event.attempt_no}",
-            message=f"conflicting evidence: {reason}",
+            message=alert_messages.CONFLICTING_EVIDENCE.format(reason=reason),
             run_id=self._routes.get(event.instance_id),
             instance_id=event.instance_id,
             attempt_no=event.attempt_no or None,

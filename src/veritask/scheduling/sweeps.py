@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
-from veritask.core import decide
+from veritask.core import alert_messages, decide
 from veritask.core.events import Event, EventKind
 from veritask.core.fold import InstanceSnapshot
 from veritask.core.jsontypes import JSONObject
@@ -87,7 +87,7 @@ class Sweeper:
                     row.id,
                     extra={"run_id": row.run_id, "instance_id": row.id, "attempt_no": row.epoch},
                 )
-                self._alert_platform(row.id, row.run_id, "the monitor failed on this instance")
+                self._alert_platform(row.id, row.run_id, alert_messages.MONITOR_FAILED.format())
         self._alert_late_retries(now)
         return done
 
@@ -129,8 +129,9 @@ class Sweeper:
                     AlertCategory.RECONCILIATION,
                     after[0],
                     run_id,
-                    f"attempt {snapshot.epoch} is LOST: no report within its lease "
-                    f"({policy.lease.total_seconds():g} s); reconciling with the engine",
+                    alert_messages.LOST.format(
+                        attempt_no=snapshot.epoch, seconds=policy.lease.total_seconds()
+                    ),
                 )
             if after is not None and after[0].state is InstanceState.CANCELLING:
                 self._stop(after[0], contexts(run_id))
@@ -151,7 +152,7 @@ class Sweeper:
             self._raise(
                 AlertCategory.RETRY_TIMING,
                 f"{AlertCategory.RETRY_TIMING}:{row.id}:{row.epoch}",
-                f"UP_FOR_RETRY since {row.retry_at.isoformat()} and not retried yet",
+                alert_messages.RETRY_LATE.format(retry_at=row.retry_at.isoformat()),
                 run_id=row.run_id,
                 instance_id=row.id,
                 attempt_no=row.epoch or None,
@@ -179,7 +180,7 @@ class Sweeper:
                     row.id,
                     extra={"run_id": row.run_id, "instance_id": row.id, "attempt_no": row.epoch},
                 )
-                self._alert_platform(row.id, row.run_id, "the reconciler failed on this instance")
+                self._alert_platform(row.id, row.run_id, alert_messages.RECONCILER_FAILED.format())
         return done
 
     def _reconcile_due(self, row: _Row, now: datetime, everything: bool) -> bool:
@@ -218,9 +219,16 @@ class Sweeper:
                     AlertCategory.SCHEDULER_EXECUTOR,
                     snapshot,
                     run_id,
-                    f"attempt {current.attempt_no} was opened but not acknowledged within "
-                    f"{self.settings.submit_grace.total_seconds():g} s; submitting it again"
-                    + (f" (the engine said: {deferred})" if deferred else ""),
+                    alert_messages.NOT_ACKNOWLEDGED_DEFERRED.format(
+                        attempt_no=current.attempt_no,
+                        seconds=self.settings.submit_grace.total_seconds(),
+                        error=deferred,
+                    )
+                    if deferred
+                    else alert_messages.NOT_ACKNOWLEDGED.format(
+                        attempt_no=current.attempt_no,
+                        seconds=self.settings.submit_grace.total_seconds(),
+                    ),
                 )
             return self._resubmit(snapshot, context)
         if current.state is AttemptState.QUEUED and not everything:
@@ -248,8 +256,11 @@ class Sweeper:
                 AlertCategory.QUEUE_QUOTA,
                 snapshot,
                 run_id,
-                f"attempt {current.attempt_no} has been QUEUED since {_iso(current.queued_at)}; "
-                f"the engine still holds it pending ({observation.source})",
+                alert_messages.STILL_PENDING.format(
+                    attempt_no=current.attempt_no,
+                    since=_iso(current.queued_at),
+                    source=observation.source,
+                ),
             )
         if snapshot.state is InstanceState.CANCEL_FAILED or any(
             e.kind is EventKind.CANCEL_UNCONFIRMED for e in result.events
@@ -258,8 +269,9 @@ class Sweeper:
                 AlertCategory.ENGINE,
                 snapshot,
                 run_id,
-                f"the engine did not confirm the stop of attempt {current.attempt_no} within "
-                f"{policy.cancel_window.total_seconds():g} s",
+                alert_messages.STOP_UNCONFIRMED.format(
+                    attempt_no=current.attempt_no, seconds=policy.cancel_window.total_seconds()
+                ),
             )
         return recorded
 
@@ -283,14 +295,21 @@ class Sweeper:
         policy = self._effective(self.ledger.policy_of(snapshot.instance_id) or TaskPolicy())
         fenced_at = current.ended_observed_at or current.ended_at
         if fenced_at is None or now >= fenced_at + policy.cancel_window:
-            seen = observation.engine_state.value if observation else "unreachable"
+            seen = (
+                observation.engine_state.value
+                if observation
+                else alert_messages.UNREACHABLE.format()
+            )
             self._alert(
                 AlertCategory.ENGINE,
                 snapshot,
                 context.run_id,
-                f"attempt {current.attempt_no} was fenced but the engine did not confirm it "
-                f"stopped within {policy.cancel_window.total_seconds():g} s (engine: {seen}); "
-                f"attempt {current.attempt_no + 1} opens beside it",
+                alert_messages.FENCED_STILL_RUNNING.format(
+                    attempt_no=current.attempt_no,
+                    seconds=policy.cancel_window.total_seconds(),
+                    engine=seen,
+                    next_no=current.attempt_no + 1,
+                ),
             )
             return True
         self._stop(snapshot, context)
@@ -572,4 +591,4 @@ class _Contexts:
 
 
 def _iso(value: datetime | None) -> str:
-    return value.isoformat() if value else "an unknown time"
+    return value.isoformat() if value else alert_messages.UNKNOWN_TIME.format()

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
+from veritask.core import alert_messages
 from veritask.core.states import RunExecutionState
 from veritask.ledger import alerts, dialects, schema
 from veritask.ledger.vocabulary import AlertCategory
@@ -52,7 +53,7 @@ def alert_late_runs(platform: Platform) -> int:
             platform.ledger,
             category=AlertCategory.DEADLINE,
             dedup_key=f"{AlertCategory.DEADLINE}:{row.id}",
-            message=f"the run was expected to finish by {due.isoformat()} and is still active",
+            message=alert_messages.DEADLINE.format(due=due.isoformat()),
             evidence={"expected_finish_seconds": seconds, "due": due.isoformat()},
             run_id=row.id,
         )

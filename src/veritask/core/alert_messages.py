@@ -1,0 +1,88 @@
+"""The messages of the alerts the platform raises, one phrase each (see :mod:`.phrases`).
+
+Written by the scheduler's loops (``scheduling/scheduler.py``, ``scheduling/sweeps.py``) and
+the deadline pass (``services/deadlines.py``); the alert keeps the English, which webhooks, the
+API and the CLI show as stored, and the web UI's alerts page shows it in the reader's language.
+Two alert messages are reasons of their own and live in :mod:`.reasons`: the reconciler's
+``INCONCLUSIVE`` and a dependency's ``DEPENDENCY_TIMED_OUT`` (``scheduling/advance.py``).
+
+Durations are seconds as ``{seconds:g}`` writes them (``30``, ``0.5``), so the stored
+English is what the f-strings wrote before.
+"""
+
+from __future__ import annotations
+
+from veritask.core.phrases import Phrase, Slot
+
+_N = Slot.NUMBER
+
+# -- platform: a loop failed on one object ---------------------------------------------------
+
+MONITOR_FAILED = Phrase("alert.monitor_failed", "the monitor failed on this instance")
+RECONCILER_FAILED = Phrase("alert.reconciler_failed", "the reconciler failed on this instance")
+ADVANCE_FAILED = Phrase("alert.advance_failed", "the scheduler failed to advance this run")
+CONFLICTING_EVIDENCE = Phrase(
+    "alert.conflicting_evidence", "conflicting evidence: {reason}", reason=Slot.SENTENCE
+)
+
+# -- reconciliation, retry timing, queue and quota -------------------------------------------
+
+LOST = Phrase(
+    "alert.lost",
+    "attempt {attempt_no} is LOST: no report within its lease ({seconds:g} s); "
+    "reconciling with the engine",
+    attempt_no=_N,
+    seconds=_N,
+)
+RETRY_LATE = Phrase("alert.retry_late", "UP_FOR_RETRY since {retry_at} and not retried yet")
+STILL_PENDING = Phrase(
+    "alert.still_pending",
+    "attempt {attempt_no} has been QUEUED since {since}; the engine still holds it pending "
+    "({source})",
+    attempt_no=_N,
+    since=Slot.SENTENCE,
+)
+#: When an attempt was queued, if the ledger does not know (inside :data:`STILL_PENDING`).
+UNKNOWN_TIME = Phrase("alert.unknown_time", "an unknown time")
+
+# -- scheduler and executor: a submission nobody acknowledged ---------------------------------
+
+NOT_ACKNOWLEDGED = Phrase(
+    "alert.not_acknowledged",
+    "attempt {attempt_no} was opened but not acknowledged within {seconds:g} s; "
+    "submitting it again",
+    attempt_no=_N,
+    seconds=_N,
+)
+NOT_ACKNOWLEDGED_DEFERRED = Phrase(
+    "alert.not_acknowledged_deferred",
+    "attempt {attempt_no} was opened but not acknowledged within {seconds:g} s; "
+    "submitting it again (the engine said: {error})",
+    attempt_no=_N,
+    seconds=_N,
+)
+
+# -- the engine: a stop it did not confirm ---------------------------------------------------
+
+STOP_UNCONFIRMED = Phrase(
+    "alert.stop_unconfirmed",
+    "the engine did not confirm the stop of attempt {attempt_no} within {seconds:g} s",
+    attempt_no=_N,
+    seconds=_N,
+)
+FENCED_STILL_RUNNING = Phrase(
+    "alert.fenced_still_running",
+    "attempt {attempt_no} was fenced but the engine did not confirm it stopped within "
+    "{seconds:g} s (engine: {engine}); attempt {next_no} opens beside it",
+    attempt_no=_N,
+    seconds=_N,
+    engine=Slot.SENTENCE,
+    next_no=_N,
+)
+#: What the engine said of a fenced attempt when it could not be asked (the engine's own
+#: state, ``running`` or ``pending``, is its word and is kept).
+UNREACHABLE = Phrase("alert.unreachable", "unreachable")
+
+# -- deadline --------------------------------------------------------------------------------
+
+DEADLINE = Phrase("alert.deadline", "the run was expected to finish by {due} and is still active")
