@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from veritask.core.events import ActorKind, EventKind, OpenReason, OverrideScope
+from veritask.core.events import ActorKind, ErrorCategory, EventKind, OpenReason, OverrideScope
 from veritask.core.states import (
     AttemptState,
     DefinitionLifecycle,
@@ -89,6 +89,7 @@ def test_templates_show_no_text_outside_the_catalog(path: Path) -> None:
         ("phase", Phase),
         ("scope", OverrideScope),
         ("open_reason", OpenReason),
+        ("error_category", ErrorCategory),
         ("event_kind", EventKind),
         ("actor_kind", ActorKind),
         ("alert_category", AlertCategory),

@@ -192,8 +192,13 @@ def test_alert_messages_and_their_refusals_read_in_chinese(ui: Ui) -> None:
     )
 
     operator = ui.signed_in(TokenRole.OPERATOR)
+    operator.http.cookies.set("veritask_tz", "Asia/Shanghai")
     english = _shown(operator.http.get("/ui/alerts").text)
+    due = raised.pop(AlertCategory.DEADLINE)
     assert all(message in english for message in raised.values())
+    # A recorded time reads in the viewer's zone, in English too.
+    assert due not in english
+    assert "expected to finish by 2026-03-01 12:00:00 CST and is still active" in english
 
     operator.http.cookies.set("veritask_lang", "zh")
     page = _shown(operator.http.get("/ui/alerts").text)
@@ -203,7 +208,7 @@ def test_alert_messages_and_their_refusals_read_in_chinese(ui: Ui) -> None:
         "第 3 次尝试将与其并行开启"
     ) in page
     assert "第 1 次尝试自 未知时间 起一直排队中；执行引擎仍将其挂起（describe）" in page
-    assert "此运行本应在 2026-03-01T04:00:00+00:00 前结束，但仍在进行中" in page
+    assert "此运行本应在 2026-03-01 12:00:00 CST 前结束，但仍在进行中" in page
     for message in raised.values():
         assert message not in page
     for english_word in ("attempt", "engine", "unreachable", "unknown time", "expected to"):

@@ -41,6 +41,7 @@ SAMPLES: dict[Slot, object] = {
     Slot.OPEN_REASON: "unknown_retry",
     Slot.LIFECYCLE: "disabled",
     Slot.ACTOR: "operator:alice",
+    Slot.TIME: "2026-11-29T22:29:07.594596+00:00",
     Slot.DURATION: "1 day, 0:10:00",
     Slot.CODE: "all_success",
     Slot.FIELD: "tasks.load",

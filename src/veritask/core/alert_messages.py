@@ -34,7 +34,9 @@ LOST = Phrase(
     attempt_no=_N,
     seconds=_N,
 )
-RETRY_LATE = Phrase("alert.retry_late", "UP_FOR_RETRY since {retry_at} and not retried yet")
+RETRY_LATE = Phrase(
+    "alert.retry_late", "UP_FOR_RETRY since {retry_at} and not retried yet", retry_at=Slot.TIME
+)
 STILL_PENDING = Phrase(
     "alert.still_pending",
     "attempt {attempt_no} has been QUEUED since {since}; the engine still holds it pending "
@@ -85,4 +87,6 @@ UNREACHABLE = Phrase("alert.unreachable", "unreachable")
 
 # -- deadline --------------------------------------------------------------------------------
 
-DEADLINE = Phrase("alert.deadline", "the run was expected to finish by {due} and is still active")
+DEADLINE = Phrase(
+    "alert.deadline", "the run was expected to finish by {due} and is still active", due=Slot.TIME
+)

@@ -51,6 +51,8 @@ class Slot(StrEnum):
     """A definition's lifecycle (``ACTIVE``, ``DISABLED``, …)."""
     ACTOR = "actor"
     """Who did it, ``kind:name`` (``operator:alice``): the kind in the reader's words."""
+    TIME = "time"
+    """A moment as ``datetime.isoformat`` writes it: shown in the reader's time zone."""
     DURATION = "duration"
     """A ``timedelta`` as Python prints it (``0:10:00``, ``1 day, 2:00:00``)."""
     CODE = "code"
@@ -77,6 +79,7 @@ _PATTERNS: Final[Mapping[Slot, str]] = {
     Slot.OPEN_REASON: r"[a-z_]+",
     Slot.LIFECYCLE: rf"(?:{_names(DefinitionLifecycle)})",
     Slot.ACTOR: r"\S+",
+    Slot.TIME: r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:\d\d|Z)?",
     Slot.DURATION: r"(?:-?\d+ days?, )?\d+:\d\d:\d\d(?:\.\d+)?",
     Slot.CODE: r"[a-z]+(?:_[a-z]+)*",
     Slot.FIELD: r"[A-Za-z_][\w.\[\]/-]*",

@@ -469,7 +469,9 @@ DEPENDENCY_TIMED_OUT = Phrase(
     timeout=Slot.DURATION,
     seen=_S,
 )
-DEPENDENCY_AT = Phrase("reason.dependency_at", "{definition} at {at}", definition=Slot.FIELD)
+DEPENDENCY_AT = Phrase(
+    "reason.dependency_at", "{definition} at {at}", definition=Slot.FIELD, at=Slot.TIME
+)
 DEPENDENCY_LATEST = Phrase(
     "reason.dependency_latest", "{definition} (latest run)", definition=Slot.FIELD
 )

@@ -112,7 +112,7 @@ def render(template: str, *, t: i18n.Translator, zone: zoneinfo.ZoneInfo, **valu
         "actor": actor_in(t),
         "event_kind": event_kind_in(t),
         "schedule_phrase": schedule_in(t),
-        "sentence": sentence_in(t),
+        "sentence": sentence_in(t, zone),
         "as_json": as_json,
         "tone": tone,
         "glyph": glyph,
@@ -240,21 +240,27 @@ def schedule_in(t: i18n.Translator) -> Callable[[ScheduleWords], str]:
     return schedule_phrase
 
 
-def sentence_in(t: i18n.Translator) -> Callable[[str | None], str]:
+_UTC_ZONE = zoneinfo.ZoneInfo("UTC")
+
+
+def sentence_in(
+    t: i18n.Translator, zone: zoneinfo.ZoneInfo = _UTC_ZONE
+) -> Callable[[str | None], str]:
     """``sentence(text)``: a sentence the platform stored in English, in the viewer's language.
 
     The phrase that wrote it is recognised (:func:`veritask.core.phrasebook.match`) and its
     catalog entry is rendered with the fields; fields that are platform words (states, event
-    kinds, durations, nested sentences) are translated too, names and numbers are kept. A
-    sentence no phrase wrote (a person's words, an engine's error) is shown as stored.
+    kinds, durations, nested sentences) are translated too, times are shown in the viewer's
+    ``zone``, names and numbers are kept. A sentence no phrase wrote (a person's words, an
+    engine's error) is shown as stored.
     """
 
     def sentence(text: str | None) -> str:
         if not text:
             return ""
-        if t.language is i18n.Language.EN:
+        if t.language is i18n.Language.EN and _MOMENT.search(text) is None:
             return text  # the catalog's English is the template itself
-        return translate_sentence(t, text)
+        return translate_sentence(t, text, zone)
 
     return sentence
 
@@ -262,26 +268,29 @@ def sentence_in(t: i18n.Translator) -> Callable[[str | None], str]:
 #: Sentences joined into one: the run's "active: a; ready: b", lists of "task state".
 _JOINED = {"; ": "list.clauses", ", ": "list.separator"}
 _TIMEDELTA = re.compile(r"(?:(-?\d+) days?, )?(\d+):(\d\d):(\d\d(?:\.\d+)?)")
+_MOMENT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d")
 
 
-def translate_sentence(t: i18n.Translator, text: str) -> str:
+def translate_sentence(t: i18n.Translator, text: str, zone: zoneinfo.ZoneInfo = _UTC_ZONE) -> str:
     """``text`` in ``t``'s language, as far as phrases wrote it; the rest as stored."""
-    return _render(t, phrasebook.read(text))
+    return _render(t, zone, phrasebook.read(text))
 
 
-def _render(t: i18n.Translator, reading: phrasebook.Reading) -> str:
+def _render(t: i18n.Translator, zone: zoneinfo.ZoneInfo, reading: phrasebook.Reading) -> str:
     match reading:
         case phrasebook.Plain(text):
             return text
         case phrasebook.Joined(separator=separator, parts=parts):
             between = t(_JOINED.get(separator, "list.clauses"))
-            return between.join(_render(t, part) for part in parts)
+            return between.join(_render(t, zone, part) for part in parts)
         case phrasebook.Said(text=text, phrase=phrase, fields=fields, nested=nested):
             if not t.has(phrase.key):
                 return text
             inner = dict(nested)
             values = {
-                name: _render(t, inner[name]) if name in inner else _field(t, slot, value)
+                name: _render(t, zone, inner[name])
+                if name in inner
+                else _field(t, zone, slot, value)
                 for (name, value), slot in zip(fields, phrase.slots.values(), strict=True)
             }
             return t(phrase.key, **values)
@@ -289,7 +298,7 @@ def _render(t: i18n.Translator, reading: phrasebook.Reading) -> str:
             assert_never(reading)
 
 
-def _field(t: i18n.Translator, slot: Slot, value: str) -> str:
+def _field(t: i18n.Translator, zone: zoneinfo.ZoneInfo, slot: Slot, value: str) -> str:
     match slot:
         case Slot.STATE:
             return _word(t, "state", value.upper())
@@ -305,10 +314,24 @@ def _field(t: i18n.Translator, slot: Slot, value: str) -> str:
             return _word(t, "lifecycle", value)
         case Slot.ACTOR:
             return actor_in(t)(value)
+        case Slot.TIME:
+            return _moment_in(zone, value)
         case Slot.DURATION:
             return _timedelta_in(t, value)
         case Slot.TEXT | Slot.SENTENCE | Slot.NUMBER | Slot.CODE | Slot.FIELD:
             return value
+
+
+def _moment_in(zone: zoneinfo.ZoneInfo, text: str) -> str:
+    """A recorded ``isoformat`` time as :func:`when_in` shows one (a time with no offset was
+    recorded in UTC)."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return text
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def _word(t: i18n.Translator, prefix: str, value: str) -> str:
