@@ -18,7 +18,7 @@ from veritask.core.states import (
     RunExecutionState,
     TriggerKind,
 )
-from veritask.definitions.model import Schedule
+from veritask.definitions.model import ConcurrencyPolicy, Schedule
 from veritask.definitions.schedule import SchedulePattern, describe_schedule, schedule_words
 from veritask.ledger.vocabulary import AlertCategory, AlertStatus, EventOutcome, TokenRole
 from veritask.services.durations import Phase
@@ -90,6 +90,7 @@ def test_templates_show_no_text_outside_the_catalog(path: Path) -> None:
         ("scope", OverrideScope),
         ("open_reason", OpenReason),
         ("error_category", ErrorCategory),
+        ("concurrency", ConcurrencyPolicy),
         ("event_kind", EventKind),
         ("actor_kind", ActorKind),
         ("alert_category", AlertCategory),
