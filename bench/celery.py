@@ -5,7 +5,10 @@
     Redis, events through the outbox (workers on this host); from the trigger until every
     instance is durably SUCCESS in the ledger (SQLite), in tasks per second.
 (b) **bare Celery**, measured in the same run: ``--tasks`` no-op Celery tasks sent to two plain
-    Celery workers with the same concurrency, broker and backend, until every result is in.
+    Celery workers with the same concurrency, broker and backend, until every result is in
+    (the issue's baseline);
+(c) **bare Celery running** ``true``: the same, each task running ``true`` in a process of its
+    own, the work one Veritask attempt of ``true`` does for the task itself.
 
     python -m bench.celery --tasks 1000 --concurrency 2
 """
@@ -39,7 +42,9 @@ from veritask.scheduling.tokens import AttemptTokens
 BROKER = os.environ.get("VERITASK_CELERY_BROKER", "amqp://guest:guest@127.0.0.1:5672//")
 BACKEND = os.environ.get("VERITASK_CELERY_BACKEND", "redis://127.0.0.1:6379/13")
 ROOT = Path(__file__).resolve().parents[1]
-#: A plain Celery worker for the baseline: one no-op task, the same configuration otherwise.
+#: A plain Celery worker for the baselines, the same configuration otherwise: a no-op task, and
+#: a task that runs ``true`` in a process of its own (the work a Veritask attempt of ``true``
+#: does, without a worker that survives the pool, a spool, a claim or a ledger).
 BARE_WORKER = """
 import sys
 from veritask.execution.celery import app as celery_app
@@ -48,6 +53,10 @@ app = celery_app.make_app(CelerySettings(broker_url=sys.argv[1], backend_url=sys
 @app.task(name="bench.noop")
 def noop():
     return None
+@app.task(name="bench.true")
+def true():
+    import subprocess
+    return subprocess.run(["true"], check=True).returncode
 app.worker_main(["worker", "--queues=" + sys.argv[3], "--concurrency=" + sys.argv[4],
                  "--hostname=" + sys.argv[5], "--loglevel=WARNING", "--without-gossip",
                  "--without-mingle", "--pool=prefork"])
@@ -122,7 +131,7 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
             process.kill()
 
 
-def bare_celery(args: argparse.Namespace, tmp: Path) -> Measured:
+def bare_celery(args: argparse.Namespace, tmp: Path, task: str = "bench.noop") -> Measured:
     queue = f"bench-bare-{secrets.token_hex(3)}"
     settings = CelerySettings(broker_url=BROKER, backend_url=BACKEND, default_queue=queue)
     from veritask.execution.celery import app as celery_app
@@ -150,7 +159,7 @@ def bare_celery(args: argparse.Namespace, tmp: Path) -> Measured:
 
         def work() -> float:
             started = time.perf_counter()
-            results = [app.send_task("bench.noop", queue=queue) for _ in range(args.tasks)]
+            results = [app.send_task(task, queue=queue) for _ in range(args.tasks)]
             for result in results:
                 result.get(timeout=300)
             return time.perf_counter() - started
@@ -229,9 +238,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="veritask-bench-celery-") as name:
         tmp = Path(name)
         bare = bare_celery(args, tmp)
+        bare_true = bare_celery(args, tmp, "bench.true")
         ours = veritask_celery(args, tmp)
     for label, measured, what in (
         ("bare Celery:      ", bare, "no-op tasks"),
+        ("bare Celery, true:", bare_true, "tasks running 'true' in a process"),
         ("Veritask + Celery:", ours, "tasks 'true'"),
     ):
         print(
@@ -241,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     ratio = ours.tasks_per_second / bare.tasks_per_second
     print(f"ratio Veritask/Celery:    {ratio:8.2f}  (target >= 0.5)")
+    same_work = ours.tasks_per_second / bare_true.tasks_per_second
+    print(f"ratio Veritask/Celery running the same 'true': {same_work:8.2f}")
     return 0
 
 
