@@ -34,7 +34,7 @@ from veritask.execution.celery import executor as celery_executor
 from veritask.execution.celery.settings import CelerySettings
 from veritask.ledger import dialects, migrate
 from veritask.ledger.ledger import Ledger
-from veritask.scheduling import triggers
+from veritask.scheduling import collector, triggers
 from veritask.scheduling.scheduler import Scheduler
 from veritask.scheduling.settings import Settings
 from veritask.scheduling.tokens import AttemptTokens
@@ -198,6 +198,7 @@ def veritask_celery(args: argparse.Namespace, tmp: Path) -> Measured:
     ledger = Ledger(engine)
     try:
         _wait_ready(executor.app, names)
+        collector.tune()  # as a scheduler's process does once it has started
         scheduler = Scheduler(
             ledger,
             executors={"celery": executor},

@@ -44,7 +44,7 @@ from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
 from veritask.execution import layout, local, port
 from veritask.ledger import dialects, migrate, schema
 from veritask.ledger.ledger import Ledger
-from veritask.scheduling import triggers
+from veritask.scheduling import collector, triggers
 from veritask.scheduling.scheduler import Scheduler
 from veritask.scheduling.settings import Settings
 from veritask.scheduling.tokens import AttemptTokens
@@ -371,6 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     popen = _popen_baseline(args.tasks, args.slots)
+    collector.tune()  # as a scheduler's process does once it has started
     executor_per_s, executor_start_ms, files = _executor_baseline(args)
     results = []
     with _databases(args) as databases:

@@ -21,6 +21,7 @@ from veritask.execution import engines
 from veritask.execution.local import LocalExecutor
 from veritask.ledger import dialects, errors, migrate
 from veritask.ledger.ledger import Ledger
+from veritask.scheduling import collector
 from veritask.scheduling.lease import SchedulerAlreadyRunning, SchedulerLease
 from veritask.scheduling.scheduler import Scheduler
 from veritask.scheduling.settings import Settings
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         settings=settings,
         commit_base_url=args.commit_url,
     )
+    collector.tune()
     log.info("scheduler %s started on %s (home %s)", lease.id, engine.url, home)
     beating = threading.Thread(target=_beat, args=(lease, stop), daemon=True)
     beating.start()

@@ -20,6 +20,7 @@ import httpx
 
 from veritask.definitions import durations
 from veritask.execution import engines, local, port
+from veritask.scheduling import collector
 from veritask.scheduling.lease import SchedulerAlreadyRunning, SchedulerLease
 from veritask.scheduling.scheduler import Scheduler
 from veritask.scheduling.settings import Settings
@@ -80,6 +81,7 @@ class SchedulerRuntime:
         except SchedulerAlreadyRunning as exc:
             raise SchedulerRefused(str(exc)) from None
         self._lease = lease
+        collector.tune()
         executor = local.LocalExecutor(home=self.home, slots=self.slots)
         self.executors = {LOCAL_EXECUTOR: executor, **engines.from_environment(os.environ)}
         scheduler = Scheduler(
