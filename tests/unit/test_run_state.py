@@ -75,6 +75,12 @@ def test_a_work_task_whose_only_downstream_is_a_teardown_is_a_leaf() -> None:
     assert WITH_TEARDOWN.leaves() == ("work",)
 
 
+def test_the_ends_are_the_tasks_nothing_waits_for_teardowns_included() -> None:
+    # What a scheduler may read late: a leaf with a teardown after it is not an end.
+    assert WITH_TEARDOWN.ends() == frozenset({"teardown"})
+    assert BRANCHED.ends() == frozenset({"join"})
+
+
 def test_a_teardown_that_decides_is_a_leaf_too() -> None:
     deciding = graph(
         task("setup", role=TaskRole.SETUP),

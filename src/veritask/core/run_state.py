@@ -86,6 +86,9 @@ class RunGraph:
     nodes: tuple[TaskNode, ...]
     _by_key: dict[str, TaskNode] = field(init=False, repr=False, compare=False)
     _downstream: dict[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    # Derived once: a scheduler asks for them each time it moves a run of thousands.
+    _leaves: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _ends: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         by_key: dict[str, TaskNode] = {}
@@ -101,6 +104,10 @@ class RunGraph:
                 downstream[up].append(node.key)
         object.__setattr__(self, "_by_key", by_key)
         object.__setattr__(self, "_downstream", {k: tuple(v) for k, v in downstream.items()})
+        object.__setattr__(self, "_leaves", self._find_leaves())
+        object.__setattr__(
+            self, "_ends", frozenset(k for k, below in downstream.items() if not below)
+        )
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -123,6 +130,13 @@ class RunGraph:
 
     def leaves(self) -> tuple[str, ...]:
         """The tasks that decide the run (see the module docstring)."""
+        return self._leaves
+
+    def ends(self) -> frozenset[str]:
+        """The tasks no task runs after (a leaf may have teardown tasks after it)."""
+        return self._ends
+
+    def _find_leaves(self) -> tuple[str, ...]:
         result = []
         for node in self.nodes:
             if node.role is TaskRole.TEARDOWN and not node.decides_run:

@@ -138,8 +138,8 @@ class RunAdvancer:
             gate = self._dependency_gate(connection, run, definition, now)
         advanced = Advanced(run.id, instance_ids=[b.id for b in briefs])
         if run.execution_state is RunExecutionState.RUNNING:
-            leaves = set(graph.leaves())
-            advanced.leaf_ids = {b.id for b in briefs if b.task_key in leaves}
+            ends = graph.ends()
+            advanced.leaf_ids = {b.id for b in briefs if b.task_key in ends}
         states = {b.task_key: b.state for b in briefs}
         work = [b for b in briefs if not publication.is_publication_key(b.task_key)]
         publishing = [b for b in briefs if publication.is_publication_key(b.task_key)]
