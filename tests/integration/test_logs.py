@@ -71,6 +71,21 @@ def test_a_running_local_attempt_is_read_from_its_attempt_directory(api: Api) ->
     assert api.http.get(path).json()["text"] == "started\n"
 
 
+def test_an_executor_folder_linked_to_another_file_system_is_served(
+    api: Api, tmp_path: Path
+) -> None:
+    # Operators may keep VERITASK_HOME/executor on a tmpfs, as a symlink (operations.md).
+    target = tmp_path / "on-tmpfs"
+    target.mkdir()
+    (api.platform.home / "executor").symlink_to(target, target_is_directory=True)
+    log = api.platform.home / "executor" / "attempts" / "x" / "1" / "task.log"
+    log.parent.mkdir(parents=True)
+    log.write_text(LINES)
+    instance_id = _finished_with_log(api, log)
+    chunk = api.http.get(f"/api/v2/instances/{instance_id}/logs", params={"tail": 10}).json()
+    assert chunk["text"] == LINES[-10:]
+
+
 def test_a_log_outside_veritask_home_is_not_served(api: Api, tmp_path: Path) -> None:
     outside = tmp_path / "elsewhere.log"
     outside.write_text("secret\n")

@@ -196,7 +196,10 @@ def _location(
     if recorded is None:
         return None
     resolved = Path(recorded).resolve()
-    if not resolved.is_relative_to(platform.home):
+    # The executor's folder may be a symlink to another file system (a tmpfs): its target
+    # is inside the home too.
+    roots = (platform.home.resolve(), (platform.home / "executor").resolve())
+    if not any(resolved.is_relative_to(root) for root in roots):
         raise NotFound(refusals.LOG_ELSEWHERE.format(attempt_no=attempt_no, path=recorded))
     return str(resolved)
 
