@@ -196,10 +196,7 @@ def _location(
     if recorded is None:
         return None
     resolved = Path(recorded).resolve()
-    # The executor's folder may be a symlink to another file system (a tmpfs): its target
-    # is inside the home too.
-    roots = (platform.home.resolve(), (platform.home / "executor").resolve())
-    if not any(resolved.is_relative_to(root) for root in roots):
+    if not platform.holds(resolved):
         raise NotFound(refusals.LOG_ELSEWHERE.format(attempt_no=attempt_no, path=recorded))
     return str(resolved)
 

@@ -295,7 +295,7 @@ def _remove_logs(platform: Platform, cutoff: datetime, *, dry_run: bool) -> tupl
     files = size = 0
     for path in paths:
         # Only files inside the data folder: a log location is data, never a command.
-        if not path.resolve().is_relative_to(platform.home) or not path.is_file():
+        if not platform.holds(path) or not path.is_file():
             continue
         files += 1
         size += path.stat().st_size

@@ -33,6 +33,14 @@ class Platform:
         """``sqlite`` or ``postgresql``."""
         return self.engine.dialect.name
 
+    def holds(self, path: Path) -> bool:
+        """Whether ``path``, symlinks resolved, is inside the home: a recorded path is data,
+        never a way to read or delete files elsewhere. The executor's folder counts as
+        inside wherever it links to (operators may keep it on a tmpfs)."""
+        resolved = path.resolve()
+        roots = (self.home.resolve(), (self.home / "executor").resolve())
+        return any(resolved.is_relative_to(root) for root in roots)
+
     def now(self) -> datetime:
         """The platform's clock (UTC), the one the ledger stamps ``observed_at`` with."""
         return self.ledger.clock()
