@@ -29,6 +29,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 
 from veritask.core import jsontypes
@@ -224,15 +225,7 @@ class AttemptRun:
             log_path=str(self.attempt.log),
             output=self._read_output(),
         )
-        event = wire.make_event(
-            kind="completed",
-            instance_id=self.spec.instance_id,
-            attempt_no=self.spec.attempt_no,
-            attempt_token=self.spec.attempt_token,
-            seq=self.journal.next_seq(),
-            evidence=evidence,
-            event_time=ended_at,
-        )
+        event = self._event("completed", evidence, event_time=ended_at)
         # Durable, and the exit record under its second name before the journal has it.
         spooled = self.journal.append(event, durable=True, also=self.attempt.exit_record)
         self._release_slot()
@@ -269,15 +262,24 @@ class AttemptRun:
     # --- events -------------------------------------------------------------------------
 
     def _emit(self, kind: wire.WorkerEventKind, evidence: wire.Evidence) -> None:
-        event = wire.make_event(
+        self._deliverer.push(self.journal.append(self._event(kind, evidence)))
+
+    def _event(
+        self,
+        kind: wire.WorkerEventKind,
+        evidence: wire.Evidence,
+        event_time: datetime | None = None,
+    ) -> wire.WorkerEvent:
+        """This attempt's next event, numbered by the journal."""
+        return wire.make_event(
             kind=kind,
             instance_id=self.spec.instance_id,
             attempt_no=self.spec.attempt_no,
             attempt_token=self.spec.attempt_token,
             seq=self.journal.next_seq(),
             evidence=evidence,
+            event_time=event_time,
         )
-        self._deliverer.push(self.journal.append(event))
 
     def _await_delivery(self) -> None:
         deliverer = self._deliverer
@@ -300,21 +302,14 @@ class AttemptRun:
         """The ``started`` event is also the task record (``task.json``, its second name):
         once it exists, no later worker on this directory starts the task again."""
         host = procfs.hostname()
-        event = wire.make_event(
-            kind="started",
-            instance_id=self.spec.instance_id,
-            attempt_no=self.spec.attempt_no,
-            attempt_token=self.spec.attempt_token,
-            seq=self.journal.next_seq(),
-            evidence=wire.StartedEvidence(
-                worker=f"{host}:{os.getpid()}",
-                host=host,
-                pid=task.pid,
-                pid_start_time=task.start_ticks,
-                pgid=task.pgid,
-            ),
-            event_time=task.started_at,
+        evidence = wire.StartedEvidence(
+            worker=f"{host}:{os.getpid()}",
+            host=host,
+            pid=task.pid,
+            pid_start_time=task.start_ticks,
+            pgid=task.pgid,
         )
+        event = self._event("started", evidence, event_time=task.started_at)
         self._deliverer.push(self.journal.append(event, also=self.attempt.task_record))
 
     # --- the task's side ----------------------------------------------------------------
