@@ -170,15 +170,8 @@ class Ledger:
             observed_at=now,
         )
         if created:
-            event = Event(
-                event_id,
-                created_id,
-                0,
-                EventKind.INSTANCE_CREATED,
-                "scheduler",
-                event_time or now,
-                {"task_key": task_key, "map_index": map_index, "run_id": run_id},
-                observed_at=now,
+            event = _created_event(
+                event_id, created_id, run_id, task_key, map_index, event_time or now, now
             )
             blank = derive(empty(created_id), policy)
             loaded = _Loaded(run_id, 0, policy, blank, blank)
@@ -207,41 +200,22 @@ class Ledger:
         for task_key, policy in tasks:
             instance_id = new_id()
             instance_rows.append(
-                {
-                    "id": instance_id,
-                    "run_id": run_id,
-                    "task_key": task_key,
-                    "map_index": runs.UNMAPPED,
-                    "state": InstanceState.CREATED.value,
-                    "policy": policy.to_json(),
-                    "updated_observed_at": now,
-                }
+                runs.instance_row(
+                    instance_id,
+                    run_id,
+                    task_key,
+                    runs.UNMAPPED,
+                    InstanceState.CREATED,
+                    policy.to_json(),
+                    now,
+                )
             )
-            event = Event(
-                new_id(),
-                instance_id,
-                0,
-                EventKind.INSTANCE_CREATED,
-                "scheduler",
-                now,
-                {"task_key": task_key, "map_index": runs.UNMAPPED, "run_id": run_id},
-                observed_at=now,
-            )
+            event = _created_event(new_id(), instance_id, run_id, task_key, runs.UNMAPPED, now, now)
             verdict = judge.judge(derive(empty(instance_id), policy), event, policy)
             if verdict.outcome is not Outcome.APPLIED:
                 raise errors.LedgerError(f"instance {task_key}: created {verdict.outcome}")
             event_rows.append(statements.event_row(event, run_id, verdict))
-            snapshot_rows.append(
-                {
-                    "b_id": instance_id,
-                    "b_expected": 0,
-                    "b_state": verdict.after.state.value,
-                    "b_epoch": verdict.after.epoch,
-                    "b_retry_at": verdict.after.retry_at,
-                    "b_fold": codec.facts_to_json(verdict.after.facts),
-                    "b_updated_observed_at": now,
-                }
-            )
+            snapshot_rows.append(_snapshot_row(instance_id, 0, verdict.after, now))
         if not tasks:
             return []
         connection.execute(schema.task_instances.insert(), instance_rows)
@@ -470,15 +444,7 @@ class Ledger:
         result = connection.execute(
             statements.UPDATE_INSTANCE,
             [
-                {
-                    "b_id": instance_id,
-                    "b_expected": loaded.version,
-                    "b_state": loaded.snapshot.state.value,
-                    "b_epoch": loaded.snapshot.epoch,
-                    "b_retry_at": loaded.snapshot.retry_at,
-                    "b_fold": codec.facts_to_json(loaded.snapshot.facts),
-                    "b_updated_observed_at": now,
-                }
+                _snapshot_row(instance_id, loaded.version, loaded.snapshot, now)
                 for instance_id, loaded in dirty
             ],
         )
@@ -627,15 +593,7 @@ class Ledger:
         after = loaded.snapshot
         result = connection.execute(
             statements.UPDATE_INSTANCE,
-            {
-                "b_id": instance_id,
-                "b_expected": loaded.version,
-                "b_state": after.state.value,
-                "b_epoch": after.epoch,
-                "b_retry_at": after.retry_at,
-                "b_fold": codec.facts_to_json(after.facts),
-                "b_updated_observed_at": self.clock(),
-            },
+            _snapshot_row(instance_id, loaded.version, after, self.clock()),
         )
         if result.rowcount != 1:
             raise _LostRace
@@ -645,6 +603,43 @@ class Ledger:
             previous = before.get(view.attempt_no)
             if previous is None or statements.projected(previous) != statements.projected(view):
                 statements.upsert_attempt(connection, instance_id, view, loaded.policy)
+
+
+def _created_event(
+    event_id: str,
+    instance_id: str,
+    run_id: str,
+    task_key: str,
+    map_index: int,
+    event_time: datetime,
+    now: datetime,
+) -> Event:
+    """The scheduler's ``instance_created``, the first event of every instance."""
+    return Event(
+        event_id,
+        instance_id,
+        0,
+        EventKind.INSTANCE_CREATED,
+        "scheduler",
+        event_time,
+        {"task_key": task_key, "map_index": map_index, "run_id": run_id},
+        observed_at=now,
+    )
+
+
+def _snapshot_row(
+    instance_id: str, expected_version: int, snapshot: InstanceSnapshot, now: datetime
+) -> dict[str, object]:
+    """The parameters of ``UPDATE_INSTANCE``: the compare-and-set of one instance row."""
+    return {
+        "b_id": instance_id,
+        "b_expected": expected_version,
+        "b_state": snapshot.state.value,
+        "b_epoch": snapshot.epoch,
+        "b_retry_at": snapshot.retry_at,
+        "b_fold": codec.facts_to_json(snapshot.facts),
+        "b_updated_observed_at": now,
+    }
 
 
 def _count(events: Sequence[Event], results: Sequence[Applied]) -> None:

@@ -99,15 +99,7 @@ def create_instance(
     created = dialects.insert_ignoring_conflict(
         connection,
         schema.task_instances,
-        {
-            "id": candidate_id,
-            "run_id": run_id,
-            "task_key": task_key,
-            "map_index": map_index,
-            "state": state.value,
-            "policy": dict(policy),
-            "updated_observed_at": observed_at,
-        },
+        instance_row(candidate_id, run_id, task_key, map_index, state, policy, observed_at),
         conflict_columns=["run_id", "task_key", "map_index"],
     )
     if created:
@@ -121,6 +113,27 @@ def create_instance(
         )
     ).scalar_one()
     return str(existing), False
+
+
+def instance_row(
+    instance_id: str,
+    run_id: str,
+    task_key: str,
+    map_index: int,
+    state: states.InstanceState,
+    policy: Mapping[str, JSONValue],
+    observed_at: datetime | None,
+) -> dict[str, object]:
+    """The ``task_instances`` row of a new instance (its snapshot is written after)."""
+    return {
+        "id": instance_id,
+        "run_id": run_id,
+        "task_key": task_key,
+        "map_index": map_index,
+        "state": state.value,
+        "policy": dict(policy),
+        "updated_observed_at": observed_at,
+    }
 
 
 def insert_attempt(
