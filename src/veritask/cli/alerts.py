@@ -8,7 +8,7 @@ from rich.table import Table
 
 from veritask.cli import render
 from veritask.cli.verbs import JSON_OPTION, api_client
-from veritask.core.jsontypes import JSONObject, JSONValue
+from veritask.core.jsontypes import JSONObject
 
 STATUSES = ("open", "acknowledged", "resolved")
 CATEGORIES = (
@@ -60,10 +60,7 @@ def list_command(
         params["run_id"] = run_id
     with api_client() as api:
         found = render.items(api.get("/alerts", params).get("items"))
-    if as_json:
-        render.print_json(list[JSONValue](found))
-        return
-    render.out.print(_table(found))
+    render.listing(found, as_json=as_json, table=_table)
 
 
 @alerts_group.command("ack")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TextIO
 
 from rich.console import Console
@@ -51,6 +51,16 @@ def print_json(value: JSONValue) -> None:
     """JSON on stdout, nothing else (scripts parse it)."""
     sys.stdout.write(json.dumps(value, indent=2, sort_keys=False) + "\n")
     sys.stdout.flush()
+
+
+def listing(
+    found: list[JSONObject], *, as_json: bool, table: Callable[[list[JSONObject]], Table]
+) -> None:
+    """A list a verb found: JSON for scripts with ``--json``, else ``table(found)``."""
+    if as_json:
+        print_json(list[JSONValue](found))
+    else:
+        out.print(table(found))
 
 
 def text(value: JSONValue) -> str:

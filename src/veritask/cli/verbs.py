@@ -64,10 +64,7 @@ def definitions_command(as_json: bool) -> None:
     """List definitions, their schedules in words and next fire times."""
     with api_client() as api:
         found = render.items(api.get("/definitions").get("items"))
-    if as_json:
-        render.print_json(list[JSONValue](found))
-        return
-    render.out.print(render.definitions_table(found))
+    render.listing(found, as_json=as_json, table=render.definitions_table)
 
 
 def _parameters(pairs: tuple[str, ...]) -> JSONObject:
@@ -144,10 +141,7 @@ def runs_command(name: str | None, states: tuple[str, ...], limit: int, as_json:
         params["state"] = [s.upper() for s in states]
     with api_client() as api:
         found = render.items(api.get("/runs", params).get("items"))
-    if as_json:
-        render.print_json(list[JSONValue](found))
-        return
-    render.out.print(render.runs_table(found))
+    render.listing(found, as_json=as_json, table=render.runs_table)
 
 
 @click.command("show")
@@ -364,10 +358,7 @@ def token_list_command(as_json: bool) -> None:
     """List API tokens: id, name, role, created, revoked (never the tokens themselves)."""
     with api_client() as api:
         found = render.items(api.get("/tokens").get("items"))
-    if as_json:
-        render.print_json(list[JSONValue](found))
-        return
-    render.out.print(render.tokens_table(found))
+    render.listing(found, as_json=as_json, table=render.tokens_table)
 
 
 @token_group.command("revoke")
