@@ -73,7 +73,7 @@ class Advanced:
     instance_ids: list[str]
     #: Those of them that no task waits for: their success can only end the run, so news
     #: of it may wait a little and be read together with the next ones.
-    leaf_ids: set[str] = field(default_factory=set)
+    end_ids: set[str] = field(default_factory=set)
     #: When the run has to be looked at again (a retry comes due, a predecessor stops).
     wake_at: list[datetime] = field(default_factory=list)
     #: The run moved in a way that lets it move again at once.
@@ -139,7 +139,7 @@ class RunAdvancer:
         advanced = Advanced(run.id, instance_ids=[b.id for b in briefs])
         if run.execution_state is RunExecutionState.RUNNING:
             ends = graph.ends()
-            advanced.leaf_ids = {b.id for b in briefs if b.task_key in ends}
+            advanced.end_ids = {b.id for b in briefs if b.task_key in ends}
         states = {b.task_key: b.state for b in briefs}
         work = [b for b in briefs if not publication.is_publication_key(b.task_key)]
         publishing = [b for b in briefs if publication.is_publication_key(b.task_key)]

@@ -59,8 +59,8 @@ _PUBLISHING = (
 )
 #: An instance that moves between these tells its run nothing it could act on.
 _ACTIVE = frozenset({InstanceState.QUEUED, InstanceState.RUNNING})
-#: A leaf that ends so only lets its run end; any other end may fail the run at once.
-_LEAF_DONE = frozenset({InstanceState.SUCCESS, InstanceState.SKIPPED})
+#: A task nothing waits for that ends so only lets its run end; any other end may fail it.
+_END_DONE = frozenset({InstanceState.SUCCESS, InstanceState.SKIPPED})
 #: Bound of the instance -> run map that routes worker reports to their runs.
 _ROUTES_LIMIT = 200_000
 #: How soon a run created by another process (or moved by one: a cancel) is found when no
@@ -113,7 +113,7 @@ class Scheduler:
         self._timers: list[tuple[datetime, str]] = []
         self._routes: dict[str, str] = {}
         # Instances no task waits for, and the runs with such news held until a timer.
-        self._leaves: set[str] = set()
+        self._ends: set[str] = set()
         self._settling: set[str] = set()
         self._rescan = True
         self._loaded_at = float("-inf")
@@ -203,15 +203,13 @@ class Scheduler:
         full = full or self._rescan
         self._rescan = False
         report.reports += self.drain_outbox()
-        timers_due = bool(self._timers) and self._timers[0][0] <= now
-        if full or self._dirty or timers_due or self._discovery_due():
-            runs = self._load_runs(full)
-        else:
-            runs = self._runs  # a tick of reports only: nothing to read runs for yet
         while self._timers and self._timers[0][0] <= now:
             due = heapq.heappop(self._timers)[1]
             self._dirty.add(due)
             self._settling.discard(due)
+        # A tick of reports only has nothing to read the runs for yet.
+        reading = full or self._dirty or self._discovery_due()
+        runs = self._load_runs(full) if reading else self._runs
         targets = list(runs.values()) if full else [runs[r] for r in self._dirty if r in runs]
         self._dirty.clear()
         if full:
@@ -254,10 +252,10 @@ class Scheduler:
     def _remember(self, advanced: Advanced) -> None:
         if len(self._routes) > _ROUTES_LIMIT:
             self._routes.clear()
-            self._leaves.clear()
+            self._ends.clear()
         for instance_id in advanced.instance_ids:
             self._routes[instance_id] = advanced.run_id
-        self._leaves.update(advanced.leaf_ids)
+        self._ends.update(advanced.end_ids)
         for moment in advanced.wake_at:
             heapq.heappush(self._timers, (moment, advanced.run_id))
         if advanced.again:
@@ -372,9 +370,10 @@ class Scheduler:
     def _touch(self, news: Iterable[tuple[Event, Applied]]) -> None:
         """Mark the runs these events moved; an unknown instance means read them all.
 
-        A task that was queued or started changes nothing its run could act on, and a leaf's
-        success only lets the run end: that news waits up to ``leaf_settle``, so that a run
-        of thousands of independent tasks is read once per window, not once per tick.
+        A task that was queued or started changes nothing its run could act on, and the
+        success of a task nothing waits for only lets the run end: that news waits up to
+        ``leaf_settle``, so that a run of thousands of independent tasks is read once per
+        window, not once per tick.
         """
         for event, result in news:
             run_id = self._routes.get(event.instance_id)
@@ -382,7 +381,7 @@ class Scheduler:
                 self._rescan = True
             elif result.state in _ACTIVE:
                 continue
-            elif result.state in _LEAF_DONE and event.instance_id in self._leaves:
+            elif result.state in _END_DONE and event.instance_id in self._ends:
                 if run_id not in self._settling:
                     self._settling.add(run_id)
                     settle_at = self.clock() + self.settings.leaf_settle
