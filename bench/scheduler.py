@@ -23,6 +23,7 @@ engine owns). The ratios say what the scheduler costs on top of them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import itertools
 import os
@@ -138,14 +139,20 @@ def _all_success(ledger: Ledger, run_id: str) -> None:
 
 
 def _cpu_seconds_of_tree(pid: int | None) -> float:
-    """User + system CPU of a process and of its reaped descendants (the supervisor reaps its
-    workers, and each worker its task), from /proc: contention on the machine does not change
-    it, so it says what one task costs, where wall-clock rates only say what one run got."""
+    """User + system CPU of a process, of its live children and of every descendant reaped
+    (the supervisor reaps its workers, and each worker its tasks), from /proc: contention on
+    the machine does not change it, so it says what one task costs, where wall-clock rates
+    only say what one run got. Warm workers live on between attempts: their CPU is counted
+    live, and a worker's whole life once it is reaped."""
     if pid is None:
         return 0.0
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
-    return (utime + stime + cutime + cstime) / os.sysconf("SC_CLK_TCK")
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rpartition(")")[2].split()
+            if stat.parent.name == str(pid) or fields[1] == str(pid):
+                total += sum(int(v) for v in fields[11:15])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _fanout(ledger: Ledger, tasks: int) -> tuple[float, float]:

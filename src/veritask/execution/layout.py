@@ -5,7 +5,8 @@ An attempt directory holds everything about one attempt; a reconciler can judge 
 it alone, even when every callback was lost::
 
     spec.json         the AttemptSpec (mode 0600: it holds the attempt token)
-    worker.json       the worker's identity: pid, start time in clock ticks, host
+    worker.json       the worker's identity: pid, start time in clock ticks, host (a second name
+                      of the supervisor's record of that worker, which may serve many attempts)
     cancel_requested  a stop was asked for; holds the time of the first request
     task.json         the task's identity: its ``started`` event (a second name of the
                       spool's file for it)
@@ -89,6 +90,15 @@ class ExecutorHome:
     def trash(self) -> Path:
         """Attempt directories are renamed here before deletion, so none is ever half-gone."""
         return self.path / "trash"
+
+    @property
+    def workers(self) -> Path:
+        """One record per live supervised worker; an attempt's ``worker.json`` is a second name
+        of its worker's record, so that giving a warm worker an attempt creates no file."""
+        return self.path / "workers"
+
+    def worker_record(self, pid: int, start_ticks: int) -> Path:
+        return self.workers / f"{pid}-{start_ticks}.json"
 
     @property
     def start_lock(self) -> Path:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from veritask.core import jsontypes
 from veritask.execution import errors, layout, port, procfs, records, wire
+from veritask.execution import worker as worker_module
 
 EXTERNAL_ID_PREFIX = "local:"
 #: Unix socket addresses are limited to 108 bytes; longer paths go through /proc/self/fd.
@@ -141,12 +142,19 @@ class LocalExecutor:
         if attempt.exit_record.exists():
             return
         layout.create_exclusively(attempt.cancel_request, wire.format_time(wire.utc_now()).encode())
-        worker = records.read_process_record(attempt.worker_record)
+        # Pinned, a warm worker cannot finish this attempt and take another between the check
+        # for its exit record and the signal: the signal is for this attempt or for no one.
+        with worker_module.pin_worker(attempt):
+            if attempt.exit_record.exists():
+                return
+            worker = records.read_process_record(attempt.worker_record)
+            if worker is not None and procfs.signal_process(
+                worker.pid, worker.start_ticks, signal.SIGTERM
+            ):
+                return
         if worker is None:
             key = external_id.removeprefix(EXTERNAL_ID_PREFIX)
             self._request_with_start({"op": "cancel", "attempt": key})
-            return
-        if procfs.signal_process(worker.pid, worker.start_ticks, signal.SIGTERM):
             return
         task = records.read_process_record(attempt.task_record)
         if task is None or task.pgid is None or not _task_alive(task):
@@ -168,10 +176,12 @@ class LocalExecutor:
                 f"{external_id} is {observation.engine_state}: cancel it before cleanup",
                 retryable=True,
             )
-        # A worker may still be delivering events; the platform has what it needs now.
-        worker = records.read_process_record(attempt.worker_record)
-        if worker is not None:
-            _kill_and_wait(worker, timeout=self._request_timeout)
+        # A worker may still be delivering events; the platform has what it needs now. A warm
+        # worker that moved on to another attempt no longer holds this one's lock: spared.
+        with worker_module.pin_worker(attempt):
+            worker = records.read_process_record(attempt.worker_record)
+            if worker is not None and _held_by_a_worker(attempt):
+                _kill_and_wait(worker, timeout=self._request_timeout)
         self.home.trash.mkdir(exist_ok=True)
         doomed = self.home.trash / uuid.uuid4().hex
         try:
@@ -423,6 +433,21 @@ def _task_alive(task: records.ProcessRecord) -> bool:
     return task.pgid is not None and bool(
         procfs.group_members(task.pgid, started_since=task.start_ticks)
     )
+
+
+def _held_by_a_worker(attempt: layout.AttemptDir) -> bool:
+    """A worker holds the attempt directory's lock: it works on this attempt still."""
+    try:
+        fd = os.open(attempt.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # a shared lock we took goes with the descriptor
+    return False
 
 
 def _kill_and_wait(process: records.ProcessRecord, *, timeout: float) -> None:

@@ -1,9 +1,15 @@
-"""The local supervisor: a small daemon that forks one worker per attempt, within its slots.
+"""The local supervisor: a small daemon that gives each attempt a worker, within its slots.
 
 Why a daemon: a fresh Python interpreter per attempt costs tens of milliseconds; forking a
-process that has already imported the worker costs well under one. Why detached: attempts must
+process that has already imported the worker costs about one. Why detached: attempts must
 outlive the scheduler that submitted them, so the supervisor runs in its own session (double
 fork), and each worker in a session of its own, so that not even the supervisor's end stops them.
+
+Why warm workers: a fork, the copies of the pages parent and child then write, and the exit
+cost more CPU than the worker's whole run of a short task. A worker done with an attempt (its
+exit record written, its events delivered) tells the supervisor so on its control socket and
+is given the next attempt instead of ending; at most ``slots`` wait idle, each for
+``IDLE_WORKER_SECONDS`` (see worker.serve_supervisor for the worker's side).
 
 It keeps no state that the disk does not also hold. An attempt directory with a spec, without a
 ``worker.json`` and without an exit record, is waiting to start: the supervisor scans for those
@@ -30,6 +36,7 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
@@ -39,6 +46,8 @@ from veritask.execution import layout, procfs, records, wire, worker
 #: How long a starting supervisor waits for the previous one to finish exiting.
 LOCK_WAIT_SECONDS = 5.0
 REQUEST_LIMIT_BYTES = 64 * 1024
+#: How long a warm worker may wait for another attempt before it is let go.
+IDLE_WORKER_SECONDS = 30.0
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 
@@ -47,6 +56,23 @@ def log(message: str) -> None:
     print(
         f"{wire.format_time(wire.utc_now())} [{os.getpid()}] {message}", file=sys.stderr, flush=True
     )
+
+
+@dataclass(eq=False)
+class _Worker:
+    """A worker process, seen from the supervisor's end of its control socket."""
+
+    control: socket.socket
+    identity: records.ProcessRecord
+    #: ``workers/<pid>-<ticks>.json``; each attempt's ``worker.json`` is a link to it.
+    record: Path
+    #: The attempt it was given and has not finished with; None while it waits for one.
+    key: str | None = None
+    #: It read ``key``: from then on the attempt is its own, whatever becomes of it.
+    told: bool = False
+    #: Its attempt's task has not ended yet.
+    holds_slot: bool = False
+    idle_since: float = 0.0
 
 
 class Supervisor:
@@ -59,8 +85,12 @@ class Supervisor:
         self._connections: dict[int, tuple[socket.socket, bytearray]] = {}
         self._queue: collections.deque[str] = collections.deque()
         self._queued: set[str] = set()
-        #: The read end of each running worker's slot pipe -> its attempt key.
-        self._running: dict[int, str] = {}
+        #: Every worker, by the descriptor of its control socket.
+        self._workers: dict[int, _Worker] = {}
+        #: The attempts whose task runs (or is about to), each holding a slot -> its worker.
+        self._running: dict[str, _Worker] = {}
+        #: Warm workers waiting for an attempt, the one that waited least last.
+        self._idle: list[_Worker] = []
         self._wakeup_r, self._wakeup_w = worker.nonblocking_pipe()
         self._stopping = False
         self._last_activity = time.monotonic()
@@ -87,6 +117,7 @@ class Supervisor:
             signal.signal(signum, worker.ignore_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self._selector.register(self._wakeup_r, selectors.EVENT_READ, "signal")
+        self._forget_dead_workers()
         log(f"supervisor serving {self.home.path} with {self.slots} slots")
         # What is imported now never changes: keep the collector of every forked worker off
         # it, so that a worker does not copy-on-write pages that it never otherwise touches.
@@ -118,6 +149,16 @@ class Supervisor:
         os.write(fd, f"{pid} {procfs.start_ticks(pid)}\n".encode())
         return fd
 
+    def _forget_dead_workers(self) -> None:
+        """Remove the records of workers that ended under an earlier supervisor (those still
+        working keep theirs: they end once their attempt does)."""
+        self.home.workers.mkdir(exist_ok=True)
+        for path in self.home.workers.glob("*.json"):
+            with contextlib.suppress(OSError, ValueError):
+                worker_ = records.read_process_record(path)
+                if worker_ is None or not procfs.is_running(worker_.pid, worker_.start_ticks):
+                    path.unlink()
+
     def _recover(self) -> None:
         """Queue what waits on disk, oldest submission first."""
         waiting: list[tuple[float, str]] = []
@@ -147,9 +188,10 @@ class Supervisor:
                         self._on_signals()
                     case ("connection", int(fd)):
                         self._on_readable(fd)
-                    case ("slot", int(fd)):
-                        self._on_slot(fd)
+                    case ("worker", int(fd)):
+                        self._on_worker(fd)
             self._start_ready()
+            self._let_go_of_idle_workers()
             if self._idle_for() >= self.idle_exit_seconds:
                 log(f"idle for {self.idle_exit_seconds}s; exiting")
                 return
@@ -158,6 +200,8 @@ class Supervisor:
         timeouts = [self.idle_exit_seconds - self._idle_for()]
         if self._retry_start_at is not None:
             timeouts.append(self._retry_start_at - time.monotonic())
+        if self._idle:
+            timeouts.append(self._idle[0].idle_since + IDLE_WORKER_SECONDS - time.monotonic())
         return max(0.0, min(timeouts))
 
     def _idle_for(self) -> float:
@@ -273,7 +317,7 @@ class Supervisor:
         )
 
     def _enqueue(self, key: str) -> None:
-        if key in self._queued or key in self._running.values():
+        if key in self._queued or key in self._running:
             return
         attempt = self.home.attempt_for_key(key)
         if not self._startable(attempt):
@@ -298,12 +342,32 @@ class Supervisor:
                 return
 
     def _start_worker(self, key: str) -> bool:
-        """Fork the attempt's worker; False when the system refused (try again later)."""
+        """Give the attempt a worker, warm or newly forked; False when the system refused to
+        make one (try again later)."""
         attempt = self.home.attempt_for_key(key)
         if not self._startable(attempt):
             return True  # started by an earlier supervisor, or cleaned up: nothing to do
-        go_r, go_w = os.pipe()
-        slot_r, slot_w = os.pipe()
+        worker_ = self._idle.pop() if self._idle else self._fork_worker()
+        if worker_ is None:
+            return False
+        try:
+            os.link(worker_.record, attempt.worker_record)
+        except OSError as exc:
+            log(f"cannot record the worker of {key}: {exc}")
+            self._idle.append(worker_)
+            return False
+        # Unrecorded, no worker runs an attempt: the record comes first, then the key.
+        worker_.key, worker_.told, worker_.holds_slot = key, False, True
+        self._running[key] = worker_
+        try:
+            worker_.control.sendall(key.encode() + b"\n")
+        except OSError:
+            # It ended while it waited: the key goes back to the head of the queue.
+            self._on_worker_gone(worker_)
+        return True
+
+    def _fork_worker(self) -> _Worker | None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         # A stop signal sent to the new worker before it installed its handlers must wait for
         # them, not kill it on the spot: the child inherits this mask and lifts it itself.
         previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
@@ -311,31 +375,29 @@ class Supervisor:
             pid = os.fork()
         except OSError as exc:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
-            for fd in (go_r, go_w, slot_r, slot_w):
-                os.close(fd)
-            log(f"cannot fork a worker for {key}: {exc}")
-            return False
+            ours.close()
+            theirs.close()
+            log(f"cannot fork a worker: {exc}")
+            return None
         if pid == 0:
-            self._become_worker(attempt, go_r, slot_w)
+            ours.detach()
+            self._become_worker(theirs)
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
-        os.close(go_r)
-        os.close(slot_w)
+        theirs.close()
         try:
             identity = records.ProcessRecord.of_worker(pid)
-            records.write_process_record(attempt.worker_record, identity)
-        except OSError as exc:
-            # Unrecorded, the worker must not run: closing the go pipe unsent makes it exit.
-            log(f"cannot record the worker of {key}: {exc}")
-            os.close(go_w)
-            os.close(slot_r)
-            return False
-        os.write(go_w, b"G")
-        os.close(go_w)
-        self._running[slot_r] = key
-        self._selector.register(slot_r, selectors.EVENT_READ, ("slot", slot_r))
-        return True
+            record = self.home.worker_record(identity.pid, identity.start_ticks)
+            records.write_process_record(record, identity)
+        except OSError as exc:  # closing our end unrecorded makes it end
+            log(f"cannot record a new worker: {exc}")
+            ours.close()
+            return None
+        worker_ = _Worker(control=ours, identity=identity, record=record)
+        self._workers[ours.fileno()] = worker_
+        self._selector.register(ours, selectors.EVENT_READ, ("worker", ours.fileno()))
+        return worker_
 
-    def _become_worker(self, attempt: layout.AttemptDir, go_r: int, slot_w: int) -> NoReturn:
+    def _become_worker(self, control: socket.socket) -> NoReturn:
         status = 70
         try:
             os.setsid()
@@ -352,27 +414,76 @@ class Supervisor:
                 self._listener.detach()
             for connection, _ in self._connections.values():
                 connection.detach()
-            low, high = sorted((go_r, slot_w))
-            os.closerange(3, low)
-            os.closerange(low + 1, high)
-            os.closerange(high + 1, os.sysconf("SC_OPEN_MAX"))
-            go = os.read(go_r, 1)
-            os.close(go_r)
-            # Without the go-ahead the supervisor could not record us: we never ran.
-            status = worker.run_forked(attempt.path, slot_fd=slot_w) if go == b"G" else 0
+            for other in self._workers.values():
+                other.control.detach()
+            fd = control.fileno()
+            os.closerange(3, fd)
+            os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
+            status = worker.serve_supervisor(self.home, control)
         except BaseException:
             traceback.print_exc()
         finally:
             os._exit(status)
 
-    def _on_slot(self, fd: int) -> None:
-        """The worker closed its slot pipe (its task ended) or died: the slot is free."""
-        with contextlib.suppress(BlockingIOError):
-            if os.read(fd, 1):
-                return
+    def _on_worker(self, fd: int) -> None:
+        worker_ = self._workers[fd]
+        try:
+            news = worker_.control.recv(4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            news = b""
+        if not news:
+            self._on_worker_gone(worker_)
+            return
+        for message in news:
+            match bytes((message,)):
+                case worker.TOLD:
+                    worker_.told = True
+                case worker.TASK_ENDED:
+                    self._free_slot(worker_)
+                case worker.READY:
+                    self._free_slot(worker_)
+                    worker_.key, worker_.told = None, False
+                    worker_.idle_since = time.monotonic()
+                    self._idle.append(worker_)
+
+    def _free_slot(self, worker_: _Worker) -> None:
+        if worker_.holds_slot and worker_.key is not None:
+            self._running.pop(worker_.key, None)
+        worker_.holds_slot = False
+
+    def _on_worker_gone(self, worker_: _Worker) -> None:
+        """Its socket closed: the worker ended (or is ending). Its slot is free; an attempt it
+        was given but never read goes back to the head of the queue, unrecorded."""
+        fd = worker_.control.fileno()
         self._selector.unregister(fd)
-        os.close(fd)
-        self._running.pop(fd, None)
+        del self._workers[fd]
+        worker_.control.close()
+        layout.remove_quietly(worker_.record)  # the attempts' links keep what they need
+        if worker_ in self._idle:
+            self._idle.remove(worker_)
+        key = worker_.key
+        self._free_slot(worker_)
+        if key is None or worker_.told:
+            return
+        attempt = self.home.attempt_for_key(key)
+        with contextlib.suppress(OSError, ValueError):
+            recorded = records.read_process_record(attempt.worker_record)
+            if recorded is not None and recorded.engine_id == worker_.identity.engine_id:
+                attempt.worker_record.unlink()
+        if self._startable(attempt):
+            self._queue.appendleft(key)
+            self._queued.add(key)
+
+    def _let_go_of_idle_workers(self) -> None:
+        """Idle workers past their wait, and any beyond ``slots``, are told to end (their
+        socket closes), the one that waited longest first."""
+        now = time.monotonic()
+        while self._idle and (
+            len(self._idle) > self.slots or now - self._idle[0].idle_since >= IDLE_WORKER_SECONDS
+        ):
+            self._on_worker_gone(self._idle[0])
 
 
 def _attempt_key(request: jsontypes.JSONObject) -> str:

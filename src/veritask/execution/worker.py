@@ -15,6 +15,12 @@ calls :func:`run_forked`. Either way it:
 
 Run again on a directory whose worker died, it starts nothing twice: it delivers what the spool
 still holds (and the exit record's completion, if the spool missed it) and exits.
+
+Under the local supervisor a worker is kept warm: once an attempt is over (its exit record
+written, its events delivered), it lets go of that attempt and waits for the supervisor to
+give it another (:func:`serve_supervisor`). Forking a Python process and its first writes to
+the pages it shares with its parent cost more CPU than the worker's whole run of a short
+task; a warm worker pays them once for many attempts.
 """
 
 from __future__ import annotations
@@ -26,9 +32,11 @@ import json
 import os
 import selectors
 import signal
+import socket
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -62,10 +70,16 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 class AttemptRun:
     """One worker's run of one attempt. Not reusable."""
 
-    def __init__(self, attempt: layout.AttemptDir, spec: port.AttemptSpec, *, slot_fd: int | None):
+    def __init__(
+        self,
+        attempt: layout.AttemptDir,
+        spec: port.AttemptSpec,
+        *,
+        on_task_ended: Callable[[], object] | None = None,
+    ):
         self.attempt = attempt
         self.spec = spec
-        self._slot_fd = slot_fd
+        self._on_task_ended = on_task_ended
         self.log = task_process.LogSink(attempt.log, cap_bytes=spec.log_cap_bytes)
         self.journal = spool.Spool(attempt.path)
         self._transport = transports.make_transport(spec)
@@ -426,10 +440,10 @@ class AttemptRun:
             data += chunk
 
     def _release_slot(self) -> None:
-        """Tell the supervisor (by closing the pipe) that this attempt's task has ended."""
-        if self._slot_fd is not None:
-            os.close(self._slot_fd)
-            self._slot_fd = None
+        """Tell the supervisor, once, that this attempt's task has ended: its slot is free."""
+        on_task_ended, self._on_task_ended = self._on_task_ended, None
+        if on_task_ended is not None:
+            on_task_ended()
 
     def _close(self) -> None:
         self._deliverer.abort()
@@ -490,7 +504,8 @@ def nonblocking_pipe() -> tuple[int, int]:
 
 
 def _lock_attempt(attempt: layout.AttemptDir) -> int | None:
-    """Lock the attempt directory for this process's life; None when another worker holds it."""
+    """Lock the attempt directory while this process works on it; None when another worker
+    holds it."""
     fd = os.open(attempt.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -500,12 +515,136 @@ def _lock_attempt(attempt: layout.AttemptDir) -> int | None:
     return fd
 
 
-def run_forked(attempt_path: Path, *, slot_fd: int) -> int:
-    """The supervisor's entry: it forked this process and recorded its identity already."""
-    attempt = layout.AttemptDir(attempt_path)
-    if _lock_attempt(attempt) is None:
-        return EXIT_BUSY
-    return AttemptRun(attempt, records.read_spec(attempt), slot_fd=slot_fd).run()
+def pin_worker(attempt: layout.AttemptDir) -> contextlib.AbstractContextManager[None]:
+    """While this is held, the attempt's worker cannot leave it for another attempt.
+
+    Whoever signals a worker about an attempt holds it, and first checks that the attempt has
+    no exit record: a worker leaves an attempt only after writing one, so a signal sent under
+    the pin reaches the worker while that attempt is still its own (see :func:`_leave`).
+    """
+    return _spec_lock(attempt, fcntl.LOCK_SH)
+
+
+@contextlib.contextmanager
+def _spec_lock(attempt: layout.AttemptDir, operation: int) -> Iterator[None]:
+    try:
+        fd = os.open(attempt.spec, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        yield  # no spec, no worker: nothing to pin
+        return
+    try:
+        fcntl.flock(fd, operation)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _leave(attempt: layout.AttemptDir, lock_fd: int) -> None:
+    """Let go of an attempt whose exit record is written, to wait for another one.
+
+    Taking the spec's lock exclusively waits for every holder of :func:`pin_worker`: once we
+    have it, no signal meant for this attempt can still be on its way (those that came were
+    delivered on the way out of the wait, to the do-nothing handler). From here until the next
+    assignment a stop signal is meant for this process itself, and ends it.
+    """
+    try:
+        with _spec_lock(attempt, fcntl.LOCK_EX):
+            _idle_signals()
+    finally:
+        os.close(lock_fd)
+
+
+def _idle_signals() -> None:
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, set(_STOP_SIGNALS))
+
+
+def run_attempt(
+    attempt: layout.AttemptDir, *, on_task_ended: Callable[[], object]
+) -> tuple[int, bool]:
+    """Run an attempt the supervisor assigned to this process and recorded as its worker.
+
+    Returns the worker's exit status and whether this process may take another attempt: only
+    when it is done with this one for good (exit record written, nothing left to deliver, no
+    thread left running), so that nothing about this attempt can depend on its pid again.
+    """
+    lock_fd = _lock_attempt(attempt)
+    if lock_fd is None:
+        on_task_ended()
+        return EXIT_BUSY, False  # its worker.json names us now: never be anyone else's worker
+    status = AttemptRun(attempt, records.read_spec(attempt), on_task_ended=on_task_ended).run()
+    reusable = attempt.exit_record.exists() and threading.active_count() == 1
+    if reusable:
+        _leave(attempt, lock_fd)
+    # Otherwise the lock stays ours until this process ends, which it does now.
+    return status, reusable
+
+
+#: A warm worker runs at most this many attempts, then ends, so that whatever an attempt
+#: leaves behind in the interpreter cannot pile up without bound.
+ATTEMPTS_PER_WORKER = 500
+
+# A supervised worker's control socket. Supervisor -> worker: one attempt key per line, once
+# the worker record is written. Worker -> supervisor, one byte each:
+TOLD = b"A"
+"""It read its attempt key: from now on the attempt is its to start (or to never start)."""
+TASK_ENDED = b"R"
+"""The attempt's task ended: its slot is free."""
+READY = b"I"
+"""Done with the attempt: it may be given another."""
+
+
+class _Control:
+    """The worker's end of its control socket. A supervisor that went away ends nothing but
+    the warmth: what is running finishes, and the worker then ends."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buffer = b""
+
+    def next_key(self) -> str | None:
+        """Block until the supervisor assigns an attempt; None when it closed the socket."""
+        while b"\n" not in self._buffer:
+            try:
+                chunk = self._sock.recv(4096)
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode()
+
+    def tell(self, message: bytes) -> bool:
+        try:
+            self._sock.sendall(message, socket.MSG_NOSIGNAL)
+        except OSError:
+            return False
+        return True
+
+
+def serve_supervisor(home: layout.ExecutorHome, control: socket.socket) -> int:
+    """A supervised worker's life: the attempts the supervisor assigns, one at a time, until
+    it closes the socket, an attempt leaves this process unfit for another, or the budget of
+    ``ATTEMPTS_PER_WORKER`` is spent. Returns the last attempt's exit status."""
+    channel = _Control(control)
+    status = EXIT_SUCCEEDED
+    _idle_signals()
+    for _ in range(ATTEMPTS_PER_WORKER):
+        key = channel.next_key()
+        if key is None:
+            break
+        # A stop signal from here on is for the attempt: it waits for the attempt's handlers.
+        # One that came before ended this process, before it told the supervisor that it
+        # read the key: the supervisor then gives the attempt to another worker.
+        signal.pthread_sigmask(signal.SIG_BLOCK, set(_STOP_SIGNALS))
+        channel.tell(TOLD)
+        attempt = home.attempt_for_key(key)
+        status, reusable = run_attempt(attempt, on_task_ended=lambda: channel.tell(TASK_ENDED))
+        if not (reusable and channel.tell(READY)):
+            break
+    return status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -526,7 +665,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not attempt.exit_record.exists() and not attempt.task_record.exists():
         identity = records.ProcessRecord.of_worker(os.getpid())
         records.write_process_record(attempt.worker_record, identity)
-    return AttemptRun(attempt, spec, slot_fd=None).run()
+    return AttemptRun(attempt, spec).run()
 
 
 if __name__ == "__main__":
