@@ -36,7 +36,8 @@ from tests.scheduling.harness import (
 )
 from tests.scheduling.workload import assert_converged, executions, marked, mixed_definition
 from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
-from veritask.execution import layout, local, port, procfs, records
+from veritask.execution import layout, local, port, records
+from veritask.execution.worker import is_worked_on
 from veritask.ledger import dialects, schema
 from veritask.scheduling import triggers
 
@@ -485,10 +486,11 @@ tasks:
 
 
 def _wait_worker_gone(harness: Harness, instance_id: str) -> None:
-    worker = wait_for(lambda: worker_of(harness.executor, instance_id, 1), what="the worker")
+    wait_for(lambda: worker_of(harness.executor, instance_id, 1), what="the worker")
+    attempt = harness.executor.home.attempt(instance_id, 1)
     wait_for(
-        lambda: not procfs.is_running(worker.pid, worker.start_ticks),
-        what=f"the worker of {instance_id} to deliver and exit",
+        lambda: not is_worked_on(attempt),
+        what=f"the worker of {instance_id} to deliver and leave the attempt",
     )
 
 

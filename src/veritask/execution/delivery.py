@@ -79,6 +79,11 @@ class Deliverer:
             self._aborted = True
             self._condition.notify()
 
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for the thread to end (after ``finish`` or ``abort``)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
     @property
     def undelivered_count(self) -> int:
         with self._condition:

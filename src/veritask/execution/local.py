@@ -180,7 +180,7 @@ class LocalExecutor:
         # worker that moved on to another attempt no longer holds this one's lock: spared.
         with worker_module.pin_worker(attempt):
             worker = records.read_process_record(attempt.worker_record)
-            if worker is not None and _held_by_a_worker(attempt):
+            if worker is not None and worker_module.is_worked_on(attempt):
                 _kill_and_wait(worker, timeout=self._request_timeout)
         self.home.trash.mkdir(exist_ok=True)
         doomed = self.home.trash / uuid.uuid4().hex
@@ -224,11 +224,17 @@ class LocalExecutor:
 
     def supervisor_pid(self) -> int | None:
         """The pid of the supervisor that answers now, if one does."""
+        status = self.supervisor_status()
+        pid = None if status is None else status.get("pid")
+        return pid if isinstance(pid, int) else None
+
+    def supervisor_status(self) -> jsontypes.JSONObject | None:
+        """What the supervisor that answers now says of itself (``pid``, ``slots``, attempts
+        ``queued`` and ``running``, ``idle_workers`` waiting warm), or None when none does."""
         try:
-            pid = self._request({"op": "ping"}).get("pid")
+            return self._request({"op": "ping"})
         except (OSError, errors.ExecutorError):
             return None
-        return pid if isinstance(pid, int) else None
 
     def _configure_running_supervisor(self) -> int:
         answer = self._request({"op": "ping"})
@@ -433,21 +439,6 @@ def _task_alive(task: records.ProcessRecord) -> bool:
     return task.pgid is not None and bool(
         procfs.group_members(task.pgid, started_since=task.start_ticks)
     )
-
-
-def _held_by_a_worker(attempt: layout.AttemptDir) -> bool:
-    """A worker holds the attempt directory's lock: it works on this attempt still."""
-    try:
-        fd = os.open(attempt.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # a shared lock we took goes with the descriptor
-    return False
 
 
 def _kill_and_wait(process: records.ProcessRecord, *, timeout: float) -> None:

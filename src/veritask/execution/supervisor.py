@@ -277,6 +277,7 @@ class Supervisor:
                     "slots": self.slots,
                     "queued": len(self._queue),
                     "running": len(self._running),
+                    "idle_workers": len(self._idle),
                 }
             case "submit":
                 self._enqueue(_attempt_key(request))

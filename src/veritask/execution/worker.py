@@ -65,6 +65,8 @@ OUTPUT_DRAIN_SECONDS = 1.0
 #: Output larger than this is not sent in the completed event (it stays in output.json).
 OUTPUT_EVENT_LIMIT_BYTES = 1024 * 1024
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: How long an ending attempt waits for its delivery thread (busy with a request) to end.
+DELIVERY_JOIN_SECONDS = 0.2
 
 
 class AttemptRun:
@@ -447,6 +449,8 @@ class AttemptRun:
 
     def _close(self) -> None:
         self._deliverer.abort()
+        # A thread that outlives the attempt would keep this process from taking another.
+        self._deliverer.join(DELIVERY_JOIN_SECONDS)
         signal.set_wakeup_fd(-1)
         self._selector.close()
         self._transport.close()
@@ -513,6 +517,22 @@ def _lock_attempt(attempt: layout.AttemptDir) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+def is_worked_on(attempt: layout.AttemptDir) -> bool:
+    """A worker holds the attempt directory's lock: it runs the attempt or delivers its events
+    still. False once that worker ended, or left the attempt for another one."""
+    try:
+        fd = os.open(attempt.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # with it goes the shared lock, if we took one
+    return False
 
 
 def pin_worker(attempt: layout.AttemptDir) -> contextlib.AbstractContextManager[None]:
