@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -67,6 +68,8 @@ class LocalExecutor:
             raise ValueError("slots must be 1 or more")
         self._idle_exit = idle_exit_after.total_seconds()
         self._request_timeout = request_timeout.total_seconds()
+        #: Each thread's connection to the supervisor, with the pid that opened it.
+        self._connections = threading.local()
         self._start_timeout = start_timeout.total_seconds()
         self.home.attempts.mkdir(parents=True, exist_ok=True, mode=0o700)
 
@@ -221,6 +224,7 @@ class LocalExecutor:
         """Ask the supervisor to exit. Running workers carry on; queued attempts wait on disk."""
         with contextlib.suppress(OSError):
             self._request({"op": "shutdown"})
+        self._drop_connection()
 
     def supervisor_pid(self) -> int | None:
         """The pid of the supervisor that answers now, if one does."""
@@ -289,16 +293,58 @@ class LocalExecutor:
             raise errors.SupervisorUnavailable(f"the supervisor did not answer: {exc}") from exc
 
     def _request(self, request: jsontypes.JSONObject) -> jsontypes.JSONObject:
-        """One request, one answer. Raises OSError when no supervisor answers."""
-        with self._connect() as connection:
-            connection.sendall(json.dumps(request).encode() + b"\n")
-            answer = bytearray()
-            while b"\n" not in answer:
-                chunk = connection.recv(65536)
-                if not chunk:
-                    raise ConnectionResetError("the supervisor closed the connection")
-                answer += chunk
-        reply = json.loads(bytes(answer))
+        """One request, one answer. Raises OSError when no supervisor answers.
+
+        Each thread keeps its connection for its next request (a submission costs less
+        without a connect and an accept). A kept connection that fails may only mean that the
+        supervisor was replaced since: the request is tried once more on a fresh one, which
+        is safe because every request is idempotent.
+        """
+        line = json.dumps(request).encode() + b"\n"
+        kept = self._kept_connection()
+        if kept is not None:
+            try:
+                return self._parse_reply(request, self._exchange(kept, line))
+            except OSError:
+                self._drop_connection()
+        connection = self._connect()
+        try:
+            answer = self._exchange(connection, line)
+        except BaseException:
+            connection.close()
+            raise
+        self._connections.value = _KeptConnection(connection)
+        return self._parse_reply(request, answer)
+
+    def _kept_connection(self) -> socket.socket | None:
+        kept: _KeptConnection | None = getattr(self._connections, "value", None)
+        if kept is None:
+            return None
+        if kept.pid != os.getpid():  # inherited across a fork: the parent's, not ours to use
+            self._connections.value = None
+            return None
+        return kept.connection
+
+    def _drop_connection(self) -> None:
+        kept = self._kept_connection()
+        self._connections.value = None
+        if kept is not None:
+            kept.close()
+
+    @staticmethod
+    def _exchange(connection: socket.socket, line: bytes) -> bytes:
+        connection.sendall(line)
+        answer = bytearray()
+        while b"\n" not in answer:
+            chunk = connection.recv(65536)
+            if not chunk:
+                raise ConnectionResetError("the supervisor closed the connection")
+            answer += chunk
+        return bytes(answer)
+
+    @staticmethod
+    def _parse_reply(request: jsontypes.JSONObject, answer: bytes) -> jsontypes.JSONObject:
+        reply = json.loads(answer)
         if not isinstance(reply, dict) or reply.get("ok") is not True:
             error = reply.get("error") if isinstance(reply, dict) else reply
             raise errors.ExecutorError(f"the supervisor refused {request}: {error}")
@@ -374,6 +420,21 @@ class LocalExecutor:
         position = answer.get("position")
         observe.details["queue_position"] = position if isinstance(position, int) else None
         return observe.make(port.EngineState.PENDING, port.ObservationSource.SUPERVISOR)
+
+
+class _KeptConnection:
+    """A thread's connection to the supervisor, closed when the thread (or executor) that
+    kept it is gone."""
+
+    def __init__(self, connection: socket.socket) -> None:
+        self.connection = connection
+        self.pid = os.getpid()
+
+    def __del__(self) -> None:
+        if self.pid == os.getpid():
+            self.connection.close()
+        else:
+            self.connection.detach()  # the parent's descriptor: leave it to the parent
 
 
 class _Observer:

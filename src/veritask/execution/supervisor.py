@@ -205,7 +205,8 @@ class Supervisor:
         return max(0.0, min(timeouts))
 
     def _idle_for(self) -> float:
-        if self._queue or self._running or self._connections:
+        # An open connection is no activity: a client keeps its connection between requests.
+        if self._queue or self._running:
             self._last_activity = time.monotonic()
         return time.monotonic() - self._last_activity
 
@@ -238,6 +239,7 @@ class Supervisor:
             self._selector.register(fd, selectors.EVENT_READ, ("connection", fd))
 
     def _on_readable(self, fd: int) -> None:
+        """Answer every whole request line; a client may keep its connection for the next."""
         connection, buffer = self._connections[fd]
         try:
             chunk = connection.recv(65536)
@@ -246,18 +248,33 @@ class Supervisor:
         except OSError:
             chunk = b""
         buffer += chunk
-        if chunk and b"\n" not in buffer and len(buffer) < REQUEST_LIMIT_BYTES:
+        self._last_activity = time.monotonic()
+        replies = bytearray()
+        while b"\n" in buffer:
+            line, _, rest = bytes(buffer).partition(b"\n")
+            buffer[:] = rest
+            replies += json.dumps(self._answer(line)).encode() + b"\n"
+        if replies and not self._reply(connection, bytes(replies)):
+            chunk = b""
+        if chunk and len(buffer) < REQUEST_LIMIT_BYTES:
             return
         self._selector.unregister(fd)
         del self._connections[fd]
-        with connection:
-            if not chunk and not buffer:
-                return
-            reply = self._answer(bytes(buffer).partition(b"\n")[0])
+        connection.close()
+
+    @staticmethod
+    def _reply(connection: socket.socket, data: bytes) -> bool:
+        """Send a whole reply, waiting a little for room; False if the client is gone or
+        does not read its answers."""
+        try:
+            connection.settimeout(1.0)
+            connection.sendall(data)
+        except OSError:
+            return False
+        finally:
             with contextlib.suppress(OSError):
-                connection.setblocking(True)
-                connection.settimeout(1.0)
-                connection.sendall(json.dumps(reply).encode() + b"\n")
+                connection.setblocking(False)
+        return True
 
     def _answer(self, line: bytes) -> jsontypes.JSONObject:
         try:
