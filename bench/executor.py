@@ -82,7 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--dir", type=Path, default=None, help="where to make VERITASK_HOME (default: $TMPDIR)"
     )
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="veritask-bench-", dir=args.dir) as tmp:
+    with tempfile.TemporaryDirectory(
+        prefix="veritask-bench-", dir=args.dir, ignore_cleanup_errors=True
+    ) as tmp:
         home = Path(tmp)
         outbox = home / "outbox"
         executor = local.LocalExecutor(home=home, slots=args.slots)

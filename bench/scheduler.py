@@ -198,7 +198,7 @@ def measure(database: str, url: str, args: argparse.Namespace) -> Figures:
     migrate.upgrade(url)
     engine = dialects.create_engine(url)
     with tempfile.TemporaryDirectory(
-        prefix="veritask-bench-", dir=args.executor_dir or args.dir
+        prefix="veritask-bench-", dir=args.executor_dir or args.dir, ignore_cleanup_errors=True
     ) as tmp:
         home = Path(tmp)
         ledger = Ledger(engine)
@@ -309,8 +309,9 @@ def _inodes_under(directory: Path) -> int:
 def _executor_baseline(args: argparse.Namespace) -> tuple[float, float, FileCost]:
     """Attempts/s of the executor alone, its median submit -> task started in ms, and what
     files cost there."""
+    # Workers may still be delivering into the outbox while the home is removed: no matter.
     with tempfile.TemporaryDirectory(
-        prefix="veritask-bench-", dir=args.executor_dir or args.dir
+        prefix="veritask-bench-", dir=args.executor_dir or args.dir, ignore_cleanup_errors=True
     ) as tmp:
         home = Path(tmp)
         create_us = _file_cost(home / "file-cost")
