@@ -15,6 +15,11 @@ Baselines measured in the same run: the same ``true`` commands through the Local
 attempt alone through the executor (submit until its task has started, the part of a hop the
 engine owns). The ratios say what the scheduler costs on top of them.
 
+Every home is removed when the bench ends, not when its part does: on a file system that
+makes creating a file dearer after many deletions (ext4 without a journal), one part's
+clean-up would otherwise tax the next part's measurement. Each database's line says what
+creating a file cost just before its fan-out.
+
     python -m bench.scheduler                       # both databases
     python -m bench.scheduler --only sqlite --tasks 1000 --chain 50 --profile /tmp/sched.prof
     python -m bench.scheduler --executor-dir /dev/shm   # attempt directories on a tmpfs
@@ -27,6 +32,7 @@ import contextlib
 import cProfile
 import itertools
 import os
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -67,6 +73,26 @@ class Figures:
     #: and the local engine (supervisor, workers, the tasks' processes).
     scheduler_cpu_ms: float
     engine_cpu_ms: float
+    #: CPU to create one file where the attempt directories are, just before the fan-out.
+    file_create_us: float
+
+
+class _Homes:
+    """Temporary homes, all removed when the bench ends (see the module's docstring)."""
+
+    def __init__(self, parent: Path | None) -> None:
+        self._parent = parent
+        self._made: list[Path] = []
+
+    def new(self) -> Path:
+        home = Path(tempfile.mkdtemp(prefix="veritask-bench-", dir=self._parent))
+        self._made.append(home)
+        return home
+
+    def remove_all(self) -> None:
+        # Workers may still be delivering into an outbox while it is removed: no matter.
+        for home in self._made:
+            shutil.rmtree(home, ignore_errors=True)
 
 
 # -- definitions ---------------------------------------------------------------------------
@@ -194,45 +220,43 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def measure(database: str, url: str, args: argparse.Namespace) -> Figures:
+def measure(database: str, url: str, args: argparse.Namespace, homes: _Homes) -> Figures:
     migrate.upgrade(url)
     engine = dialects.create_engine(url)
-    with tempfile.TemporaryDirectory(
-        prefix="veritask-bench-", dir=args.executor_dir or args.dir, ignore_cleanup_errors=True
-    ) as tmp:
-        home = Path(tmp)
-        ledger = Ledger(engine)
-        executor = local.LocalExecutor(home=home, slots=args.slots)
-        executor.ensure_supervisor()
+    home = homes.new()
+    ledger = Ledger(engine)
+    executor = local.LocalExecutor(home=home, slots=args.slots)
+    executor.ensure_supervisor()
 
-        def scheduler() -> Scheduler:
-            return Scheduler(
-                ledger,
-                executors={"local": executor},
-                tokens=AttemptTokens(b"bench-secret-0123456789"),
-                outbox=home / "outbox",
-                settings=Settings(),
-                submit_threads=args.submit_threads,
+    def scheduler() -> Scheduler:
+        return Scheduler(
+            ledger,
+            executors={"local": executor},
+            tokens=AttemptTokens(b"bench-secret-0123456789"),
+            outbox=home / "outbox",
+            settings=Settings(),
+            submit_threads=args.submit_threads,
+        )
+
+    profile = cProfile.Profile() if args.profile else None
+    try:
+        with _Loop(scheduler(), None):
+            _fanout(ledger, 20)  # warm up: imports, the supervisor, the page cache
+        create_us = _file_cost(home / "file-cost")
+        with _Loop(scheduler(), profile):
+            own_before = time.process_time()
+            engine_before = _cpu_seconds_of_tree(executor.supervisor_pid())
+            per_s, seconds = _fanout(ledger, args.tasks)
+            own_cpu = (time.process_time() - own_before) / args.tasks
+            engine_cpu = (_cpu_seconds_of_tree(executor.supervisor_pid()) - engine_before) / (
+                args.tasks
             )
-
-        profile = cProfile.Profile() if args.profile else None
-        try:
-            with _Loop(scheduler(), None):
-                _fanout(ledger, 20)  # warm up: imports, the supervisor, the page cache
-            with _Loop(scheduler(), profile):
-                own_before = time.process_time()
-                engine_before = _cpu_seconds_of_tree(executor.supervisor_pid())
-                per_s, seconds = _fanout(ledger, args.tasks)
-                own_cpu = (time.process_time() - own_before) / args.tasks
-                engine_cpu = (
-                    _cpu_seconds_of_tree(executor.supervisor_pid()) - engine_before
-                ) / args.tasks
-                hops = _chain(ledger, args.chain)
-        finally:
-            executor.shutdown_supervisor()
-            engine.dispose()
-        if profile is not None:
-            profile.dump_stats(f"{args.profile}.{database}")
+            hops = _chain(ledger, args.chain)
+    finally:
+        executor.shutdown_supervisor()
+        engine.dispose()
+    if profile is not None:
+        profile.dump_stats(f"{args.profile}.{database}")
     return Figures(
         database,
         per_s,
@@ -242,6 +266,7 @@ def measure(database: str, url: str, args: argparse.Namespace) -> Figures:
         max(hops) * 1000,
         own_cpu * 1000,
         engine_cpu * 1000,
+        create_us,
     )
 
 
@@ -306,38 +331,34 @@ def _inodes_under(directory: Path) -> int:
     return len(seen)
 
 
-def _executor_baseline(args: argparse.Namespace) -> tuple[float, float, FileCost]:
+def _executor_baseline(args: argparse.Namespace, homes: _Homes) -> tuple[float, float, FileCost]:
     """Attempts/s of the executor alone, its median submit -> task started in ms, and what
     files cost there."""
-    # Workers may still be delivering into the outbox while the home is removed: no matter.
-    with tempfile.TemporaryDirectory(
-        prefix="veritask-bench-", dir=args.executor_dir or args.dir, ignore_cleanup_errors=True
-    ) as tmp:
-        home = Path(tmp)
-        create_us = _file_cost(home / "file-cost")
-        outbox = home / "outbox"
-        executor = local.LocalExecutor(home=home, slots=args.slots)
-        executor.ensure_supervisor()
-        try:
-            attempts: list[layout.AttemptDir] = []
-            specs = [_spec(outbox) for _ in range(args.tasks)]
-            started = time.perf_counter()
-            for spec in specs:
-                executor.submit(spec=spec)
-                attempts.append(executor.home.attempt(spec.instance_id, 1))
-            _wait([a.exit_record for a in attempts])
-            per_s = args.tasks / (time.perf_counter() - started)
-            files = FileCost(create_us, _inodes_under(executor.home.attempts) / args.tasks)
-            latencies = []
-            for _ in range(args.chain):
-                spec = _spec(outbox)
-                began = time.perf_counter()
-                executor.submit(spec=spec)
-                _wait([executor.home.attempt(spec.instance_id, 1).task_record])
-                latencies.append(time.perf_counter() - began)
-                _wait([executor.home.attempt(spec.instance_id, 1).exit_record])
-        finally:
-            executor.shutdown_supervisor()
+    home = homes.new()
+    create_us = _file_cost(home / "file-cost")
+    outbox = home / "outbox"
+    executor = local.LocalExecutor(home=home, slots=args.slots)
+    executor.ensure_supervisor()
+    try:
+        attempts: list[layout.AttemptDir] = []
+        specs = [_spec(outbox) for _ in range(args.tasks)]
+        started = time.perf_counter()
+        for spec in specs:
+            executor.submit(spec=spec)
+            attempts.append(executor.home.attempt(spec.instance_id, 1))
+        _wait([a.exit_record for a in attempts])
+        per_s = args.tasks / (time.perf_counter() - started)
+        files = FileCost(create_us, _inodes_under(executor.home.attempts) / args.tasks)
+        latencies = []
+        for _ in range(args.chain):
+            spec = _spec(outbox)
+            began = time.perf_counter()
+            executor.submit(spec=spec)
+            _wait([executor.home.attempt(spec.instance_id, 1).task_record])
+            latencies.append(time.perf_counter() - began)
+            _wait([executor.home.attempt(spec.instance_id, 1).exit_record])
+    finally:
+        executor.shutdown_supervisor()
     return per_s, statistics.median(latencies) * 1000, files
 
 
@@ -392,11 +413,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     popen = _popen_baseline(args.tasks, args.slots)
     collector.tune()  # as a scheduler's process does once it has started
-    executor_per_s, executor_start_ms, files = _executor_baseline(args)
-    results = []
-    with _databases(args) as databases:
-        for database, url in databases:
-            results.append(measure(database, url, args))
+    homes = _Homes(args.executor_dir or args.dir)
+    try:
+        executor_per_s, executor_start_ms, files = _executor_baseline(args, homes)
+        results = []
+        with _databases(args) as databases:
+            for database, url in databases:
+                results.append(measure(database, url, args, homes))
+    finally:
+        homes.remove_all()
 
     print(f"scheduler bench: {args.tasks} fan-out tasks, a chain of {args.chain}, ", end="")
     print(f"{args.slots} executor slots, `true` everywhere")
@@ -410,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"(~{files.create_us * files.per_attempt / 1000:.1f} ms of CPU per task)"
     )
     for f in results:
-        print(f"-- {f.database}")
+        print(f"-- {f.database} (creating a file cost {f.file_create_us:.0f} us just before)")
         print(
             f"  fan-out: {f.fanout_per_s:8.1f} tasks/s ({f.fanout_seconds:.2f} s)   "
             f"x{f.fanout_per_s / executor_per_s:.2f} of the executor alone, "
