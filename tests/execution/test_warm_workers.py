@@ -43,6 +43,14 @@ def _wait_idle(engine: Engine, count: int = 1) -> None:
     wait_until(lambda: _idle_workers(engine) == count, what=f"{count} idle worker(s)")
 
 
+def _waiting_worker(engine: Engine) -> records.ProcessRecord:
+    """Run an attempt of ``true`` to its end and return its worker, once it waits warm."""
+    spec = engine.spec("true")
+    engine.run(spec)
+    _wait_idle(engine)
+    return _worker_of(engine, spec)
+
+
 def _gated(gate: Path) -> str:
     return f"while [ ! -e {gate} ]; do sleep 0.02; done"
 
@@ -129,10 +137,7 @@ def test_cleanup_still_stops_a_worker_that_is_delivering_the_attempt(one_slot: E
 
 
 def test_a_warm_worker_that_dies_while_it_waits_is_replaced(one_slot: Engine) -> None:
-    first = one_slot.spec("true")
-    one_slot.run(first)
-    _wait_idle(one_slot)
-    dead = _worker_of(one_slot, first)
+    dead = _waiting_worker(one_slot)
     os.kill(dead.pid, signal.SIGKILL)
     wait_until(lambda: _idle_workers(one_slot) == 0, what="the supervisor to see it gone")
 
@@ -144,10 +149,7 @@ def test_a_warm_worker_that_dies_while_it_waits_is_replaced(one_slot: Engine) ->
 
 
 def test_a_stop_signal_to_a_waiting_worker_ends_it(one_slot: Engine) -> None:
-    first = one_slot.spec("true")
-    one_slot.run(first)
-    _wait_idle(one_slot)
-    waiting = _worker_of(one_slot, first)
+    waiting = _waiting_worker(one_slot)
 
     os.kill(waiting.pid, signal.SIGTERM)
 
@@ -157,10 +159,7 @@ def test_a_stop_signal_to_a_waiting_worker_ends_it(one_slot: Engine) -> None:
 
 
 def test_an_attempt_its_worker_never_read_goes_to_another_worker(one_slot: Engine) -> None:
-    first = one_slot.spec("true")
-    one_slot.run(first)
-    _wait_idle(one_slot)
-    frozen = _worker_of(one_slot, first)
+    frozen = _waiting_worker(one_slot)
     os.kill(frozen.pid, signal.SIGSTOP)  # it cannot read what it is given
     second = one_slot.spec("true")
     second_id = one_slot.executor.submit(spec=second).external_id
@@ -181,10 +180,7 @@ def test_an_attempt_its_worker_never_read_goes_to_another_worker(one_slot: Engin
 def test_a_cancel_that_reaches_a_worker_before_it_read_the_attempt_is_confirmed(
     one_slot: Engine,
 ) -> None:
-    first = one_slot.spec("true")
-    one_slot.run(first)
-    _wait_idle(one_slot)
-    frozen = _worker_of(one_slot, first)
+    frozen = _waiting_worker(one_slot)
     os.kill(frozen.pid, signal.SIGSTOP)
     second = one_slot.spec("sleep 30")
     second_id = one_slot.executor.submit(spec=second).external_id
