@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.execution.conftest import Engine, FakePlatform, engine_on, evidence, wait_until
-from veritask.execution import port, procfs, records
+from veritask.execution import local, port, procfs, records
 
 
 @pytest.fixture
@@ -64,14 +64,20 @@ def test_a_worker_done_with_an_attempt_runs_the_next_one(one_slot: Engine) -> No
     specs = [one_slot.spec(f"echo attempt {n}") for n in range(3)]
 
     observations = []
+    descriptors = []
     for spec in specs:
         observations.append(one_slot.run(spec))
         one_slot.wait_delivered(spec)
         _wait_idle(one_slot)
+        # Whatever an attempt opens, it closes: a warm worker runs hundreds of them.
+        descriptors.append(len(os.listdir(f"/proc/{_worker_of(one_slot, spec).pid}/fd")))
 
     assert all(o.error_category is port.ErrorCategory.NONE for o in observations)
     workers = {_worker_of(one_slot, spec).engine_id for spec in specs}
     assert len(workers) == 1, f"each attempt forked a worker of its own: {workers}"
+    assert len(descriptors) == 3 and len(set(descriptors)) == 1, (
+        f"the worker's open descriptors changed from attempt to attempt: {descriptors}"
+    )
     for n, spec in enumerate(specs):  # each attempt has its own log and its own events
         assert one_slot.attempt(spec).log.read_text().startswith(f"attempt {n}\n")
         assert one_slot.platform.kinds_of(spec.instance_id) == ["started", "completed"]
@@ -174,6 +180,7 @@ def test_an_attempt_its_worker_never_read_goes_to_another_worker(one_slot: Engin
 
     assert observation.error_category is port.ErrorCategory.NONE
     assert _worker_of(one_slot, second).engine_id != frozen.engine_id
+    one_slot.wait_delivered(second)
     assert one_slot.platform.kinds_of(second.instance_id) == ["started", "completed"]
 
 
@@ -200,3 +207,22 @@ def test_a_cancel_that_reaches_a_worker_before_it_read_the_attempt_is_confirmed(
     assert _worker_of(one_slot, second).engine_id != frozen.engine_id
     assert evidence(one_slot.wait_delivered(second))["error_category"] == "cancelled"
     assert "started" not in one_slot.platform.kinds_of(second.instance_id)
+
+
+def test_waiting_workers_beyond_the_slots_are_let_go(
+    tmp_path: Path, platform: FakePlatform
+) -> None:
+    with engine_on(tmp_path, platform, slots=2) as engine:
+        gate = engine.workspace / "gate"
+        ids = [engine.executor.submit(spec=engine.spec(_gated(gate))).external_id for _ in "ab"]
+        for external_id in ids:
+            engine.wait_state(external_id, port.EngineState.RUNNING)
+        gate.touch()
+        for external_id in ids:
+            engine.wait_ended(external_id)
+        _wait_idle(engine, 2)
+
+        fewer = local.LocalExecutor(home=engine.executor.home.path.parent, slots=1)
+        fewer.ensure_supervisor()  # configures the running supervisor with one slot
+
+        _wait_idle(engine, 1)
