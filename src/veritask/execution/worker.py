@@ -151,7 +151,7 @@ class AttemptRun:
         self._await_delivery()
         if previous is None:
             return EXIT_FAILED
-        return _worker_exit_status(previous.error_category)
+        return exit_status(previous.error_category)
 
     def _supervise(self, task: task_process.TaskProcess) -> int:
         """Pump output, relay the channel, beat, enforce stops; returns the wait status."""
@@ -249,7 +249,7 @@ class AttemptRun:
         if self.log.dropped_bytes:
             self.log.note(f"{self.log.dropped_bytes} bytes of output dropped past the log cap")
         self._await_delivery()
-        return _worker_exit_status(category)
+        return exit_status(category)
 
     def _categorize(self, exit_code: int | None, signum: int | None) -> port.ErrorCategory:
         if self._stop_cause is not None:
@@ -490,7 +490,8 @@ def _optional_count(notice: dict[str, jsontypes.JSONValue], name: str) -> int | 
     return value
 
 
-def _worker_exit_status(category: port.ErrorCategory) -> int:
+def exit_status(category: port.ErrorCategory) -> int:
+    """The worker's exit status for an attempt that ended so."""
     ok = (port.ErrorCategory.NONE, port.ErrorCategory.SKIPPED)
     return EXIT_SUCCEEDED if category in ok else EXIT_FAILED
 

@@ -8,6 +8,12 @@ program as the local executor (``worker.main``), so tokens, heartbeats, progress
 the log and the exit record behave the same. While it runs, this process refreshes the
 attempt's lease, ships the log to Redis in chunks and forwards a stop (a revoke's SIGTERM, or
 the stop request in Redis) to the worker, which stops the task after its grace period.
+
+Each pool process keeps its worker warm, as the local supervisor does (docs/executors.md,
+*Warm workers*): a worker done with an attempt is given the pool process's next delivery
+instead of ending, so a delivery does not pay for forking the pool process (tens of MiB) and
+the copies of the pages both then write. The worker is the pool process's child, in the host's
+session: whatever takes the host down takes it down too.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from celery import Celery
 from celery.exceptions import Ignore
 
 from veritask.core import jsontypes
-from veritask.execution import layout, port, records, wire, worker
+from veritask.execution import layout, port, procfs, records, wire, worker
 from veritask.execution.celery import app as celery_app
 from veritask.execution.celery import claims as claim_records
 from veritask.execution.celery.settings import CelerySettings
@@ -123,60 +129,152 @@ def _reporting_to_this_hosts_api(
 def _run_worker(
     context: WorkerContext, attempt: layout.AttemptDir, key: str, me: str, log_cap: int
 ) -> int:
-    """Fork the worker program on the attempt directory and watch it until it ends."""
-    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
-    try:
-        pid = os.fork()
-    except OSError:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
-        raise
-    if pid == 0:
-        _become_worker(attempt)
-    signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+    """Give the attempt to this pool process's warm worker and watch it until the attempt is
+    over; returns the worker's status for it."""
+    warm: _WarmWorker | None = None
     stop_sent = False
 
     def forward_stop(signum: int, frame: FrameType | None) -> None:
         nonlocal stop_sent
         stop_sent = True
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+        # On disk first, for whichever worker takes the attempt; pinned, the worker cannot
+        # leave this attempt between the check for its end and the signal.
+        layout.create_exclusively(attempt.cancel_request, wire.format_time(wire.utc_now()).encode())
+        with worker.pin_worker(attempt):
+            if warm is not None and not attempt.exit_record.exists():
+                warm.signal(signal.SIGTERM)
 
     # A revoke with terminate sends SIGTERM to this pool process: it becomes the worker's stop.
     previous_term = signal.signal(signal.SIGTERM, forward_stop)
-    pidfd = os.pidfd_open(pid)
     shipped = 0
     refresh = context.settings.lease_refresh.total_seconds()
     try:
-        while True:
-            ready, _, _ = select.select([pidfd], [], [], refresh)
+        warm = _hand_over(context.home, attempt)
+        while not (warm.ready or warm.ended_status is not None):
+            readable, _, _ = select.select([warm.control], [], [], refresh)
             shipped = _ship_log(context.claims, key, attempt.log, shipped, log_cap)
-            if ready:
-                break
+            if readable:
+                warm.read()
+                continue
             context.claims.refresh_lease(key, me, lease=context.settings.lease)
             if not stop_sent and context.claims.cancel_requested(key):
                 forward_stop(signal.SIGTERM, None)
-        _, status = os.waitpid(pid, 0)
     finally:
-        os.close(pidfd)
         signal.signal(signal.SIGTERM, previous_term)
     _ship_log(context.claims, key, attempt.log, shipped, log_cap)
-    return os.waitstatus_to_exitcode(status)
+    if warm.ended_status is not None:
+        return warm.ended_status
+    record = records.read_exit_record(attempt)
+    return worker.EXIT_FAILED if record is None else worker.exit_status(record.error_category)
 
 
-def _become_worker(attempt: layout.AttemptDir) -> None:
+def _hand_over(home: layout.ExecutorHome, attempt: layout.AttemptDir) -> _WarmWorker:
+    """A worker that read the attempt: this process's warm one, or a new one when that one
+    ended without reading it (its record in the attempt is then withdrawn)."""
+    for _ in range(3):
+        warm = _WarmWorker.of_this_process(home)
+        if warm.take(attempt):
+            return warm
+        layout.remove_quietly(attempt.worker_record)
+    raise RuntimeError(f"no worker would take {attempt.path}")
+
+
+class _WarmWorker:
+    """This pool process's worker, a child kept for delivery after delivery; it speaks the
+    local supervisor's protocol (worker.serve_supervisor)."""
+
+    _current: _WarmWorker | None = None
+
+    def __init__(self, home: layout.ExecutorHome) -> None:
+        self.owner = os.getpid()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        # A stop sent before the worker installed its handlers waits for them.
+        previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+        try:
+            pid = os.fork()
+        except OSError:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+            ours.close()
+            theirs.close()
+            raise
+        if pid == 0:
+            ours.detach()
+            _serve_warm(home, theirs)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        theirs.close()
+        self.control = ours
+        self.identity = records.ProcessRecord.of_worker(pid)
+        self.record = home.worker_record(pid, self.identity.start_ticks)
+        home.workers.mkdir(exist_ok=True)
+        records.write_process_record(self.record, self.identity)
+        #: It read the attempt it was given / is done with it.
+        self.told = False
+        self.ready = False
+        #: Set once the worker ended: its exit status, as the pool process reaped it.
+        self.ended_status: int | None = None
+
+    @classmethod
+    def of_this_process(cls, home: layout.ExecutorHome) -> _WarmWorker:
+        current = cls._current
+        if current is None or current.owner != os.getpid() or current.ended_status is not None:
+            current = cls._current = cls(home)
+        return current
+
+    def take(self, attempt: layout.AttemptDir) -> bool:
+        """Record the worker in the attempt, send it the attempt's key and wait until it read
+        it; False when it ended instead."""
+        os.link(self.record, attempt.worker_record)
+        self.told = self.ready = False
+        try:
+            self.control.sendall(f"{attempt.path.parent.name}/{attempt.path.name}\n".encode())
+        except OSError:
+            self._reap()
+            return False
+        while not self.told and self.ended_status is None:
+            self.read()
+        return self.told
+
+    def read(self) -> None:
+        """Take in what the worker said; a closed socket means that it ended."""
+        try:
+            news = self.control.recv(4096)
+        except OSError:
+            news = b""
+        if not news:
+            self._reap()
+            return
+        self.told = self.told or worker.TOLD in news
+        self.ready = self.ready or worker.READY in news
+
+    def signal(self, signum: int) -> None:
+        procfs.signal_process(self.identity.pid, self.identity.start_ticks, signum)
+
+    def _reap(self) -> None:
+        try:
+            _, status = os.waitpid(self.identity.pid, 0)
+            self.ended_status = os.waitstatus_to_exitcode(status)
+        except ChildProcessError:  # reaped by someone else: its status is lost
+            self.ended_status = worker.EXIT_FAILED
+        self.control.close()
+        layout.remove_quietly(self.record)  # the attempts' links keep what they need
+
+
+def _serve_warm(home: layout.ExecutorHome, control: socket.socket) -> None:
     status = 70
     try:
         os.setpgid(0, 0)
         with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
             comm.write("veritask-worker")
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
+        for signum in (signal.SIGCHLD, signal.SIGHUP):
             signal.signal(signum, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
-        os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the pool's pipes and the broker's sockets
-        signal.pthread_sigmask(signal.SIG_SETMASK, set())
-        status = worker.main([str(attempt.spec)])
+        # The pool's pipes and the broker's sockets stay the pool process's.
+        fd = control.fileno()
+        os.closerange(3, fd)
+        os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
+        status = worker.serve_supervisor(home, control)
     except BaseException:
-        log.exception("the worker of %s failed", attempt.path)
+        log.exception("the warm worker of pool process %s failed", os.getppid())
     finally:
         os._exit(status)
 
