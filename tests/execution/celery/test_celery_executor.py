@@ -10,7 +10,7 @@ import pytest
 
 from tests.execution.celery.conftest import Hosts
 from tests.scheduling.harness import wait_for
-from veritask.execution import port, records, transports
+from veritask.execution import layout, port, records, transports
 from veritask.execution.celery import app as celery_app
 from veritask.execution.celery import executor as celery_executor
 
@@ -183,3 +183,30 @@ def test_a_host_killed_mid_task_leaves_an_unknown_attempt_and_no_second_copy(
     assert seen.source is port.ObservationSource.CELERY_CLAIM
     assert str(seen.details["claimed_by"]).startswith("host-a")
     assert len(starts(marker)) == 1
+
+
+def test_a_pool_process_gives_its_next_delivery_to_its_warm_worker(
+    make_hosts: MakeHosts, tmp_path: Path
+) -> None:
+    hosts = make_hosts()
+    hosts.start("host-a", concurrency=1)
+    executor = celery_executor.CeleryExecutor(hosts.settings)
+    attempts = [spec(f"echo attempt {n}", tmp_path / "o") for n in range(3)]
+
+    for attempt in attempts:
+        submitted = executor.submit(spec=attempt)
+        seen = observe(executor, submitted.external_id, port.EngineState.SUCCEEDED)
+        assert seen.error_category is port.ErrorCategory.NONE
+
+    home = layout.ExecutorHome(tmp_path / "host-a" / "executor")
+    workers = set()
+    for attempt in attempts:
+        recorded = records.read_process_record(
+            home.attempt(attempt.instance_id, attempt.attempt_no).worker_record
+        )
+        assert recorded is not None
+        workers.add(recorded.engine_id)
+    assert len(workers) == 1, f"a worker was forked per delivery: {workers}"
+    for n, attempt in enumerate(attempts):
+        shipped = executor.read_log(external_id=f"celery:{attempt.instance_id}/1")
+        assert shipped is not None and shipped.startswith(f"attempt {n}\n".encode())

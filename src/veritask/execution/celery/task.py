@@ -3,9 +3,9 @@
 For each delivery: take the attempt's claim (``SET NX``); a delivery that finds it taken is
 refused, the refusal is recorded as evidence, and the message is acknowledged without a
 result, so the result of the delivery that ran is never overwritten. The claiming delivery
-writes the spec into an attempt directory under the worker's home and forks the same worker
-program as the local executor (``worker.main``), so tokens, heartbeats, progress, the spool,
-the log and the exit record behave the same. While it runs, this process refreshes the
+writes the spec into an attempt directory under the worker's home and gives it to the same
+worker program as the local executor, so tokens, heartbeats, progress, the spool, the log and
+the exit record behave the same. While it runs, this process refreshes the
 attempt's lease, ships the log to Redis in chunks and forwards a stop (a revoke's SIGTERM, or
 the stop request in Redis) to the worker, which stops the task after its grace period.
 
