@@ -10,7 +10,10 @@ the claim (``claims.py``, ``task.py``).
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import Celery
+from celery.backends.redis import RedisBackend
 
 from veritask.execution.celery.settings import CelerySettings
 
@@ -18,8 +21,25 @@ from veritask.execution.celery.settings import CelerySettings
 RUN_ATTEMPT = "veritask.run_attempt"
 
 
+class RedisResults(RedisBackend):  # type: ignore[misc]
+    """Celery's Redis result backend, without a sender's subscription to each task it sends.
+
+    Celery subscribes the sending process to a task's result as it sends it, so that waiting
+    on the result is quick. The executor never waits on a result (it reads one when it
+    describes an attempt), so nothing would ever read what Redis then publishes to the
+    scheduler: it would pile up in Redis's output buffer for that connection until Redis cuts
+    it (8 MiB for a minute by default, a few thousand results), besides the subscribe and
+    unsubscribe round trips per submission.
+    """
+
+    def on_task_call(self, producer: Any, task_id: str) -> None:
+        pass
+
+
 def make_app(settings: CelerySettings) -> Celery:
-    app = Celery("veritask", broker=settings.broker_url, backend=settings.backend_url)
+    # ``<class>+<url>``: Celery's own syntax for a backend class of one's choosing.
+    backend = f"{RedisResults.__module__}:{RedisResults.__name__}+{settings.backend_url}"
+    app = Celery("veritask", broker=settings.broker_url, backend=backend)
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
