@@ -210,3 +210,23 @@ def test_a_pool_process_gives_its_next_delivery_to_its_warm_worker(
     for n, attempt in enumerate(attempts):
         shipped = executor.read_log(external_id=f"celery:{attempt.instance_id}/1")
         assert shipped is not None and shipped.startswith(f"attempt {n}\n".encode())
+
+
+def test_the_scheduler_does_not_subscribe_to_the_results_of_what_it_sends(
+    make_hosts: MakeHosts, tmp_path: Path
+) -> None:
+    hosts = make_hosts()
+    executor = celery_executor.CeleryExecutor(hosts.settings)
+
+    def subscriptions() -> int:
+        stats = executor.claims.client.info("commandstats")
+        return int(stats.get("cmdstat_subscribe", {}).get("calls", 0))
+
+    before = subscriptions()
+    sent = [executor.submit(spec=spec("true", tmp_path / "o")) for _ in range(3)]
+
+    # Nobody waits on a result: a subscription per submission would be two round trips lost.
+    assert subscriptions() == before
+    hosts.start("host-a")  # and the queue is left empty
+    for submission in sent:
+        observe(executor, submission.external_id, port.EngineState.SUCCEEDED)

@@ -25,11 +25,9 @@ class RedisResults(RedisBackend):  # type: ignore[misc]
     """Celery's Redis result backend, without a sender's subscription to each task it sends.
 
     Celery subscribes the sending process to a task's result as it sends it, so that waiting
-    on the result is quick. The executor never waits on a result (it reads one when it
-    describes an attempt), so nothing would ever read what Redis then publishes to the
-    scheduler: it would pile up in Redis's output buffer for that connection until Redis cuts
-    it (8 MiB for a minute by default, a few thousand results), besides the subscribe and
-    unsubscribe round trips per submission.
+    on the result is quick, and unsubscribes when the result object is dropped: two Redis round
+    trips per submission. The executor never waits on a result (it reads one when it describes
+    an attempt), so they buy nothing.
     """
 
     def on_task_call(self, producer: Any, task_id: str) -> None:
