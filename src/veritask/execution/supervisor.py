@@ -34,11 +34,9 @@ import signal
 import socket
 import sys
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
 
 from veritask.core import jsontypes
 from veritask.execution import layout, procfs, records, wire, worker
@@ -70,8 +68,6 @@ class _Worker:
     key: str | None = None
     #: It read ``key``: from then on the attempt is its own, whatever becomes of it.
     told: bool = False
-    #: Its attempt's task has not ended yet.
-    holds_slot: bool = False
     idle_since: float = 0.0
 
 
@@ -375,7 +371,7 @@ class Supervisor:
             self._idle.append(worker_)
             return False
         # Unrecorded, no worker runs an attempt: the record comes first, then the key.
-        worker_.key, worker_.told, worker_.holds_slot = key, False, True
+        worker_.key, worker_.told = key, False
         self._running[key] = worker_
         try:
             worker_.control.sendall(key.encode() + b"\n")
@@ -385,63 +381,28 @@ class Supervisor:
         return True
 
     def _fork_worker(self) -> _Worker | None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        # A stop signal sent to the new worker before it installed its handlers must wait for
-        # them, not kill it on the spot: the child inherits this mask and lifts it itself.
-        previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         try:
-            pid = os.fork()
+            forked = worker.fork_supervised(self.home, in_child=self._in_worker)
         except OSError as exc:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
-            ours.close()
-            theirs.close()
-            log(f"cannot fork a worker: {exc}")
+            log(f"cannot fork and record a worker: {exc}")
             return None
-        if pid == 0:
-            ours.detach()
-            self._become_worker(theirs)
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
-        theirs.close()
-        try:
-            identity = records.ProcessRecord.of_worker(pid)
-            record = self.home.worker_record(identity.pid, identity.start_ticks)
-            records.write_process_record(record, identity)
-        except OSError as exc:  # closing our end unrecorded makes it end
-            log(f"cannot record a new worker: {exc}")
-            ours.close()
-            return None
-        worker_ = _Worker(control=ours, identity=identity, record=record)
-        self._workers[ours.fileno()] = worker_
-        self._selector.register(ours, selectors.EVENT_READ, ("worker", ours.fileno()))
+        worker_ = _Worker(control=forked.control, identity=forked.identity, record=forked.record)
+        fd = forked.control.fileno()
+        self._workers[fd] = worker_
+        self._selector.register(fd, selectors.EVENT_READ, ("worker", fd))
         return worker_
 
-    def _become_worker(self, control: socket.socket) -> NoReturn:
-        status = 70
-        try:
-            os.setsid()
-            # ps and top show the command name: a worker should not pass for a supervisor.
-            with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
-                comm.write("veritask-worker")
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            # Forget the supervisor's sockets without closing them for the parent, then close
-            # every descriptor but ours: the pidfile lock above all, or a live worker would
-            # keep the next supervisor from starting.
-            self._selector.close()
-            if self._listener is not None:
-                self._listener.detach()
-            for connection, _ in self._connections.values():
-                connection.detach()
-            for other in self._workers.values():
-                other.control.detach()
-            fd = control.fileno()
-            os.closerange(3, fd)
-            os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
-            status = worker.serve_supervisor(self.home, control)
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(status)
+    def _in_worker(self) -> None:
+        """In a new worker: a session of its own, and the supervisor's sockets forgotten
+        without closing them for the supervisor (the worker then closes their descriptors)."""
+        os.setsid()
+        self._selector.close()
+        if self._listener is not None:
+            self._listener.detach()
+        for connection, _ in self._connections.values():
+            connection.detach()
+        for other in self._workers.values():
+            other.control.detach()
 
     def _on_worker(self, fd: int) -> None:
         worker_ = self._workers[fd]
@@ -467,9 +428,9 @@ class Supervisor:
                     self._idle.append(worker_)
 
     def _free_slot(self, worker_: _Worker) -> None:
-        if worker_.holds_slot and worker_.key is not None:
-            self._running.pop(worker_.key, None)
-        worker_.holds_slot = False
+        """The worker's attempt no longer holds a slot (its task ended, or the worker did)."""
+        if worker_.key is not None and self._running.get(worker_.key) is worker_:
+            del self._running[worker_.key]
 
     def _on_worker_gone(self, worker_: _Worker) -> None:
         """Its socket closed: the worker ended (or is ending). Its slot is free; an attempt it

@@ -36,9 +36,12 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import NoReturn
 
 from veritask.core import jsontypes
 from veritask.execution import (
@@ -511,29 +514,32 @@ def nonblocking_pipe() -> tuple[int, int]:
 def _lock_attempt(attempt: layout.AttemptDir) -> int | None:
     """Lock the attempt directory while this process works on it; None when another worker
     holds it."""
-    fd = os.open(attempt.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+    return _try_flock(attempt, fcntl.LOCK_EX)
 
 
 def is_worked_on(attempt: layout.AttemptDir) -> bool:
     """A worker holds the attempt directory's lock: it runs the attempt or delivers its events
     still. False once that worker ended, or left the attempt for another one."""
     try:
-        fd = os.open(attempt.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = _try_flock(attempt, fcntl.LOCK_SH)
     except FileNotFoundError:
         return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if fd is None:
         return True
-    finally:
-        os.close(fd)  # with it goes the shared lock, if we took one
+    os.close(fd)  # and with it the shared lock
     return False
+
+
+def _try_flock(attempt: layout.AttemptDir, operation: int) -> int | None:
+    """The attempt directory, open and locked with ``operation``; None when a lock that
+    excludes it is held."""
+    fd = os.open(attempt.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, operation | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def pin_worker(attempt: layout.AttemptDir) -> contextlib.AbstractContextManager[None]:
@@ -643,6 +649,73 @@ class _Control:
         except OSError:
             return False
         return True
+
+
+@dataclass(frozen=True)
+class Supervised:
+    """A warm worker seen from the process that forked it: its end of the control socket,
+    its identity, and its record (``workers/<pid>-<ticks>.json``), of which each attempt's
+    ``worker.json`` is a link."""
+
+    control: socket.socket
+    identity: records.ProcessRecord
+    record: Path
+
+
+def fork_supervised(home: layout.ExecutorHome, *, in_child: Callable[[], None]) -> Supervised:
+    """Fork a warm worker that serves the calling process (:func:`serve_supervisor`), and
+    record it. Raises OSError when the system refuses; unrecorded, the child ends.
+
+    ``in_child`` runs first in the child: its session or process group, and forgetting the
+    parent's socket objects without closing them for the parent. Every descriptor but the
+    control socket is then closed, the parent's locks above all.
+    """
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    # A stop signal sent to the new worker before it installed its handlers must wait for
+    # them, not kill it on the spot: the child inherits this mask and lifts it itself.
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, set(_STOP_SIGNALS))
+    try:
+        pid = os.fork()
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        ours.close()
+        theirs.close()
+        raise
+    if pid == 0:
+        ours.detach()
+        _become_supervised(home, theirs, in_child)
+    signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+    theirs.close()
+    try:
+        identity = records.ProcessRecord.of_worker(pid)
+        record = home.worker_record(identity.pid, identity.start_ticks)
+        home.workers.mkdir(exist_ok=True)
+        records.write_process_record(record, identity)
+    except OSError:
+        ours.close()  # closing our end unrecorded makes it end
+        raise
+    return Supervised(control=ours, identity=identity, record=record)
+
+
+def _become_supervised(
+    home: layout.ExecutorHome, control: socket.socket, in_child: Callable[[], None]
+) -> NoReturn:
+    status = 70
+    try:
+        in_child()
+        # ps and top show the command name: a worker should not pass for its parent.
+        with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
+            comm.write("veritask-worker")
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        fd = control.fileno()
+        os.closerange(3, fd)
+        os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
+        status = serve_supervisor(home, control)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(status)
 
 
 def serve_supervisor(home: layout.ExecutorHome, control: socket.socket) -> int:

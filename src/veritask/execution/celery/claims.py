@@ -22,13 +22,14 @@ from datetime import timedelta
 import redis
 
 from veritask.core import jsontypes
-from veritask.execution import wire
+from veritask.execution import layout, wire
 
 CANCELLED_BEFORE_START = "cancelled-before-start"
 
 
 def attempt_key(instance_id: str, attempt_no: int) -> str:
-    return f"{instance_id}/{attempt_no}"
+    """The attempt's key in Redis, which is also its key in a worker host's home."""
+    return layout.attempt_key(instance_id, attempt_no)
 
 
 def token_digest(token: str) -> str:

@@ -149,7 +149,7 @@ def _run_worker(
     shipped = 0
     refresh = context.settings.lease_refresh.total_seconds()
     try:
-        warm = _hand_over(context.home, attempt)
+        warm = _hand_over(context.home, attempt, key)
         while not (warm.ready or warm.ended_status is not None):
             readable, _, _ = select.select([warm.control], [], [], refresh)
             shipped = _ship_log(context.claims, key, attempt.log, shipped, log_cap)
@@ -168,12 +168,12 @@ def _run_worker(
     return worker.EXIT_FAILED if record is None else worker.exit_status(record.error_category)
 
 
-def _hand_over(home: layout.ExecutorHome, attempt: layout.AttemptDir) -> _WarmWorker:
+def _hand_over(home: layout.ExecutorHome, attempt: layout.AttemptDir, key: str) -> _WarmWorker:
     """A worker that read the attempt: this process's warm one, or a new one when that one
     ended without reading it (its record in the attempt is then withdrawn)."""
     for _ in range(3):
         warm = _WarmWorker.of_this_process(home)
-        if warm.take(attempt):
+        if warm.take(attempt, key):
             return warm
         layout.remove_quietly(attempt.worker_record)
     raise RuntimeError(f"no worker would take {attempt.path}")
@@ -187,26 +187,10 @@ class _WarmWorker:
 
     def __init__(self, home: layout.ExecutorHome) -> None:
         self.owner = os.getpid()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        # A stop sent before the worker installed its handlers waits for them.
-        previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
-        try:
-            pid = os.fork()
-        except OSError:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
-            ours.close()
-            theirs.close()
-            raise
-        if pid == 0:
-            ours.detach()
-            _serve_warm(home, theirs)
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
-        theirs.close()
-        self.control = ours
-        self.identity = records.ProcessRecord.of_worker(pid)
-        self.record = home.worker_record(pid, self.identity.start_ticks)
-        home.workers.mkdir(exist_ok=True)
-        records.write_process_record(self.record, self.identity)
+        forked = worker.fork_supervised(home, in_child=_in_worker)
+        self.control = forked.control
+        self.identity = forked.identity
+        self.record = forked.record
         #: It read the attempt it was given / is done with it.
         self.told = False
         self.ready = False
@@ -220,13 +204,13 @@ class _WarmWorker:
             current = cls._current = cls(home)
         return current
 
-    def take(self, attempt: layout.AttemptDir) -> bool:
+    def take(self, attempt: layout.AttemptDir, key: str) -> bool:
         """Record the worker in the attempt, send it the attempt's key and wait until it read
         it; False when it ended instead."""
         os.link(self.record, attempt.worker_record)
         self.told = self.ready = False
         try:
-            self.control.sendall(f"{attempt.path.parent.name}/{attempt.path.name}\n".encode())
+            self.control.sendall(key.encode() + b"\n")
         except OSError:
             self._reap()
             return False
@@ -259,24 +243,11 @@ class _WarmWorker:
         layout.remove_quietly(self.record)  # the attempts' links keep what they need
 
 
-def _serve_warm(home: layout.ExecutorHome, control: socket.socket) -> None:
-    status = 70
-    try:
-        os.setpgid(0, 0)
-        with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
-            comm.write("veritask-worker")
-        for signum in (signal.SIGCHLD, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_DFL)
-        signal.set_wakeup_fd(-1)
-        # The pool's pipes and the broker's sockets stay the pool process's.
-        fd = control.fileno()
-        os.closerange(3, fd)
-        os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
-        status = worker.serve_supervisor(home, control)
-    except BaseException:
-        log.exception("the warm worker of pool process %s failed", os.getppid())
-    finally:
-        os._exit(status)
+def _in_worker() -> None:
+    """In a new warm worker: a process group of its own, in the host's session (whatever
+    takes the host down takes it down too), and the default for SIGHUP."""
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def _ship_log(claims: claim_records.Claims, key: str, path: Path, shipped: int, cap: int) -> int:
