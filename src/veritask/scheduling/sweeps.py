@@ -447,13 +447,13 @@ class Sweeper:
         window = self.settings.cancel_window
         return policy if window is None else replace(policy, cancel_window=window)
 
-    def _policy(self, data: JSONObject) -> TaskPolicy:
-        key = json.dumps(data, sort_keys=True)
-        policy = self._policies.get(key)
+    def _policy(self, text: str) -> TaskPolicy:
+        """The policy stored as ``text``; a run's tasks share a few, so each is read once."""
+        policy = self._policies.get(text)
         if policy is None:
             if len(self._policies) > 1000:
                 self._policies.clear()
-            policy = self._policies[key] = TaskPolicy.from_json(data)
+            policy = self._policies[text] = TaskPolicy.from_json(json.loads(text))
         return policy
 
     def _record(self, events: list[Event], version: int) -> int:
@@ -483,7 +483,9 @@ class Sweeper:
                     t.run_id,
                     t.epoch,
                     t.state,
-                    t.policy,
+                    # As stored: a sweep reads every active row each second, and most of
+                    # them share a policy that ``_policy`` has read before.
+                    sa.cast(t.policy, sa.Text).label("policy"),
                     t.updated_observed_at,
                     a.state.label("attempt_state"),
                     a.lease_expires_at,
@@ -568,7 +570,8 @@ class _Row:
     run_id: str
     epoch: int
     state: InstanceState
-    policy: JSONObject
+    #: The policy's JSON text.
+    policy: str
     updated_observed_at: datetime | None
     attempt_state: AttemptState | None
     lease_expires_at: datetime | None
