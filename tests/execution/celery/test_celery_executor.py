@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import secrets
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from celery.result import AsyncResult
 
 from tests.execution.celery.conftest import Hosts
 from tests.scheduling.harness import wait_for
@@ -62,6 +64,11 @@ def test_an_attempt_runs_under_the_worker_program_and_is_described_from_the_resu
     assert seen.source is port.ObservationSource.CELERY_RESULT
     assert seen.error_category is port.ErrorCategory.NONE
     assert seen.exit_code == 0 and seen.details["deliveries_refused"] == 0
+    # The result is the attempt's own record, stored as the lease was dropped; Celery's
+    # backend keeps nothing for a delivery that did not raise.
+    progress = executor.claims.progress(f"{attempt.instance_id}/1")
+    assert progress.lease_holder is None and progress.result is not None
+    assert AsyncResult(first.external_id, app=executor.app).state == "PENDING"
     kinds = [event["kind"] for _, event in transports.drain_outbox(tmp_path / "outbox")]
     assert kinds[0] == "started" and kinds[-1] == "completed"
     shipped = executor.read_log(external_id=first.external_id)
@@ -230,3 +237,23 @@ def test_the_scheduler_does_not_subscribe_to_the_results_of_what_it_sends(
     hosts.start("host-a")  # and the queue is left empty
     for submission in sent:
         observe(executor, submission.external_id, port.EngineState.SUCCEEDED)
+
+
+def test_a_result_that_a_worker_of_an_earlier_release_stored_in_celery_is_still_read(
+    make_hosts: MakeHosts, tmp_path: Path
+) -> None:
+    # Workers before the attempt's own result record returned it to Celery's backend; an
+    # upgrade with attempts still running must not lose how they ended.
+    hosts = make_hosts()  # no worker: the result is stored as such a worker stored it
+    executor = celery_executor.CeleryExecutor(hosts.settings)
+    submitted = executor.submit(spec=spec("true", tmp_path / "o"))
+    with warnings.catch_warnings():  # Celery's Redis backend calls redis-py's deprecated setex
+        warnings.simplefilter("ignore", DeprecationWarning)
+        ended = {"worker": "old@host:1", "worker_status": 1, "attempt_dir": "/gone"}
+        executor.app.backend.store_result(
+            submitted.external_id, {**ended, "exit_record": None}, "SUCCESS"
+        )
+    seen = executor.describe(external_id=submitted.external_id)
+    assert seen.source is port.ObservationSource.CELERY_RESULT
+    assert seen.engine_state is port.EngineState.UNKNOWN  # it ended, without an exit record
+    assert seen.details["worker"] == "old@host:1" and seen.details["exit_record"] is False

@@ -51,6 +51,9 @@ def make_app(settings: CelerySettings) -> Celery:
         # A STARTED state would be written by every delivery, refused ones too, over the
         # result of the one that ran: the claim's lease says "running" instead.
         task_track_started=False,
+        # The run-attempt task keeps its result in a record of its own (claims.py); what a
+        # delivery raised is still worth Celery's FAILURE for ``describe``.
+        task_store_errors_even_if_ignored=True,
         broker_connection_retry_on_startup=True,
         broker_connection_max_retries=None,
         worker_hijack_root_logger=False,

@@ -10,6 +10,8 @@ Keys (``<key>`` is ``<instance_id>/<attempt_no>``):
 - ``veritask:cancel:<key>``: a stop was requested (the worker polls it).
 - ``veritask:refused:<key>``: a list, one entry per delivery refused because of the claim.
 - ``veritask:log:<key>``: the task's log, appended in chunks by the worker, capped.
+- ``veritask:result:<key>``: what the delivery that ran saw at the end (its exit record),
+  written in the same transaction that drops its lease.
 """
 
 from __future__ import annotations
@@ -46,6 +48,17 @@ class Claim:
     @property
     def cancelled_before_start(self) -> bool:
         return self.worker == CANCELLED_BEFORE_START
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where an attempt stands in Redis at one instant."""
+
+    #: The worker whose lease is fresh, if any.
+    lease_holder: str | None
+    holder: Claim | None
+    #: What the delivery that ran stored when it ended.
+    result: jsontypes.JSONObject | None
 
 
 class Claims:
@@ -99,10 +112,7 @@ class Claims:
         return bool(claimed), bool(stop)
 
     def holder(self, key: str) -> Claim | None:
-        found = _json_object(self.client.get(f"veritask:claim:{key}"))
-        if found is None:
-            return None
-        return Claim(str(found.get("worker")), str(found.get("claimed_at")))
+        return _claim(self.client.get(f"veritask:claim:{key}"))
 
     def record_refusal(self, key: str, evidence: jsontypes.JSONObject) -> None:
         name = f"veritask:refused:{key}"
@@ -123,8 +133,22 @@ class Claims:
     def release_lease(self, key: str) -> None:
         self.client.delete(f"veritask:lease:{key}")
 
-    def lease_holder(self, key: str) -> str | None:
-        return _text(self.client.get(f"veritask:lease:{key}"))
+    # --- the end ------------------------------------------------------------------------
+
+    def finish(self, key: str, result: jsontypes.JSONObject) -> None:
+        """Store the delivery's result and drop its lease in one transaction: no reader sees
+        neither the lease nor the result of a delivery that ended."""
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.set(f"veritask:result:{key}", json.dumps(result), px=self.retention_ms)
+            pipe.delete(f"veritask:lease:{key}")
+            pipe.execute()
+
+    def progress(self, key: str) -> Progress:
+        """The lease, the claim and the result of an attempt, read at one instant (``MGET``)."""
+        lease, claim, result = self.client.mget(
+            f"veritask:lease:{key}", f"veritask:claim:{key}", f"veritask:result:{key}"
+        )
+        return Progress(_text(lease), _claim(claim), _json_object(result))
 
     def request_cancel(self, key: str) -> None:
         now = wire.format_time(wire.utc_now())
@@ -155,7 +179,7 @@ class Claims:
         self.client.delete(
             *(
                 f"veritask:{kind}:{key}"
-                for kind in ("submitted", "claim", "lease", "cancel", "refused", "log")
+                for kind in ("submitted", "claim", "lease", "cancel", "refused", "log", "result")
             )
         )
 
@@ -168,6 +192,13 @@ end
 redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
 return {1, redis.call('EXISTS', KEYS[3])}
 """
+
+
+def _claim(raw: object) -> Claim | None:
+    found = _json_object(raw)
+    if found is None:
+        return None
+    return Claim(str(found.get("worker")), str(found.get("claimed_at")))
 
 
 def _text(raw: bytes | str | None) -> str | None:

@@ -80,6 +80,10 @@ class CeleryExecutor:
                 args=[records.encode_spec(self._for_remote_worker(spec))],
                 task_id=task_id,
                 queue=queue,
+                # What ``inspect`` and monitoring tools show for the arguments; Celery would
+                # otherwise render a truncated repr of the whole spec for every message.
+                argsrepr=f"(<attempt {key}>,)",
+                kwargsrepr="{}",
             )
             created = self.claims.record_submission(
                 key, token=spec.attempt_token, task_id=task_id, queue=queue
@@ -128,10 +132,14 @@ class CeleryExecutor:
         details["deliveries_refused"] = len(refusals)
         if refusals:
             details["last_refused_by"] = str(refusals[-1].get("refused_by"))
-        # The lease before the result: a worker stores its result, then drops its lease, so
-        # "no lease and no result" cannot be a result stored between the two reads.
-        lease = self.claims.lease_holder(key)
-        holder = self.claims.holder(key)
+        # One read of lease, claim and result: a worker stores its result and drops its lease
+        # in one transaction, so "no lease and no result" is never a delivery just ending.
+        progress = self.claims.progress(key)
+        lease, holder = progress.lease_holder, progress.holder
+        if progress.result is not None:
+            return _ended(external_id, progress.result, details)
+        # Celery's own record: what a delivery raised, or the result a worker of an earlier
+        # release stored there.
         result = AsyncResult(external_id, app=self.app)
         outcome = celery_task.decode_result(result.result) if result.state == "SUCCESS" else None
         if outcome is not None:

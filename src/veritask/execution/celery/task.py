@@ -57,7 +57,11 @@ class WorkerContext:
 def register(app: Celery, context: WorkerContext) -> None:
     """Register the run-attempt task on ``app`` for a worker with this context."""
 
-    @app.task(name=celery_app.RUN_ATTEMPT, bind=True)  # type: ignore[untyped-decorator]
+    # The result goes to the attempt's own record (``Claims.finish``), in the transaction that
+    # drops the lease; Celery stores only what a delivery raised.
+    @app.task(  # type: ignore[untyped-decorator]
+        name=celery_app.RUN_ATTEMPT, bind=True, ignore_result=True
+    )
     def run_attempt(self: Any, encoded_spec: jsontypes.JSONObject) -> jsontypes.JSONObject:
         request = self.request
         delivery = request.delivery_info or {}
@@ -72,7 +76,8 @@ def register(app: Celery, context: WorkerContext) -> None:
 def run_delivery(
     context: WorkerContext, encoded_spec: jsontypes.JSONObject, *, hostname: str, redelivered: bool
 ) -> jsontypes.JSONObject:
-    spec = _reporting_to_this_hosts_api(records.decode_spec(encoded_spec), context.settings)
+    received = records.decode_spec(encoded_spec)
+    spec = _reporting_to_this_hosts_api(received, context.settings)
     key = claim_records.attempt_key(spec.instance_id, spec.attempt_no)
     me = f"{hostname}:{os.getpid()}"
     claims = context.claims
@@ -93,23 +98,27 @@ def run_delivery(
         raise Ignore()  # acknowledged, and no result stored over the one that ran
     attempt = context.home.attempt(spec.instance_id, spec.attempt_no)
     attempt.path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    layout.write_json_atomically(attempt.spec, records.encode_spec(spec), durable=False)
+    # What came is written as it came, unless this host changed where the worker reports.
+    written = encoded_spec if spec is received else records.encode_spec(spec)
+    layout.write_json_atomically(attempt.spec, written, durable=False)
     if stop_requested:
         # The worker sees the request and completes as cancelled without starting the task.
         layout.create_exclusively(attempt.cancel_request, wire.format_time(wire.utc_now()).encode())
     try:
         status = _run_worker(context, attempt, key, me, spec.log_cap_bytes)
-    finally:
+    except BaseException:
         claims.release_lease(key)
+        raise
     record = records.read_exit_record(attempt)
-    exit_record = None if record is None else record.encode()
-    return {
+    result: jsontypes.JSONObject = {
         "worker": me,
         "host": socket.gethostname(),
         "worker_status": status,
         "attempt_dir": str(attempt.path),
-        "exit_record": exit_record,
+        "exit_record": None if record is None else record.encode(),
     }
+    claims.finish(key, result)
+    return result
 
 
 def _reporting_to_this_hosts_api(
