@@ -76,11 +76,34 @@ def _start(command: list[str], log: Path) -> subprocess.Popen[bytes]:
         )
 
 
-def _session_cpu_seconds(sessions: set[int]) -> float:
+@dataclass(frozen=True)
+class WorkersCpu:
+    """CPU seconds of Celery workers' sessions, by the part of the host that spent it."""
+
+    #: The Celery worker processes themselves: consuming, acknowledging, feeding the pool.
+    consumers: float = 0.0
+    #: The pool processes that run the Celery tasks.
+    pool: float = 0.0
+    #: What the pool processes forked: Veritask workers and the tasks' own processes.
+    below_pool: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.consumers + self.pool + self.below_pool
+
+    def __sub__(self, earlier: WorkersCpu) -> WorkersCpu:
+        return WorkersCpu(
+            self.consumers - earlier.consumers,
+            self.pool - earlier.pool,
+            self.below_pool - earlier.below_pool,
+        )
+
+
+def _session_cpu(sessions: set[int]) -> WorkersCpu:
     """User + system CPU of every live process of these sessions and of the children they
     reaped (a pool process reaps the Veritask worker it forked, which reaps the task), from
     /proc: what the work cost, whatever else the machine was doing."""
-    total = 0
+    consumers = pool = below = 0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -88,9 +111,17 @@ def _session_cpu_seconds(sessions: set[int]) -> float:
             fields = (entry / "stat").read_text().rpartition(")")[2].split()
         except OSError:
             continue
-        if int(fields[3]) in sessions:
-            total += sum(int(v) for v in fields[11:15])
-    return total / os.sysconf("SC_CLK_TCK")
+        if int(fields[3]) not in sessions:
+            continue
+        own, reaped = int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+        if int(entry.name) in sessions:  # a Celery worker: what it reaped were pool processes
+            consumers, pool = consumers + own, pool + reaped
+        elif int(fields[1]) in sessions:  # a pool process
+            pool, below = pool + own, below + reaped
+        else:
+            below += own + reaped
+    tick = os.sysconf("SC_CLK_TCK")
+    return WorkersCpu(consumers / tick, pool / tick, below / tick)
 
 
 @dataclass(frozen=True)
@@ -98,8 +129,12 @@ class Measured:
     tasks_per_second: float
     #: CPU milliseconds per task: this process (the scheduler, or the client sending tasks) ...
     own_cpu_ms: float
-    #: ... and the Celery worker processes with everything they forked.
-    workers_cpu_ms: float
+    #: ... and the Celery workers' sessions, by part.
+    workers_cpu: WorkersCpu
+
+    @property
+    def workers_cpu_ms(self) -> float:
+        return self.workers_cpu.total
 
 
 def _measure(
@@ -107,11 +142,16 @@ def _measure(
 ) -> Measured:
     sessions = {worker.pid for worker in workers}
     own_before = time.process_time()
-    workers_before = _session_cpu_seconds(sessions)
+    workers_before = _session_cpu(sessions)
     elapsed = work()
-    workers_cpu = _session_cpu_seconds(sessions) - workers_before
+    spent = _session_cpu(sessions) - workers_before
     own_cpu = time.process_time() - own_before
-    return Measured(tasks / elapsed, own_cpu * 1000 / tasks, workers_cpu * 1000 / tasks)
+    per_task = 1000 / tasks
+    return Measured(
+        tasks / elapsed,
+        own_cpu * per_task,
+        WorkersCpu(spent.consumers * per_task, spent.pool * per_task, spent.below_pool * per_task),
+    )
 
 
 def _wait_ready(app: Celery, hostnames: list[str]) -> None:
@@ -250,6 +290,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{label} {measured.tasks_per_second:8.1f} tasks/s ({args.tasks} {what}, 2 workers);"
             f" CPU per task: this process {measured.own_cpu_ms:5.2f} ms, Celery workers"
             f" {measured.workers_cpu_ms:5.2f} ms"
+        )
+        split = measured.workers_cpu
+        print(
+            f"{'':19}   workers' CPU per task: consumers {split.consumers:4.2f} ms, pool"
+            f" processes {split.pool:4.2f} ms, what the pool forked {split.below_pool:4.2f} ms"
         )
     ratio = ours.tasks_per_second / bare.tasks_per_second
     print(f"ratio Veritask/Celery:    {ratio:8.2f}  (target >= 0.5)")
