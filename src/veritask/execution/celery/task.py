@@ -106,10 +106,10 @@ def run_delivery(
         layout.create_exclusively(attempt.cancel_request, wire.format_time(wire.utc_now()).encode())
     try:
         status = _run_worker(context, attempt, key, me, spec.log_cap_bytes)
+        record = records.read_exit_record(attempt)
     except BaseException:
-        claims.release_lease(key)
+        claims.release_lease(key)  # the delivery is over, though it has no result to store
         raise
-    record = records.read_exit_record(attempt)
     result: jsontypes.JSONObject = {
         "worker": me,
         "host": socket.gethostname(),
