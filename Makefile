@@ -39,7 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.executor
 	$(BIN)/python -m bench.scheduler
 	$(BIN)/python -m bench.ui
-	$(BIN)/python -m bench.celery
+	$(BIN)/python -m bench.celery --rounds 3
 
 # The scheduler's kill -9 fault test at length (SOAK_ITERATIONS per database, a new random
 # seed each time unless SOAK_SEED is given); not part of `make test`.
