@@ -311,17 +311,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ratios: list[float] = []
     same_work_ratios: list[float] = []
-    for round_no in range(1, args.rounds + 1):
-        with tempfile.TemporaryDirectory(prefix="veritask-bench-celery-") as name:
-            tmp = Path(name)
+    # Every round's files stay until the end: on ext4 without a journal, deleting a round's
+    # thousands of files would make creating files dearer for the next (docs/executors.md).
+    with tempfile.TemporaryDirectory(prefix="veritask-bench-celery-") as name:
+        for round_no in range(1, args.rounds + 1):
+            tmp = Path(name) / f"round-{round_no}"
+            tmp.mkdir()
             bare = bare_celery(args, tmp)
             bare_true = bare_celery(args, tmp, "bench.true")
             ours = veritask_celery(args, tmp)
-        if args.rounds > 1:
-            print(f"-- round {round_no} of {args.rounds}")
-        _print_round(args, bare, bare_true, ours)
-        ratios.append(ours.tasks_per_second / bare.tasks_per_second)
-        same_work_ratios.append(ours.tasks_per_second / bare_true.tasks_per_second)
+            if args.rounds > 1:
+                print(f"-- round {round_no} of {args.rounds}")
+            _print_round(args, bare, bare_true, ours)
+            ratios.append(ours.tasks_per_second / bare.tasks_per_second)
+            same_work_ratios.append(ours.tasks_per_second / bare_true.tasks_per_second)
     if args.rounds > 1:
         print(
             f"median over {args.rounds} rounds: ratio Veritask/Celery"
