@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
+import shutil
+import subprocess
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +15,7 @@ from celery.result import AsyncResult
 
 from tests.execution.celery.conftest import Hosts
 from tests.scheduling.harness import wait_for
-from veritask.execution import layout, port, records, transports
+from veritask.execution import errors, layout, port, records, transports
 from veritask.execution.celery import app as celery_app
 from veritask.execution.celery import executor as celery_executor
 
@@ -257,3 +260,29 @@ def test_a_result_that_a_worker_of_an_earlier_release_stored_in_celery_is_still_
     assert seen.source is port.ObservationSource.CELERY_RESULT
     assert seen.engine_state is port.EngineState.UNKNOWN  # it ended, without an exit record
     assert seen.details["worker"] == "old@host:1" and seen.details["exit_record"] is False
+
+
+def test_a_message_the_broker_refuses_is_not_acknowledged_as_submitted(
+    make_hosts: MakeHosts, tmp_path: Path
+) -> None:
+    # A queue the broker takes nothing into (RabbitMQ's reject-publish overflow, by policy).
+    # Without publisher confirms the message would be dropped while submit said it was sent,
+    # and the attempt would wait in QUEUED for a message that never comes.
+    hosts = make_hosts()
+    full_queue = f"veritask-full-{secrets.token_hex(4)}"
+    policy = f"veritask-test-{full_queue}"
+    rabbitmqctl = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
+    definition = '{"max-length": 0, "overflow": "reject-publish"}'
+    command = [rabbitmqctl, "set_policy", "--apply-to", "queues", policy, f"^{full_queue}$"]
+    subprocess.run([*command, definition], check=True, capture_output=True, timeout=60)
+    try:
+        executor = celery_executor.CeleryExecutor(hosts.settings)
+        attempt = dataclasses.replace(spec("true", tmp_path / "o"), queue=full_queue)
+        with pytest.raises(errors.ExecutorError) as refused:
+            executor.submit(spec=attempt)
+        assert refused.value.retryable  # the reconciler submits it again after the grace
+        assert executor.claims.submission(f"{attempt.instance_id}/1") is None
+    finally:
+        subprocess.run(
+            [rabbitmqctl, "clear_policy", policy], check=False, capture_output=True, timeout=60
+        )

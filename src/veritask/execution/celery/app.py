@@ -60,13 +60,21 @@ def make_app(settings: CelerySettings) -> Celery:
         worker_send_task_events=False,
         task_send_sent_event=False,
     )
+    transport_options: dict[str, object] = {
+        # A publish returns once the broker has taken the message (publisher confirms), so
+        # an acknowledged submission is one the broker holds. Without them, a message sent as
+        # the broker goes down is lost, and the attempt waits in QUEUED for a message that
+        # never comes (tests/cluster/test_broker_outage.py saw it).
+        "confirm_publish": True,
+    }
     if settings.visibility_timeout is not None:
         seconds = settings.visibility_timeout.total_seconds()
-        app.conf.broker_transport_options = {
-            "visibility_timeout": seconds,
+        transport_options.update(
+            visibility_timeout=seconds,
             # Kombu sweeps for overdue messages every interval x throttle seconds (100 s by
             # default): keep the sweep in step with a short timeout.
-            "unacked_restore_interval": max(1, int(seconds // 2)),
-            "unacked_restore_throttle": 1,
-        }
+            unacked_restore_interval=max(1, int(seconds // 2)),
+            unacked_restore_throttle=1,
+        )
+    app.conf.broker_transport_options = transport_options
     return app

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import redis
+from amqp import exceptions as amqp_errors
 from celery.result import AsyncResult
 from kombu.exceptions import OperationalError as KombuOperationalError
 
@@ -289,7 +290,13 @@ def _engine_errors(external_id: str) -> Iterator[None]:
         yield
     except errors.ExecutorError:
         raise
-    except (redis.RedisError, KombuOperationalError, OSError) as exc:
+    except (
+        redis.RedisError,
+        KombuOperationalError,
+        OSError,
+        amqp_errors.ConnectionError,
+        amqp_errors.MessageNacked,  # the broker refused the message (a full queue, say)
+    ) as exc:
         raise errors.ExecutorError(f"{external_id}: {exc}", retryable=True) from exc
     except ValueError as exc:
         raise errors.ExecutorError(f"{external_id}: {exc}", retryable=False) from exc
