@@ -105,8 +105,7 @@ def run_delivery(
         # The worker sees the request and completes as cancelled without starting the task.
         layout.create_exclusively(attempt.cancel_request, wire.format_time(wire.utc_now()).encode())
     try:
-        status = _run_worker(context, attempt, key, me, spec.log_cap_bytes)
-        record = records.read_exit_record(attempt)
+        status, record = _run_worker(context, attempt, key, me, spec.log_cap_bytes)
     except BaseException:
         claims.release_lease(key)  # the delivery is over, though it has no result to store
         raise
@@ -137,9 +136,9 @@ def _reporting_to_this_hosts_api(
 
 def _run_worker(
     context: WorkerContext, attempt: layout.AttemptDir, key: str, me: str, log_cap: int
-) -> int:
+) -> tuple[int, records.ExitRecord | None]:
     """Give the attempt to this pool process's warm worker and watch it until the attempt is
-    over; returns the worker's status for it."""
+    over; returns the worker's status for it, and the attempt's exit record if there is one."""
     warm: _WarmWorker | None = None
     stop_sent = False
 
@@ -171,10 +170,12 @@ def _run_worker(
     finally:
         signal.signal(signal.SIGTERM, previous_term)
     _ship_log(context.claims, key, attempt.log, shipped, log_cap)
-    if warm.ended_status is not None:
-        return warm.ended_status
     record = records.read_exit_record(attempt)
-    return worker.EXIT_FAILED if record is None else worker.exit_status(record.error_category)
+    if warm.ended_status is not None:
+        return warm.ended_status, record
+    if record is None:
+        return worker.EXIT_FAILED, None
+    return worker.exit_status(record.error_category), record
 
 
 def _hand_over(home: layout.ExecutorHome, attempt: layout.AttemptDir, key: str) -> _WarmWorker:
