@@ -93,11 +93,12 @@ class WorkersCpu:
     def total(self) -> float:
         return self.consumers + self.pool + self.below_pool
 
-    def __sub__(self, earlier: WorkersCpu) -> WorkersCpu:
+    def since(self, earlier: WorkersCpu, *, scale: float = 1.0) -> WorkersCpu:
+        """What was spent since ``earlier``, times ``scale``."""
         return WorkersCpu(
-            self.consumers - earlier.consumers,
-            self.pool - earlier.pool,
-            self.below_pool - earlier.below_pool,
+            (self.consumers - earlier.consumers) * scale,
+            (self.pool - earlier.pool) * scale,
+            (self.below_pool - earlier.below_pool) * scale,
         )
 
 
@@ -146,13 +147,13 @@ def _measure(
     own_before = time.process_time()
     workers_before = _session_cpu(sessions)
     elapsed = work()
-    spent = _session_cpu(sessions) - workers_before
+    workers_after = _session_cpu(sessions)
     own_cpu = time.process_time() - own_before
-    per_task = 1000 / tasks
+    per_task_ms = 1000 / tasks
     return Measured(
         tasks / elapsed,
-        own_cpu * per_task,
-        WorkersCpu(spent.consumers * per_task, spent.pool * per_task, spent.below_pool * per_task),
+        own_cpu * per_task_ms,
+        workers_after.since(workers_before, scale=per_task_ms),
     )
 
 
@@ -275,7 +276,8 @@ def veritask_celery(args: argparse.Namespace, tmp: Path) -> Measured:
 
 def _print_round(
     args: argparse.Namespace, bare: Measured, bare_true: Measured, ours: Measured
-) -> None:
+) -> tuple[float, float]:
+    """Print one round; returns its ratios to bare Celery and to bare Celery running `true`."""
     for label, measured, what in (
         ("bare Celery:      ", bare, "no-op tasks"),
         ("bare Celery, true:", bare_true, "tasks running 'true' in a process"),
@@ -295,6 +297,7 @@ def _print_round(
     print(f"ratio Veritask/Celery:    {ratio:8.2f}  (target >= 0.5)")
     same_work = ours.tasks_per_second / bare_true.tasks_per_second
     print(f"ratio Veritask/Celery running the same 'true': {same_work:8.2f}")
+    return ratio, same_work
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -322,9 +325,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             ours = veritask_celery(args, tmp)
             if args.rounds > 1:
                 print(f"-- round {round_no} of {args.rounds}")
-            _print_round(args, bare, bare_true, ours)
-            ratios.append(ours.tasks_per_second / bare.tasks_per_second)
-            same_work_ratios.append(ours.tasks_per_second / bare_true.tasks_per_second)
+            ratio, same_work = _print_round(args, bare, bare_true, ours)
+            ratios.append(ratio)
+            same_work_ratios.append(same_work)
     if args.rounds > 1:
         print(
             f"median over {args.rounds} rounds: ratio Veritask/Celery"
