@@ -58,14 +58,16 @@ def register(app: Celery, context: WorkerContext) -> None:
     """Register the run-attempt task on ``app`` for a worker with this context."""
 
     # The result goes to the attempt's own record (``Claims.finish``), in the transaction that
-    # drops the lease; Celery stores only what a delivery raised.
+    # drops the lease; Celery stores only what a delivery raised. The task returns nothing:
+    # Celery would otherwise render what it returned for its log line and pickle it back to
+    # the consumer, for every delivery, and neither is read.
     @app.task(  # type: ignore[untyped-decorator]
         name=celery_app.RUN_ATTEMPT, bind=True, ignore_result=True
     )
-    def run_attempt(self: Any, encoded_spec: jsontypes.JSONObject) -> jsontypes.JSONObject:
+    def run_attempt(self: Any, encoded_spec: jsontypes.JSONObject) -> None:
         request = self.request
         delivery = request.delivery_info or {}
-        return run_delivery(
+        run_delivery(
             context,
             encoded_spec,
             hostname=str(request.hostname),
