@@ -26,7 +26,6 @@ from sqlalchemy.engine import Connection, Engine
 from veritask.core import codec, decide, judge
 from veritask.core.events import Event, EventKind
 from veritask.core.fold import AttemptView, InstanceSnapshot, derive, empty
-from veritask.core.jsontypes import JSONObject
 from veritask.core.judge import Outcome
 from veritask.core.policy import TaskPolicy
 from veritask.core.states import InstanceState
@@ -471,16 +470,16 @@ class Ledger:
         if cached is not None and cached.version == row.version:
             snapshot = cached.snapshot
         else:
-            fold = row.fold
+            fold = json.loads(row.fold) if row.fold is not None else None
             facts = codec.facts_from_json(fold) if fold else empty(instance_id)
             snapshot = derive(facts, policy)
         return _Loaded(row.run_id, row.version, policy, snapshot, snapshot)
 
-    def _policy(self, data: JSONObject) -> TaskPolicy:
-        key = json.dumps(data, sort_keys=True)
-        policy = self._policies.get(key)
+    def _policy(self, text: str) -> TaskPolicy:
+        """The policy stored as ``text``, parsed once per distinct text."""
+        policy = self._policies.get(text)
         if policy is None:
-            policy = self._policies[key] = TaskPolicy.from_json(data)
+            policy = self._policies[text] = TaskPolicy.from_json(json.loads(text))
         return policy
 
     def _record(

@@ -20,15 +20,19 @@ from veritask.core.policy import TaskPolicy
 from veritask.ledger import schema
 
 _instances = schema.task_instances
+# Policy and fold as stored text: the ledger decodes a fold only when its cache of the
+# instance is stale, and a policy once per distinct text, not every row of every batch.
+_POLICY_TEXT = sa.cast(_instances.c.policy, sa.Text).label("policy")
+_FOLD_TEXT = sa.cast(_instances.c.fold, sa.Text).label("fold")
 SELECT_INSTANCE = sa.select(
-    _instances.c.run_id, _instances.c.version, _instances.c.policy, _instances.c.fold
+    _instances.c.run_id, _instances.c.version, _POLICY_TEXT, _FOLD_TEXT
 ).where(_instances.c.id == sa.bindparam("id"))
 SELECT_INSTANCES = sa.select(
     _instances.c.id,
     _instances.c.run_id,
     _instances.c.version,
-    _instances.c.policy,
-    _instances.c.fold,
+    _POLICY_TEXT,
+    _FOLD_TEXT,
 ).where(_instances.c.id.in_(sa.bindparam("ids", expanding=True)))
 SELECT_KNOWN_MANY = sa.select(
     schema.events.c.event_id,
