@@ -111,7 +111,7 @@ class Ledger:
     def __init__(self, engine: Engine, *, clock: Clock = utc_now) -> None:
         self.engine = engine
         self.clock = clock
-        self._policies: dict[str, TaskPolicy] = {}
+        self._policies = statements.PolicyTexts()
         # What this process last wrote, by instance: a row still at that version need not be
         # decoded and derived again, and a single event may be judged against it without
         # reading the row first (see ``apply``). Bounded; a miss only costs the read.
@@ -465,7 +465,7 @@ class Ledger:
         return None if row is None else self._loaded(instance_id, row)
 
     def _loaded(self, instance_id: str, row: Any) -> _Loaded:
-        policy = self._policy(row.policy)
+        policy = self._policies.parse(row.policy)
         cached = self._snapshots.get(instance_id)
         if cached is not None and cached.version == row.version:
             snapshot = cached.snapshot
@@ -474,13 +474,6 @@ class Ledger:
             facts = codec.facts_from_json(fold) if fold else empty(instance_id)
             snapshot = derive(facts, policy)
         return _Loaded(row.run_id, row.version, policy, snapshot, snapshot)
-
-    def _policy(self, text: str) -> TaskPolicy:
-        """The policy stored as ``text``, parsed once per distinct text."""
-        policy = self._policies.get(text)
-        if policy is None:
-            policy = self._policies[text] = TaskPolicy.from_json(json.loads(text))
-        return policy
 
     def _record(
         self,

@@ -6,6 +6,7 @@ keeps ``apply()`` from paying for construction and compilation on every event.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 
 import sqlalchemy as sa
@@ -20,18 +21,19 @@ from veritask.core.policy import TaskPolicy
 from veritask.ledger import schema
 
 _instances = schema.task_instances
-# Policy and fold as stored text: the ledger decodes a fold only when its cache of the
-# instance is stale, and a policy once per distinct text, not every row of every batch.
-_POLICY_TEXT = sa.cast(_instances.c.policy, sa.Text).label("policy")
+#: An instance's policy as stored text, for :class:`PolicyTexts`: the ledger's batches and the
+#: scheduler's sweeps read it for row after row, and a run's tasks share a few policies.
+POLICY_TEXT = sa.cast(_instances.c.policy, sa.Text).label("policy")
+# The fold as stored text: the ledger decodes it only when its cache of the instance is stale.
 _FOLD_TEXT = sa.cast(_instances.c.fold, sa.Text).label("fold")
 SELECT_INSTANCE = sa.select(
-    _instances.c.run_id, _instances.c.version, _POLICY_TEXT, _FOLD_TEXT
+    _instances.c.run_id, _instances.c.version, POLICY_TEXT, _FOLD_TEXT
 ).where(_instances.c.id == sa.bindparam("id"))
 SELECT_INSTANCES = sa.select(
     _instances.c.id,
     _instances.c.run_id,
     _instances.c.version,
-    _POLICY_TEXT,
+    POLICY_TEXT,
     _FOLD_TEXT,
 ).where(_instances.c.id.in_(sa.bindparam("ids", expanding=True)))
 SELECT_KNOWN_MANY = sa.select(
@@ -62,6 +64,24 @@ UPDATE_INSTANCE = (
         version=_instances.c.version + 1,
     )
 )
+
+
+class PolicyTexts:
+    """Policies read as stored text (:data:`POLICY_TEXT`), each distinct text parsed once."""
+
+    #: More distinct policies than this and the cache starts again: it stays small.
+    BOUND = 1000
+
+    def __init__(self) -> None:
+        self._parsed: dict[str, TaskPolicy] = {}
+
+    def parse(self, text: str) -> TaskPolicy:
+        policy = self._parsed.get(text)
+        if policy is None:
+            if len(self._parsed) > self.BOUND:
+                self._parsed.clear()
+            policy = self._parsed[text] = TaskPolicy.from_json(json.loads(text))
+        return policy
 
 
 def event_row(event: Event, run_id: str, verdict: judge.Verdict) -> dict[str, object]:

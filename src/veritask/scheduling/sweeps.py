@@ -11,7 +11,6 @@ sweep.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -27,7 +26,7 @@ from veritask.core.policy import TaskPolicy
 from veritask.core.states import AttemptState, EngineState, InstanceState
 from veritask.execution import port
 from veritask.execution.errors import ExecutorError
-from veritask.ledger import alerts, dialects, schema
+from veritask.ledger import alerts, dialects, schema, statements
 from veritask.ledger.ledger import Ledger, StaleDecision
 from veritask.ledger.vocabulary import AlertCategory
 from veritask.scheduling import dispatch
@@ -68,7 +67,7 @@ class Sweeper:
         self.settings = settings
         self.submissions = submissions
         self._stops_sent: set[tuple[str, int]] = set()
-        self._policies: dict[str, TaskPolicy] = {}
+        self._policies = statements.PolicyTexts()
 
     # -- monitor ------------------------------------------------------------------------
 
@@ -102,7 +101,7 @@ class Sweeper:
             row.lease_expires_at is None or row.lease_expires_at <= now
         ):
             return True
-        timeout = self._policy(row.policy).timeout
+        timeout = self._policies.parse(row.policy).timeout
         return (
             timeout is not None and row.started_at is not None and row.started_at + timeout <= now
         )
@@ -447,15 +446,6 @@ class Sweeper:
         window = self.settings.cancel_window
         return policy if window is None else replace(policy, cancel_window=window)
 
-    def _policy(self, text: str) -> TaskPolicy:
-        """The policy stored as ``text``; a run's tasks share a few, so each is read once."""
-        policy = self._policies.get(text)
-        if policy is None:
-            if len(self._policies) > 1000:
-                self._policies.clear()
-            policy = self._policies[text] = TaskPolicy.from_json(json.loads(text))
-        return policy
-
     def _record(self, events: list[Event], version: int) -> int:
         recorded = 0
         for event in events:
@@ -483,9 +473,7 @@ class Sweeper:
                     t.run_id,
                     t.epoch,
                     t.state,
-                    # As stored: a sweep reads every active row each second, and most of
-                    # them share a policy that ``_policy`` has read before.
-                    sa.cast(t.policy, sa.Text).label("policy"),
+                    statements.POLICY_TEXT,
                     t.updated_observed_at,
                     a.state.label("attempt_state"),
                     a.lease_expires_at,
