@@ -77,7 +77,7 @@ def register(app: Celery, context: WorkerContext) -> None:
 
 def run_delivery(
     context: WorkerContext, encoded_spec: jsontypes.JSONObject, *, hostname: str, redelivered: bool
-) -> jsontypes.JSONObject:
+) -> None:
     received = records.decode_spec(encoded_spec)
     spec = _reporting_to_this_hosts_api(received, context.settings)
     key = claim_records.attempt_key(spec.instance_id, spec.attempt_no)
@@ -119,7 +119,6 @@ def run_delivery(
         "exit_record": None if record is None else record.encode(),
     }
     claims.finish(key, result)
-    return result
 
 
 def _reporting_to_this_hosts_api(
