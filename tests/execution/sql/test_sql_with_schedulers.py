@@ -66,14 +66,16 @@ class Cluster:
             self.db.ledger, name="nightly", kind=TriggerKind.MANUAL, actor="operator:test"
         ).run_id
 
-    def backends(self, run_id: str) -> list[tuple[object, ...]]:
-        """The warehouse's server processes running the run's ``load`` attempt 1."""
+    def backends(self, run_id: str, *, sleeping: bool = False) -> list[tuple[object, ...]]:
+        """The warehouse's server processes running the run's ``load`` attempt 1; with
+        ``sleeping``, only one inside ``pg_sleep``: past the claim, which commits first."""
         instance = self.db.instances(run_id)["load"].id
         name = markers.AttemptName(instance, 1).application_name
+        in_sleep = " AND wait_event = 'PgSleep'" if sleeping else ""
         return warehouse_query(
             self.warehouse_url,
             "SELECT pid FROM pg_stat_activity WHERE state = 'active' "
-            f"AND application_name = '{name}'",
+            f"AND application_name = '{name}'{in_sleep}",
         )
 
     def finished(self, run_id: str) -> tuple[RunExecutionState, str]:
@@ -148,7 +150,12 @@ def test_a_statement_killed_in_the_server_is_failed_with_the_servers_evidence(
 ) -> None:
     cluster.start_scheduler()
     run_id = cluster.trigger("INSERT INTO loaded SELECT 1 FROM pg_sleep(60)")
-    (pid,) = wait_for(lambda: cluster.backends(run_id), what="the statement to run")[0]
+    # Killed before its claim committed, the attempt never reached the server (no claim): the
+    # reconciler resubmits it as a new attempt, which sleeps its 60 s. Killed inside the
+    # statement, it is FAILED with the server's evidence.
+    (pid,) = wait_for(lambda: cluster.backends(run_id, sleeping=True), what="the statement to run")[
+        0
+    ]
     warehouse_query(cluster.warehouse_url, f"SELECT pg_terminate_backend({pid})")
     state, _ = cluster.finished(run_id)
     assert state is RunExecutionState.FAILED
