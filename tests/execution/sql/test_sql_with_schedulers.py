@@ -150,12 +150,11 @@ def test_a_statement_killed_in_the_server_is_failed_with_the_servers_evidence(
 ) -> None:
     cluster.start_scheduler()
     run_id = cluster.trigger("INSERT INTO loaded SELECT 1 FROM pg_sleep(60)")
-    # Killed before its claim committed, the attempt never reached the server (no claim): the
-    # reconciler resubmits it as a new attempt, which sleeps its 60 s. Killed inside the
-    # statement, it is FAILED with the server's evidence.
-    (pid,) = wait_for(lambda: cluster.backends(run_id, sleeping=True), what="the statement to run")[
-        0
-    ]
+    # Killed before its claim committed, the attempt leaves no trace in the server: the
+    # reconciler takes it as never received and resubmits it as a new attempt, which sleeps its
+    # 60 s. Killed inside the statement, it is FAILED with the server's evidence.
+    sleeping = wait_for(lambda: cluster.backends(run_id, sleeping=True), what="the statement")
+    (pid,) = sleeping[0]
     warehouse_query(cluster.warehouse_url, f"SELECT pg_terminate_backend({pid})")
     state, _ = cluster.finished(run_id)
     assert state is RunExecutionState.FAILED
