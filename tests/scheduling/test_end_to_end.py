@@ -402,3 +402,23 @@ def test_the_loop_can_be_stopped_and_started_again(harness: Harness) -> None:
             stop.set()
             loop.join(timeout=30)
         assert not loop.is_alive()
+
+
+def test_the_loop_gathers_reports_only_while_many_attempts_are_in_flight(
+    make_harness: MakeHarness,
+) -> None:
+    harness = make_harness(
+        settings=dataclasses.replace(FAST, gather_window=timedelta(milliseconds=200), gather_from=3)
+    )
+    harness.apply(
+        "name: wide\nconcurrency: allow\ntasks:\n"
+        + "".join(f"  t{n}: {{run: 'sleep 1'}}\n" for n in range(4))
+    )
+    gathering = harness.scheduler.gathering
+    run_id = harness.trigger("wide")
+
+    harness.until(lambda: gathering.in_flight == 4, what="four attempts in flight")
+    assert gathering.pause_after(tick_started=time.monotonic()) > 0
+    assert harness.finish(run_id)[0] is R.SUCCESS
+    assert gathering.in_flight == 0
+    assert gathering.pause_after(tick_started=time.monotonic()) == 0.0

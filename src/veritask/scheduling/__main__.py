@@ -46,6 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     seconds("--reconcile-every", defaults.reconcile_every)
     seconds("--full-scan-every", defaults.full_scan_every)
     seconds("--leaf-settle", defaults.leaf_settle)
+    seconds("--gather-window", defaults.gather_window)
+    parser.add_argument(
+        "--gather-from",
+        type=_at_least_one,
+        default=defaults.gather_from,
+        help=f"attempts in flight from which reports are gathered (default {defaults.gather_from})",
+    )
     seconds("--submit-grace", defaults.submit_grace)
     seconds("--queued-check", defaults.queued_check)
     parser.add_argument(
@@ -81,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         reconcile_every=timedelta(seconds=args.reconcile_every),
         full_scan_every=timedelta(seconds=args.full_scan_every),
         leaf_settle=timedelta(seconds=args.leaf_settle),
+        gather_window=timedelta(seconds=args.gather_window),
+        gather_from=args.gather_from,
         submit_grace=timedelta(seconds=args.submit_grace),
         queued_check=timedelta(seconds=args.queued_check),
         cancel_window=None if args.cancel_window is None else timedelta(seconds=args.cancel_window),
@@ -118,6 +127,13 @@ def _seconds_option(parser: argparse.ArgumentParser) -> Callable[[str, timedelta
         )
 
     return add
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
 
 
 def _beat(lease: SchedulerLease, stop: threading.Event) -> None:

@@ -33,7 +33,7 @@ from veritask.execution import port, transports
 from veritask.ledger import alerts, dialects, errors, schema
 from veritask.ledger.ledger import Applied, Ledger
 from veritask.ledger.vocabulary import AlertCategory
-from veritask.scheduling import intake, sweeps, triggers
+from veritask.scheduling import gathering, intake, sweeps, triggers
 from veritask.scheduling.advance import (
     ActiveRun,
     Advanced,
@@ -120,6 +120,10 @@ class Scheduler:
         self._newest_run: datetime | None = None
         self._held_back = False
         self._stops_due = True
+        self.gathering = gathering.Gathering(
+            window=self.settings.gather_window.total_seconds(),
+            from_in_flight=self.settings.gather_from,
+        )
         #: When the loop last finished a tick: its lag is a metric (services/metrics.py).
         self.last_tick_at: datetime | None = None
 
@@ -134,6 +138,7 @@ class Scheduler:
         self._recover_until_done(stop)
         try:
             while not stop.is_set():
+                tick_started = time.monotonic()
                 try:
                     report = self.tick()
                 except errors.LedgerError as exc:
@@ -150,6 +155,8 @@ class Scheduler:
                     continue
                 if report.work == 0:
                     self._idle(stop)
+                elif pause := self.gathering.pause_after(tick_started):
+                    stop.wait(pause)
         finally:
             try:
                 self.close()
@@ -363,6 +370,8 @@ class Scheduler:
             if path is not None or event.kind is EventKind.SUBMIT_FAILED
         )
         for (_, event), result in zip(chunk, results, strict=True):
+            if result.outcome is not judge.Outcome.REJECTED:
+                self.gathering.note(event.instance_id, in_flight=result.state in _ACTIVE)
             if result.outcome is judge.Outcome.CONFLICT:
                 self._alert_conflict(event, result.reason)
         return len(chunk)

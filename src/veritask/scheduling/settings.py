@@ -24,6 +24,13 @@ class Settings:
     #: Only the run's own end depends on it, and a run of thousands read once per window
     #: instead of once per tick costs far less (the run's end is known that much later).
     leaf_settle: timedelta = timedelta(milliseconds=100)
+    #: While at least ``gather_from`` attempts are in flight, a tick that did work is followed
+    #: by the next one no sooner than this after it began, so that the reports that come
+    #: meanwhile are recorded together (scheduling/gathering.py). Zero turns it off.
+    gather_window: timedelta = timedelta(milliseconds=50)
+    #: How many attempts in flight (QUEUED or RUNNING, with a report in the last seconds)
+    #: make the loop gather; with fewer, each report is recorded as soon as it comes.
+    gather_from: int = 16
     #: An opened attempt the engine has not acknowledged by then is submitted again.
     submit_grace: timedelta = timedelta(seconds=30)
     #: A QUEUED attempt is checked against the engine after this long.
@@ -42,6 +49,7 @@ class Settings:
             "reconcile_every",
             "full_scan_every",
             "leaf_settle",
+            "gather_window",
             "submit_grace",
             "queued_check",
         ):
@@ -50,5 +58,7 @@ class Settings:
                 raise ValueError(f"{name}: must not be negative, got {value}")
         if self.cancel_window is not None and self.cancel_window <= timedelta(0):
             raise ValueError(f"cancel_window: must be positive, got {self.cancel_window}")
+        if self.gather_from < 1:
+            raise ValueError(f"gather_from: must be 1 or more, got {self.gather_from}")
         if self.batch < 1:
             raise ValueError(f"batch: must be 1 or more, got {self.batch}")
