@@ -25,6 +25,7 @@ import pytest
 from tests.scheduling.harness import REPO_ROOT, wait_for
 from veritask.execution.celery import app as celery_app
 from veritask.execution.celery import claims
+from veritask.execution.celery import executor as celery_executor
 from veritask.execution.celery.settings import CelerySettings
 
 AMQP_URL = os.environ.get("VERITASK_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
@@ -123,6 +124,7 @@ class Hosts:
     backend_url: str = REDIS_URL
     extra_env: dict[str, str] = field(default_factory=dict)
     started: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    executors: list[celery_executor.CeleryExecutor] = field(default_factory=list)
 
     @property
     def settings(self) -> CelerySettings:
@@ -182,11 +184,19 @@ class Hosts:
             app.close()
         return hostname
 
+    def executor(self) -> celery_executor.CeleryExecutor:
+        """An executor sending to these hosts' queue; closed with the hosts."""
+        executor = celery_executor.CeleryExecutor(self.settings)
+        self.executors.append(executor)
+        return executor
+
     def kill(self, hostname: str) -> None:
         kill_tree(self.started[hostname].pid)
         self.started[hostname].wait(timeout=10)
 
     def stop_all(self) -> None:
+        for executor in self.executors:
+            executor.close()
         for process in self.started.values():
             if process.poll() is None:
                 kill_tree(process.pid)

@@ -15,7 +15,7 @@ from celery.result import AsyncResult
 
 from tests.execution.celery.conftest import Hosts
 from tests.scheduling.harness import wait_for
-from veritask.execution import errors, layout, port, records, transports
+from veritask.execution import errors, layout, port, procfs, records, transports
 from veritask.execution.celery import app as celery_app
 from veritask.execution.celery import executor as celery_executor
 
@@ -57,7 +57,7 @@ def test_an_attempt_runs_under_the_worker_program_and_is_described_from_the_resu
 ) -> None:
     hosts = make_hosts()
     hosts.start("host-a")
-    executor = celery_executor.CeleryExecutor(hosts.settings)
+    executor = hosts.executor()
     attempt = spec("echo hello from celery; sleep 0.3", tmp_path / "outbox")
     first = executor.submit(spec=attempt)
     again = executor.submit(spec=attempt)
@@ -87,7 +87,7 @@ def test_a_second_delivery_of_a_started_attempt_is_refused_with_evidence(
     hosts = make_hosts()
     hosts.start("host-a")
     hosts.start("host-b")
-    executor = celery_executor.CeleryExecutor(hosts.settings)
+    executor = hosts.executor()
     marker = tmp_path / "marker"
     attempt = spec(f"echo start $$ >> {marker}; sleep 1.5; echo stop >> {marker}", tmp_path / "o")
     submitted = executor.submit(spec=attempt)
@@ -115,7 +115,7 @@ def test_a_message_redelivered_after_the_visibility_timeout_does_not_start_a_sec
     hosts.extra_env["VERITASK_CELERY_VISIBILITY_TIMEOUT_SECONDS"] = "1"
     hosts.start("host-a")
     hosts.start("host-b")
-    executor = celery_executor.CeleryExecutor(hosts.settings)
+    executor = hosts.executor()
     marker = tmp_path / "marker"
     attempt = spec(f"echo start $$ >> {marker}; sleep 6; echo stop >> {marker}", tmp_path / "o")
     submitted = executor.submit(spec=attempt)
@@ -137,7 +137,7 @@ def test_cancel_terminates_the_task_and_the_workers_exit_confirms_it(
 ) -> None:
     hosts = make_hosts()
     hosts.start("host-a")
-    executor = celery_executor.CeleryExecutor(hosts.settings)
+    executor = hosts.executor()
     marker = tmp_path / "marker"
     attempt = spec(f"echo start >> {marker}; exec sleep 60", tmp_path / "o")
     submitted = executor.submit(spec=attempt)
@@ -153,7 +153,7 @@ def test_a_cancel_before_any_worker_took_it_is_confirmed_at_once(
     make_hosts: MakeHosts, tmp_path: Path
 ) -> None:
     hosts = make_hosts()  # no worker consumes this queue yet
-    executor = celery_executor.CeleryExecutor(hosts.settings)
+    executor = hosts.executor()
     marker = tmp_path / "marker"
     submitted = executor.submit(spec=spec(f"echo start >> {marker}", tmp_path / "o"))
     pending = executor.describe(external_id=submitted.external_id)
@@ -176,7 +176,7 @@ def test_a_host_killed_mid_task_leaves_an_unknown_attempt_and_no_second_copy(
 ) -> None:
     hosts = make_hosts()
     doomed = hosts.start("host-a")
-    executor = celery_executor.CeleryExecutor(hosts.settings)
+    executor = hosts.executor()
     marker = tmp_path / "marker"
     attempt = spec(f"echo start $$ >> {marker}; sleep 30", tmp_path / "o")
     submitted = executor.submit(spec=attempt)
@@ -195,12 +195,12 @@ def test_a_host_killed_mid_task_leaves_an_unknown_attempt_and_no_second_copy(
     assert len(starts(marker)) == 1
 
 
-def test_a_pool_process_gives_its_next_delivery_to_its_warm_worker(
+def test_a_delivery_thread_gives_its_next_delivery_to_its_warm_worker(
     make_hosts: MakeHosts, tmp_path: Path
 ) -> None:
     hosts = make_hosts()
-    hosts.start("host-a", concurrency=1)
-    executor = celery_executor.CeleryExecutor(hosts.settings)
+    hostname = hosts.start("host-a", concurrency=1)
+    executor = hosts.executor()
     attempts = [spec(f"echo attempt {n}", tmp_path / "o") for n in range(3)]
 
     for attempt in attempts:
@@ -215,8 +215,12 @@ def test_a_pool_process_gives_its_next_delivery_to_its_warm_worker(
             home.attempt(attempt.instance_id, attempt.attempt_no).worker_record
         )
         assert recorded is not None
-        workers.add(recorded.engine_id)
+        workers.add(recorded)
     assert len(workers) == 1, f"a worker was forked per delivery: {workers}"
+    # Deliveries run in threads of the Celery worker (pool.py): the warm worker is its child.
+    (warm,) = workers
+    stat = procfs.read_stat(warm.pid)
+    assert stat is not None and stat.ppid == hosts.started[hostname].pid
     for n, attempt in enumerate(attempts):
         shipped = executor.read_log(external_id=f"celery:{attempt.instance_id}/1")
         assert shipped is not None and shipped.startswith(f"attempt {n}\n".encode())
@@ -226,7 +230,7 @@ def test_the_scheduler_does_not_subscribe_to_the_results_of_what_it_sends(
     make_hosts: MakeHosts, tmp_path: Path
 ) -> None:
     hosts = make_hosts()
-    executor = celery_executor.CeleryExecutor(hosts.settings)
+    executor = hosts.executor()
 
     def subscriptions() -> int:
         stats = executor.claims.client.info("commandstats")
@@ -248,7 +252,7 @@ def test_a_result_that_a_worker_of_an_earlier_release_stored_in_celery_is_still_
     # Workers before the attempt's own result record returned it to Celery's backend; an
     # upgrade with attempts still running must not lose how they ended.
     hosts = make_hosts()  # no worker: the result is stored as such a worker stored it
-    executor = celery_executor.CeleryExecutor(hosts.settings)
+    executor = hosts.executor()
     submitted = executor.submit(spec=spec("true", tmp_path / "o"))
     with warnings.catch_warnings():  # Celery's Redis backend calls redis-py's deprecated setex
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -276,7 +280,7 @@ def test_a_message_the_broker_refuses_is_not_acknowledged_as_submitted(
     command = [rabbitmqctl, "set_policy", "--apply-to", "queues", policy, f"^{full_queue}$"]
     subprocess.run([*command, definition], check=True, capture_output=True, timeout=60)
     try:
-        executor = celery_executor.CeleryExecutor(hosts.settings)
+        executor = hosts.executor()
         attempt = dataclasses.replace(spec("true", tmp_path / "o"), queue=full_queue)
         with pytest.raises(errors.ExecutorError) as refused:
             executor.submit(spec=attempt)

@@ -72,6 +72,9 @@ class Claims:
     def connect(cls, url: str, *, retention: timedelta) -> Claims:
         return cls(redis.Redis.from_url(url, socket_timeout=5), retention=retention)
 
+    def close(self) -> None:
+        self.client.close()
+
     # --- submission ---------------------------------------------------------------------
 
     def record_submission(self, key: str, *, token: str, task_id: str, queue: str) -> bool:

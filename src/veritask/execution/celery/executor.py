@@ -57,6 +57,11 @@ class CeleryExecutor:
         #: Until then (monotonic seconds) the broker is taken as away, without asking it.
         self._broker_silent_until = 0.0
 
+    def close(self) -> None:
+        """Let go of the connections to the broker and to Redis."""
+        self.claims.close()
+        self.app.close()
+
     # --- the port -----------------------------------------------------------------------
 
     def submit(self, *, spec: port.AttemptSpec) -> port.Submission:
