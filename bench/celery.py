@@ -82,31 +82,33 @@ def _start(command: list[str], log: Path) -> subprocess.Popen[bytes]:
 class WorkersCpu:
     """CPU seconds of Celery workers' sessions, by the part of the host that spent it."""
 
-    #: The Celery worker processes themselves: consuming, acknowledging, feeding the pool.
-    consumers: float = 0.0
-    #: The pool processes that run the Celery tasks.
-    pool: float = 0.0
-    #: What the pool processes forked: Veritask workers and the tasks' own processes.
-    below_pool: float = 0.0
+    #: The Celery worker processes themselves: consuming and acknowledging; for Veritask's,
+    #: also the deliveries (they run in the worker's threads).
+    workers: float = 0.0
+    #: Their children: a bare worker's prefork pool processes (which run its tasks), a
+    #: Veritask worker's warm Veritask workers.
+    children: float = 0.0
+    #: What those forked: the tasks' own processes.
+    below: float = 0.0
 
     @property
     def total(self) -> float:
-        return self.consumers + self.pool + self.below_pool
+        return self.workers + self.children + self.below
 
     def since(self, earlier: WorkersCpu, *, scale: float = 1.0) -> WorkersCpu:
         """What was spent since ``earlier``, times ``scale``."""
         return WorkersCpu(
-            (self.consumers - earlier.consumers) * scale,
-            (self.pool - earlier.pool) * scale,
-            (self.below_pool - earlier.below_pool) * scale,
+            (self.workers - earlier.workers) * scale,
+            (self.children - earlier.children) * scale,
+            (self.below - earlier.below) * scale,
         )
 
 
 def _session_cpu(sessions: set[int]) -> WorkersCpu:
     """User + system CPU of every live process of these sessions and of the children they
-    reaped (a pool process reaps the Veritask worker it forked, which reaps the task), from
+    reaped (a pool process reaps the task it forked, a Veritask worker the task), from
     /proc: what the work cost, whatever else the machine was doing."""
-    consumers = pool = below = 0
+    workers = children = below = 0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -117,14 +119,14 @@ def _session_cpu(sessions: set[int]) -> WorkersCpu:
         if int(fields[3]) not in sessions:
             continue
         own, reaped = int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
-        if int(entry.name) in sessions:  # a Celery worker: what it reaped were pool processes
-            consumers, pool = consumers + own, pool + reaped
-        elif int(fields[1]) in sessions:  # a pool process
-            pool, below = pool + own, below + reaped
+        if int(entry.name) in sessions:  # a Celery worker: what it reaped were its children
+            workers, children = workers + own, children + reaped
+        elif int(fields[1]) in sessions:  # a pool process or a warm Veritask worker
+            children, below = children + own, below + reaped
         else:
             below += own + reaped
     tick = os.sysconf("SC_CLK_TCK")
-    return WorkersCpu(consumers / tick, pool / tick, below / tick)
+    return WorkersCpu(workers / tick, children / tick, below / tick)
 
 
 @dataclass(frozen=True)
@@ -290,8 +292,8 @@ def _print_round(
         )
         split = measured.workers_cpu
         print(
-            f"{'':19}   workers' CPU per task: consumers {split.consumers:4.2f} ms, pool"
-            f" processes {split.pool:4.2f} ms, what the pool forked {split.below_pool:4.2f} ms"
+            f"{'':19}   workers' CPU per task: worker processes {split.workers:4.2f} ms, their"
+            f" children {split.children:4.2f} ms, the tasks' processes {split.below:4.2f} ms"
         )
     ratio = ours.tasks_per_second / bare.tasks_per_second
     print(f"ratio Veritask/Celery:    {ratio:8.2f}  (target >= 0.5)")
