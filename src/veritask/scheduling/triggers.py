@@ -98,6 +98,7 @@ def apply_definition(ledger: Ledger, text: str, *, actor: str = "api") -> Applie
                 version=version
             ),
         )
+    versions.remember(definition_id, version, definition)
     return Applied(definition_id, definition.name, version, created)
 
 

@@ -38,12 +38,18 @@ def read(connection: sa.Connection, definition_id: str, version: int) -> Definit
 
 def parsed(definition_id: str, version: int, spec: JSONObject) -> Definition:
     """The stored version whose ``spec`` the caller already read."""
-    key = (definition_id, version)
-    found = _parsed.get(key)
+    found = _parsed.get((definition_id, version))
     if found is None:
         found = definition_from_json(spec)
-        with _lock:
-            if len(_parsed) >= _LIMIT:
-                _parsed.clear()
-            _parsed[key] = found
+        remember(definition_id, version, found)
     return found
+
+
+def remember(definition_id: str, version: int, definition: Definition) -> None:
+    """Keep a version that this process parsed as it stored it: the stored spec reads back
+    as the same definition (tests/definitions/test_codec.py), so a trigger right after
+    ``apply`` does not parse it again."""
+    with _lock:
+        if len(_parsed) >= _LIMIT:
+            _parsed.clear()
+        _parsed[(definition_id, version)] = definition
