@@ -82,13 +82,11 @@ def _start(command: list[str], log: Path) -> subprocess.Popen[bytes]:
 class WorkersCpu:
     """CPU seconds of Celery workers' sessions, by the part of the host that spent it."""
 
-    #: The Celery worker processes themselves: consuming and acknowledging; for Veritask's,
-    #: also the deliveries (they run in the worker's threads).
+    #: The Celery worker processes themselves: consuming, acknowledging, feeding the pool.
     workers: float = 0.0
-    #: Their children: a bare worker's prefork pool processes (which run its tasks), a
-    #: Veritask worker's warm Veritask workers.
+    #: Their children: the pool processes that run the Celery tasks (Veritask's deliveries).
     children: float = 0.0
-    #: What those forked: the tasks' own processes.
+    #: What those forked: Veritask's warm workers and the tasks' own processes.
     below: float = 0.0
 
     @property
@@ -106,7 +104,7 @@ class WorkersCpu:
 
 def _session_cpu(sessions: set[int]) -> WorkersCpu:
     """User + system CPU of every live process of these sessions and of the children they
-    reaped (a pool process reaps the task it forked, a Veritask worker the task), from
+    reaped (a pool process reaps the Veritask worker or the task it forked), from
     /proc: what the work cost, whatever else the machine was doing."""
     workers = children = below = 0
     for entry in Path("/proc").iterdir():
@@ -121,7 +119,7 @@ def _session_cpu(sessions: set[int]) -> WorkersCpu:
         own, reaped = int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
         if int(entry.name) in sessions:  # a Celery worker: what it reaped were its children
             workers, children = workers + own, children + reaped
-        elif int(fields[1]) in sessions:  # a pool process or a warm Veritask worker
+        elif int(fields[1]) in sessions:  # a pool process
             children, below = children + own, below + reaped
         else:
             below += own + reaped
@@ -293,7 +291,7 @@ def _print_round(
         split = measured.workers_cpu
         print(
             f"{'':19}   workers' CPU per task: worker processes {split.workers:4.2f} ms, their"
-            f" children {split.children:4.2f} ms, the tasks' processes {split.below:4.2f} ms"
+            f" children {split.children:4.2f} ms, what those forked {split.below:4.2f} ms"
         )
     ratio = ours.tasks_per_second / bare.tasks_per_second
     print(f"ratio Veritask/Celery:    {ratio:8.2f}  (target >= 0.5)")

@@ -4,8 +4,7 @@ A tick has a cost of its own whatever it records: a transaction, the lookups of 
 the run reads. While many attempts are in flight, reports come faster than ticks can be made
 cheap, and a loop that ticks as soon as it can records them two or three at a time: measured
 on the Celery bench (1,000 attempts in flight), the loop spent 1.8-2.3 ms of CPU per task
-ticking at once and 0.9-1.1 ms starting a tick at most every 50 ms, and the whole run went
-from 229-233 to 257-278 tasks a second on the same two cores.
+ticking at once and 0.9-1.4 ms starting a tick at most every 50 ms.
 
 Gathering delays a report by up to the window, so it is kept for when there are many
 attempts in flight: a chain's single attempt, or a few, still has each report recorded (and

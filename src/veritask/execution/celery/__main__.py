@@ -19,7 +19,7 @@ from pathlib import Path
 
 from veritask.execution import layout
 from veritask.execution.celery import app as celery_app
-from veritask.execution.celery import claims, pool, task
+from veritask.execution.celery import claims, task
 from veritask.execution.celery.settings import BACKEND_ENV, BROKER_ENV, CelerySettings
 
 
@@ -32,12 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--queues", default=None, help="comma-separated queues to consume (default: veritask)"
     )
-    parser.add_argument(
-        "--concurrency",
-        type=int,
-        default=os.cpu_count() or 1,
-        help="attempts run at once (delivery threads, each with its warm worker)",
-    )
+    parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 1)
     parser.add_argument(
         "--home", type=Path, default=Path(os.environ.get("VERITASK_HOME", ".veritask-worker"))
     )
@@ -58,8 +53,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     home = layout.ExecutorHome(args.home.resolve() / "executor")
     home.attempts.mkdir(parents=True, exist_ok=True, mode=0o700)
     app = celery_app.make_app(settings)
-    # Deliveries run in threads of this process: each only supervises a worker process.
-    app.conf.worker_pool = f"{pool.DeliveryThreads.__module__}:{pool.DeliveryThreads.__name__}"
     context = task.WorkerContext(
         settings=settings,
         home=home,
@@ -74,6 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"--concurrency={args.concurrency}",
             f"--hostname={args.hostname}",
             f"--loglevel={args.loglevel}",
+            "--pool=prefork",
             "--without-gossip",
             "--without-mingle",
         ]

@@ -5,16 +5,15 @@ refused, the refusal is recorded as evidence, and the message is acknowledged wi
 result, so the result of the delivery that ran is never overwritten. The claiming delivery
 writes the spec into an attempt directory under the worker's home and gives it to the same
 worker program as the local executor, so tokens, heartbeats, progress, the spool, the log and
-the exit record behave the same. While it runs, the delivery refreshes the attempt's lease,
-ships the log to Redis in chunks and forwards a stop (a revoke with ``terminate``, or the stop
-request in Redis) to the worker, which stops the task after its grace period.
+the exit record behave the same. While it runs, this process refreshes the
+attempt's lease, ships the log to Redis in chunks and forwards a stop (a revoke's SIGTERM, or
+the stop request in Redis) to the worker, which stops the task after its grace period.
 
-Deliveries run in threads of the Celery worker's process (``pool.py``). Each thread keeps its
-worker warm, as the local supervisor does (docs/executors.md, *Warm workers*): a worker done
-with an attempt is given the thread's next delivery instead of ending, so a delivery does not
-pay for forking the Celery worker (tens of MiB) and the copies of the pages both then write.
-The worker is the Celery worker's child, in the host's session: whatever takes the host down
-takes it down too.
+Each pool process keeps its worker warm, as the local supervisor does (docs/executors.md,
+*Warm workers*): a worker done with an attempt is given the pool process's next delivery
+instead of ending, so a delivery does not pay for forking the pool process (tens of MiB) and
+the copies of the pages both then write. The worker is the pool process's child, in the host's
+session: whatever takes the host down takes it down too.
 """
 
 from __future__ import annotations
@@ -27,13 +26,12 @@ import os
 import select
 import signal
 import socket
-import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
-from celery import Celery, signals
+from celery import Celery
 from celery.exceptions import Ignore
 
 from veritask.core import jsontypes
@@ -47,53 +45,17 @@ log = logging.getLogger(__name__)
 _LOG_CHUNK = 256 * 1024
 
 
-class Deliveries:
-    """The deliveries running in this process, by Celery task id: how a revoke with
-    ``terminate`` reaches the one it names (``pool.py``)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._stops: dict[str, Callable[[], None]] = {}
-
-    @contextlib.contextmanager
-    def running(self, task_id: str, stop: Callable[[], None]) -> Iterator[None]:
-        with self._lock:
-            self._stops[task_id] = stop
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._stops.pop(task_id, None)
-
-    def stop(self, task_id: str) -> bool:
-        """Stop the delivery of ``task_id`` if it runs here; False if it does not. One that
-        has not begun yet finds the stop request in Redis when it claims the attempt."""
-        with self._lock:
-            stop = self._stops.get(task_id)
-        if stop is None:
-            return False
-        stop()
-        return True
-
-
 @dataclass
 class WorkerContext:
-    """What every delivery in this Celery worker needs; set once before the worker starts."""
+    """What every delivery in this Celery worker needs; set once before the pool forks."""
 
     settings: CelerySettings
     home: layout.ExecutorHome
     claims: claim_records.Claims
-    deliveries: Deliveries = field(default_factory=Deliveries)
 
 
 def register(app: Celery, context: WorkerContext) -> None:
-    """Register the run-attempt task on ``app`` for a worker with this context, and the
-    revokes that terminate its deliveries."""
-
-    @signals.task_revoked.connect(weak=False)  # type: ignore[untyped-decorator]
-    def stop_terminated(request: Any = None, terminated: bool = False, **_: object) -> None:
-        if terminated and request is not None:
-            context.deliveries.stop(str(request.id))
+    """Register the run-attempt task on ``app`` for a worker with this context."""
 
     # The result goes to the attempt's own record (``Claims.finish``), in the transaction that
     # drops the lease; Celery stores only what a delivery raised. The task returns nothing:
@@ -108,24 +70,18 @@ def register(app: Celery, context: WorkerContext) -> None:
         run_delivery(
             context,
             encoded_spec,
-            task_id=str(request.id),
             hostname=str(request.hostname),
             redelivered=bool(delivery.get("redelivered")),
         )
 
 
 def run_delivery(
-    context: WorkerContext,
-    encoded_spec: jsontypes.JSONObject,
-    *,
-    task_id: str,
-    hostname: str,
-    redelivered: bool,
+    context: WorkerContext, encoded_spec: jsontypes.JSONObject, *, hostname: str, redelivered: bool
 ) -> None:
     received = records.decode_spec(encoded_spec)
     spec = _reporting_to_this_hosts_api(received, context.settings)
     key = claim_records.attempt_key(spec.instance_id, spec.attempt_no)
-    me = f"{hostname}:{os.getpid()}:{threading.get_native_id()}"
+    me = f"{hostname}:{os.getpid()}"
     claims = context.claims
     # One round trip: the claim, the first lease (the delivery is alive: it holds it from the
     # claim on) and whether a stop came before it.
@@ -151,7 +107,7 @@ def run_delivery(
         # The worker sees the request and completes as cancelled without starting the task.
         layout.create_exclusively(attempt.cancel_request, wire.format_time(wire.utc_now()).encode())
     try:
-        status, record = _run_worker(context, attempt, task_id, key, me, spec.log_cap_bytes)
+        status, record = _run_worker(context, attempt, key, me, spec.log_cap_bytes)
     except BaseException:
         claims.release_lease(key)  # the delivery is over, though it has no result to store
         raise
@@ -180,19 +136,14 @@ def _reporting_to_this_hosts_api(
 
 
 def _run_worker(
-    context: WorkerContext,
-    attempt: layout.AttemptDir,
-    task_id: str,
-    key: str,
-    me: str,
-    log_cap: int,
+    context: WorkerContext, attempt: layout.AttemptDir, key: str, me: str, log_cap: int
 ) -> tuple[int, records.ExitRecord | None]:
     """Give the attempt to this pool process's warm worker and watch it until the attempt is
     over; returns the worker's status for it, and the attempt's exit record if there is one."""
     warm: _WarmWorker | None = None
     stop_sent = False
 
-    def forward_stop() -> None:
+    def forward_stop(signum: int, frame: FrameType | None) -> None:
         nonlocal stop_sent
         stop_sent = True
         # On disk first, for whichever worker takes the attempt; pinned, the worker cannot
@@ -202,10 +153,11 @@ def _run_worker(
             if warm is not None and not attempt.exit_record.exists():
                 warm.signal(signal.SIGTERM)
 
+    # A revoke with terminate sends SIGTERM to this pool process: it becomes the worker's stop.
+    previous_term = signal.signal(signal.SIGTERM, forward_stop)
     shipped = 0
     refresh = context.settings.lease_refresh.total_seconds()
-    # A revoke with terminate, in the Celery worker's main thread, becomes the worker's stop.
-    with context.deliveries.running(task_id, forward_stop):
+    try:
         warm = _hand_over(context.home, attempt, key)
         while not (warm.ready or warm.ended_status is not None):
             readable, _, _ = select.select([warm.control], [], [], refresh)
@@ -215,7 +167,9 @@ def _run_worker(
                 continue
             context.claims.refresh_lease(key, me, lease=context.settings.lease)
             if not stop_sent and context.claims.cancel_requested(key):
-                forward_stop()
+                forward_stop(signal.SIGTERM, None)
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
     _ship_log(context.claims, key, attempt.log, shipped, log_cap)
     record = records.read_exit_record(attempt)
     if warm.ended_status is not None:
@@ -237,10 +191,10 @@ def _hand_over(home: layout.ExecutorHome, attempt: layout.AttemptDir, key: str) 
 
 
 class _WarmWorker:
-    """This delivery thread's worker, a child kept for delivery after delivery; it speaks the
+    """This pool process's worker, a child kept for delivery after delivery; it speaks the
     local supervisor's protocol (worker.serve_supervisor)."""
 
-    _of_thread = threading.local()
+    _current: _WarmWorker | None = None
 
     def __init__(self, home: layout.ExecutorHome) -> None:
         self.owner = os.getpid()
@@ -256,9 +210,9 @@ class _WarmWorker:
 
     @classmethod
     def of_this_process(cls, home: layout.ExecutorHome) -> _WarmWorker:
-        current: _WarmWorker | None = getattr(cls._of_thread, "worker", None)
+        current = cls._current
         if current is None or current.owner != os.getpid() or current.ended_status is not None:
-            current = cls._of_thread.worker = cls(home)
+            current = cls._current = cls(home)
         return current
 
     def take(self, attempt: layout.AttemptDir, key: str) -> bool:
