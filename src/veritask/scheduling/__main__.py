@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds("--gather-window", defaults.gather_window)
     parser.add_argument(
         "--gather-from",
-        type=_at_least_one,
+        type=int,
         default=defaults.gather_from,
         help=f"attempts in flight from which reports are gathered (default {defaults.gather_from})",
     )
@@ -63,6 +63,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-migrate", action="store_true", help="do not upgrade the schema")
     args = parser.parse_args(argv)
+    # Checked before anything starts: a bad timing is a usage error, not a crash after the
+    # migration and the lease (Settings names the option's field and what is wrong).
+    try:
+        settings = Settings(
+            idle_sleep=timedelta(seconds=args.idle_sleep),
+            monitor_every=timedelta(seconds=args.monitor_every),
+            reconcile_every=timedelta(seconds=args.reconcile_every),
+            full_scan_every=timedelta(seconds=args.full_scan_every),
+            leaf_settle=timedelta(seconds=args.leaf_settle),
+            gather_window=timedelta(seconds=args.gather_window),
+            gather_from=args.gather_from,
+            submit_grace=timedelta(seconds=args.submit_grace),
+            queued_check=timedelta(seconds=args.queued_check),
+            cancel_window=None
+            if args.cancel_window is None
+            else timedelta(seconds=args.cancel_window),
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
     # Installed first: a SIGTERM during start-up ends the process cleanly too.
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -82,18 +101,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"veritask scheduler: refusing to start: {exc}", file=sys.stderr)
         engine.dispose()
         return EXIT_REFUSED
-    settings = Settings(
-        idle_sleep=timedelta(seconds=args.idle_sleep),
-        monitor_every=timedelta(seconds=args.monitor_every),
-        reconcile_every=timedelta(seconds=args.reconcile_every),
-        full_scan_every=timedelta(seconds=args.full_scan_every),
-        leaf_settle=timedelta(seconds=args.leaf_settle),
-        gather_window=timedelta(seconds=args.gather_window),
-        gather_from=args.gather_from,
-        submit_grace=timedelta(seconds=args.submit_grace),
-        queued_check=timedelta(seconds=args.queued_check),
-        cancel_window=None if args.cancel_window is None else timedelta(seconds=args.cancel_window),
-    )
     scheduler = Scheduler(
         ledger,
         executors={
@@ -127,13 +134,6 @@ def _seconds_option(parser: argparse.ArgumentParser) -> Callable[[str, timedelta
         )
 
     return add
-
-
-def _at_least_one(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
 
 
 def _beat(lease: SchedulerLease, stop: threading.Event) -> None:
