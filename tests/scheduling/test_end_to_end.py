@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -18,6 +18,7 @@ from tests.scheduling.conftest import MakeHarness
 from tests.scheduling.harness import FAST, Harness, wait_for
 from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
 from veritask.scheduling import triggers
+from veritask.scheduling.advance import ActiveRun, Advanced, TickReport
 
 I = InstanceState  # noqa: E741 - a short name for the many states below
 R = RunExecutionState
@@ -143,7 +144,7 @@ tasks:
     assert harness.run_history(run_id)[-1][:2] == ("RUNNING", "FAILED")
 
 
-def test_a_leaf_success_is_read_with_the_next_ones_but_what_waits_on_a_task_is_not(
+def test_what_waits_on_a_task_opens_as_soon_as_the_task_succeeded(
     make_harness: MakeHarness,
 ) -> None:
     settle = timedelta(seconds=3)
@@ -157,7 +158,6 @@ concurrency: allow
 tasks:
   first: {run: "true"}
   then: {run: "true", after: [first]}
-  alone: {run: "true"}
 """
     )
     run_id = harness.trigger("settle")
@@ -165,12 +165,45 @@ tasks:
     harness.until(harness.state_is(run_id, "first", I.SUCCESS), what="first to succeed")
     first_done = time.monotonic()
     harness.until(lambda: harness.states(run_id)["then"] is not I.CREATED, what="then to open")
-    # The downstream task opened at once, not after the window.
     assert time.monotonic() - first_done < settle.total_seconds()
-    harness.until(lambda: set(harness.states(run_id).values()) == {I.SUCCESS}, what="all done")
-    # Both leaves succeeded within the window: their run is read when it closes.
-    assert harness.run(run_id)[0] is R.RUNNING
     assert harness.finish(run_id) == (R.SUCCESS, "every leaf succeeded or was skipped")
+
+
+def test_a_leaf_success_waits_for_more_news_unless_it_was_the_runs_last_task(
+    make_harness: MakeHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settle = timedelta(seconds=4)
+    harness = make_harness(
+        settings=dataclasses.replace(FAST, leaf_settle=settle, full_scan_every=timedelta(minutes=1))
+    )
+    harness.apply(
+        """\
+name: leaves
+concurrency: allow
+tasks:
+  quick: {run: "true"}
+  slow: {run: "sleep 1"}
+"""
+    )
+    advancer = harness.scheduler.advancer
+    advanced_at: list[float] = []
+
+    def advance(run: ActiveRun, now: datetime, report: TickReport) -> Advanced:
+        advanced_at.append(time.monotonic())
+        return original(run, now, report)
+
+    original = advancer.advance
+    monkeypatch.setattr(advancer, "advance", advance)
+    run_id = harness.trigger("leaves")
+
+    harness.until(harness.state_is(run_id, "quick", I.SUCCESS), what="quick to succeed")
+    quick_done = time.monotonic()
+    assert harness.finish(run_id) == (R.SUCCESS, "every leaf succeeded or was skipped")
+    ended = time.monotonic()
+    # The success of quick, a leaf with another task still running, did not make the loop
+    # read the run; the success of slow, its last task, did, at once.
+    assert len([moment for moment in advanced_at if moment > quick_done]) == 1
+    assert ended - quick_done < settle.total_seconds()
 
 
 def test_a_failing_leaf_ends_its_run_without_waiting(make_harness: MakeHarness) -> None:

@@ -74,6 +74,9 @@ class Advanced:
     #: Those of them that no task waits for: their success can only end the run, so news
     #: of it may wait a little and be read together with the next ones.
     end_ids: set[str] = field(default_factory=set)
+    #: Its tasks' instances that had not ended when it was read: once the last of them ends,
+    #: the run can end, and waiting for more news would only delay it.
+    unended_ids: set[str] = field(default_factory=set)
     #: When the run has to be looked at again (a retry comes due, a predecessor stops).
     wake_at: list[datetime] = field(default_factory=list)
     #: The run moved in a way that lets it move again at once.
@@ -143,6 +146,8 @@ class RunAdvancer:
         states = {b.task_key: b.state for b in briefs}
         work = [b for b in briefs if not publication.is_publication_key(b.task_key)]
         publishing = [b for b in briefs if publication.is_publication_key(b.task_key)]
+        if run.execution_state is RunExecutionState.RUNNING:
+            advanced.unended_ids = {b.id for b in work if not b.state.is_terminal}
         if run.execution_state is RunExecutionState.CANCELLING:
             cancelled = self._cancel_run(briefs, states, now)
             report.decided += cancelled

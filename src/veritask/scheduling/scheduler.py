@@ -115,6 +115,8 @@ class Scheduler:
         # Instances no task waits for, and the runs with such news held until a timer.
         self._ends: set[str] = set()
         self._settling: set[str] = set()
+        # For each running run, its tasks' instances that had not ended when it was advanced.
+        self._unended: dict[str, set[str]] = {}
         self._rescan = True
         self._loaded_at = float("-inf")
         self._newest_run: datetime | None = None
@@ -260,9 +262,14 @@ class Scheduler:
         if len(self._routes) > _ROUTES_LIMIT:
             self._routes.clear()
             self._ends.clear()
+            self._unended.clear()
         for instance_id in advanced.instance_ids:
             self._routes[instance_id] = advanced.run_id
         self._ends.update(advanced.end_ids)
+        if advanced.unended_ids:
+            self._unended[advanced.run_id] = advanced.unended_ids
+        else:
+            self._unended.pop(advanced.run_id, None)
         for moment in advanced.wake_at:
             heapq.heappush(self._timers, (moment, advanced.run_id))
         if advanced.again:
@@ -382,7 +389,8 @@ class Scheduler:
         A task that was queued or started changes nothing its run could act on, and the
         success of a task nothing waits for only lets the run end: that news waits up to
         ``leaf_settle``, so that a run of thousands of independent tasks is read once per
-        window, not once per tick.
+        window, not once per tick. The success of the run's last unended task does not wait:
+        the run ends with it.
         """
         for event, result in news:
             run_id = self._routes.get(event.instance_id)
@@ -391,6 +399,12 @@ class Scheduler:
             elif result.state in _ACTIVE:
                 continue
             elif result.state in _END_DONE and event.instance_id in self._ends:
+                unended = self._unended.get(run_id)
+                if unended is not None:
+                    unended.discard(event.instance_id)
+                    if not unended:
+                        self._dirty.add(run_id)
+                        continue
                 if run_id not in self._settling:
                     self._settling.add(run_id)
                     settle_at = self.clock() + self.settings.leaf_settle
