@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol, TypeAlias
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from veritask.core import events, jsontypes, states
 
@@ -281,4 +281,19 @@ class Executor(Protocol):
 
     def cleanup(self, *, external_id: str) -> None:
         """Forget an ended attempt and free its resources (files, pods). Idempotent."""
+        ...
+
+
+@runtime_checkable
+class Connecting(Protocol):
+    """An executor whose engine is reached over connections it can open before they are needed.
+
+    A scheduler calls ``connect`` once as it starts, in the background, so that the first
+    attempts it submits do not wait for handshakes (a broker's, a result store's). Nothing
+    depends on it: a submission opens whatever is not open yet.
+    """
+
+    def connect(self, *, parallel: int) -> None:
+        """Open what ``parallel`` submissions made at the same time will use. Raises
+        ``ExecutorError`` when the engine cannot be reached now."""
         ...

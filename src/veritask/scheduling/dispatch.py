@@ -197,6 +197,23 @@ class Submissions:
         self._in_flight: set[tuple[str, int]] = set()
         self._answers: list[Event] = []
 
+    def connect(self) -> None:
+        """Let each executor that can open its connections now (``port.Connecting``) do it,
+        in the background, one connection per submission thread."""
+        for name, executor in self.dispatcher.executors.items():
+            if isinstance(executor, port.Connecting):
+                with self._lock:
+                    pool = self._started_pool()
+                pool.submit(self._connect_one, name, executor)
+
+    def _connect_one(self, name: str, executor: port.Connecting) -> None:
+        try:
+            executor.connect(parallel=self._workers)
+        except ExecutorError as exc:
+            log.warning("could not connect to executor %s ahead of submissions: %s", name, exc)
+        except Exception:  # an adapter's bug: submissions connect by themselves
+            log.exception("connecting to executor %s ahead of submissions failed", name)
+
     def submit(self, run: RunContext, opened: Opened) -> bool:
         """Hand the attempt to its executor in the background; False if already in flight."""
         key = (opened.instance_id, opened.attempt_no)
@@ -204,13 +221,15 @@ class Submissions:
             if key in self._in_flight:
                 return False
             self._in_flight.add(key)
-            if self._pool is None:  # first use, or used again after close()
-                self._pool = ThreadPoolExecutor(
-                    max_workers=self._workers, thread_name_prefix="submit"
-                )
-            pool = self._pool
+            pool = self._started_pool()
         pool.submit(self._submit_one, run, opened, key)
         return True
+
+    def _started_pool(self) -> ThreadPoolExecutor:
+        """The submission threads (call it holding the lock)."""
+        if self._pool is None:  # first use, or used again after close()
+            self._pool = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="submit")
+        return self._pool
 
     def _submit_one(self, run: RunContext, opened: Opened, key: tuple[str, int]) -> None:
         try:

@@ -137,6 +137,7 @@ class Scheduler:
 
     def run(self, stop: threading.Event) -> None:
         """Recover, then tick until ``stop`` is set; submissions in flight are recorded."""
+        self.submissions.connect()
         self._recover_until_done(stop)
         try:
             while not stop.is_set():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import secrets
 import shutil
@@ -10,14 +11,18 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+import kombu.pools
 import pytest
 from celery.result import AsyncResult
 
-from tests.execution.celery.conftest import Hosts
+from tests.execution.celery.conftest import REDIS_URL, Hosts
 from tests.scheduling.harness import wait_for
-from veritask.execution import errors, layout, port, records, transports
+from veritask.execution import errors, layout, port, records, transports, wire
 from veritask.execution.celery import app as celery_app
 from veritask.execution.celery import executor as celery_executor
+from veritask.execution.celery.settings import CelerySettings
+from veritask.scheduling import dispatch
+from veritask.scheduling.tokens import AttemptTokens
 
 pytestmark = [pytest.mark.slow]
 MakeHosts = Callable[..., Hosts]
@@ -286,3 +291,52 @@ def test_a_message_the_broker_refuses_is_not_acknowledged_as_submitted(
         subprocess.run(
             [rabbitmqctl, "clear_policy", policy], check=False, capture_output=True, timeout=60
         )
+
+
+def connected_producers(executor: celery_executor.CeleryExecutor, count: int) -> int:
+    """How many of ``count`` producers taken from the pool at once have a broker connection."""
+    with contextlib.ExitStack() as held:
+        producers = [
+            held.enter_context(executor.app.producer_pool.acquire(block=True)) for _ in range(count)
+        ]
+        connections = {id(producer.connection) for producer in producers}
+        assert len(connections) == count
+        return sum(1 for producer in producers if producer.connection.connected)
+
+
+def test_a_scheduler_connects_ahead_one_broker_connection_per_submission_thread(
+    make_hosts: MakeHosts, tmp_path: Path
+) -> None:
+    hosts = make_hosts()
+    executor = hosts.executor()
+    # Kombu keeps one producer pool per broker for the whole process: start from an empty one.
+    kombu.pools.reset()  # type: ignore[no-untyped-call]
+    assert connected_producers(executor, 3) == 0  # nothing opened before it is needed
+    dispatcher = dispatch.Dispatcher(
+        executors={"celery": executor},
+        tokens=AttemptTokens(b"test-secret-0123456789"),
+        outbox=tmp_path / "outbox",
+    )
+    submissions = dispatch.Submissions(dispatcher, clock=wire.utc_now, workers=3)
+
+    submissions.connect()
+    submissions.close()  # waits for the submission threads, which did the connecting
+
+    assert connected_producers(executor, 3) == 3
+    # And what a submission needs next is there: it goes through without a new handshake.
+    submitted = executor.submit(spec=spec("true", tmp_path / "o"))
+    assert executor.claims.submission(submitted.external_id.removeprefix("celery:")) is not None
+
+
+def test_connecting_ahead_to_a_broker_that_is_away_is_a_retryable_error(
+    celery_services: None,
+) -> None:
+    settings = CelerySettings(broker_url="amqp://guest:guest@127.0.0.1:9//", backend_url=REDIS_URL)
+    executor = celery_executor.CeleryExecutor(settings)
+    try:
+        with pytest.raises(errors.ExecutorError) as away:
+            executor.connect(parallel=2)
+        assert away.value.retryable
+        assert "connecting ahead" in str(away.value)
+    finally:
+        executor.close()

@@ -62,6 +62,22 @@ class CeleryExecutor:
         self.claims.close()
         self.app.close()
 
+    def connect(self, *, parallel: int) -> None:
+        """Open ``parallel`` broker connections (each with its confirming channel) into the
+        producer pool, load the result backend and open a Redis connection: what the first
+        submissions would otherwise do, about 30 ms each, on the way of the first attempts."""
+        with _engine_errors("connecting ahead"), contextlib.ExitStack() as held:
+            self.app.backend  # noqa: B018 - loading it imports the backend's module
+            self.claims.client.ping()
+            producers = [
+                held.enter_context(self.app.producer_pool.acquire(block=True))
+                for _ in range(max(1, parallel))
+            ]
+            for producer in producers:
+                # One try: a broker that is down is the first submission's to wait for.
+                producer.connection.ensure_connection(max_retries=1)
+                producer.channel  # noqa: B018 - opens the channel, in confirm mode
+
     # --- the port -----------------------------------------------------------------------
 
     def submit(self, *, spec: port.AttemptSpec) -> port.Submission:
