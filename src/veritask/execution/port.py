@@ -11,7 +11,7 @@ The engine states and error categories are the core's vocabulary (``veritask.cor
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Protocol, TypeAlias, runtime_checkable
 
 from veritask.core import events, jsontypes, states
+from veritask.execution.errors import ExecutorError
 
 EngineState = states.EngineState
 ErrorCategory = events.ErrorCategory
@@ -296,4 +297,17 @@ class Connecting(Protocol):
     def connect(self, *, parallel: int) -> None:
         """Open what ``parallel`` submissions made at the same time will use. Raises
         ``ExecutorError`` when the engine cannot be reached now."""
+        ...
+
+
+@runtime_checkable
+class SubmittingMany(Protocol):
+    """An executor that submits several attempts for less than it costs to submit them one by
+    one (a broker that confirms many messages at once). A scheduler hands it what it opened
+    together, from one thread."""
+
+    def submit_many(self, *, specs: Sequence[AttemptSpec]) -> list[Submission | ExecutorError]:
+        """``submit`` of each spec: for each, in order, what ``submit`` would have returned,
+        or the ``ExecutorError`` it would have raised. One attempt's error is its own: the
+        others are submitted all the same."""
         ...

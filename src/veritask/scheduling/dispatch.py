@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 
 #: How many deferred submissions' errors are kept for the reconciler's alerts.
 _DEFERRALS_KEPT = 10_000
+#: The most attempts given in one call to an executor that submits many at once.
+BATCH_LIMIT = 64
 
 
 def new_event_id() -> str:
@@ -138,7 +141,47 @@ class Dispatcher:
         try:
             submission = executor.submit(spec=self.spec(run, opened))
         except ExecutorError as exc:
-            if exc.retryable:
+            return self.answer(opened, task, exc, now)
+        except ValueError as exc:  # a spec the engine cannot take (bad command, bad id)
+            return _failed(opened, now, str(exc), retryable=False)
+        return self.answer(opened, task, submission, now)
+
+    def submit_many(
+        self,
+        executor: port.SubmittingMany,
+        attempts: Sequence[tuple[RunContext, Opened]],
+        clock: Callable[[], datetime],
+    ) -> list[Event | None]:
+        """:meth:`submit` of each attempt, to one executor that submits them together. The
+        answers are dated when the engine gave them, after the whole batch."""
+        answers: list[Event | None] = [None] * len(attempts)
+        specs: list[port.AttemptSpec] = []
+        places: list[int] = []
+        for place, (run, opened) in enumerate(attempts):
+            try:
+                specs.append(self.spec(run, opened))
+            except ValueError as exc:
+                answers[place] = _failed(opened, clock(), str(exc), retryable=False)
+                continue
+            places.append(place)
+        outcomes = executor.submit_many(specs=specs) if specs else []
+        now = clock()
+        for place, outcome in zip(places, outcomes, strict=True):
+            run, opened = attempts[place]
+            answers[place] = self.answer(opened, run.tasks[opened.task_key], outcome, now)
+        return answers
+
+    def answer(
+        self,
+        opened: Opened,
+        task: TaskSpec,
+        outcome: port.Submission | ExecutorError,
+        now: datetime,
+    ) -> Event | None:
+        """The event that records what the engine answered to a submission; None when the
+        engine could not be reached."""
+        if isinstance(outcome, ExecutorError):
+            if outcome.retryable:
                 # The engine is away for now (a broker restarting, a supervisor starting): the
                 # task did not fail, so none of its retries is spent on it. The reconciler
                 # submits the same attempt again after ``submit_grace``, with an alert for the
@@ -147,13 +190,11 @@ class Dispatcher:
                     "submitting %s/%s failed, will submit it again: %s",
                     opened.instance_id,
                     opened.attempt_no,
-                    exc,
+                    outcome,
                 )
-                self._remember_deferral(opened, str(exc))
+                self._remember_deferral(opened, str(outcome))
                 return None
-            return _failed(opened, now, str(exc), retryable=False)
-        except ValueError as exc:  # a spec the engine cannot take (bad command, bad id)
-            return _failed(opened, now, str(exc), retryable=False)
+            return _failed(opened, now, str(outcome), retryable=False)
         return Event(
             new_event_id(),
             opened.instance_id,
@@ -162,15 +203,19 @@ class Dispatcher:
             "executor",
             now,
             {
-                "external_id": submission.external_id,
+                "external_id": outcome.external_id,
                 "executor": task.executor,
-                "resubmitted": not submission.created,
+                "resubmitted": not outcome.created,
             },
         )
 
 
 class Submissions:
-    """Submits opened attempts on a few threads, so that the loop never waits for an engine.
+    """Submits opened attempts on other threads, so that the loop never waits for an engine.
+
+    Attempts for an executor that submits many at once (``port.SubmittingMany``) go to a
+    thread of that executor's, which hands it everything opened meanwhile in one call; the
+    others go to a few threads, one attempt at a time.
 
     A submission is in flight from :meth:`submit` until its answer is recorded
     (:meth:`settle`); meanwhile the loop holds back that attempt's worker reports, so the
@@ -193,22 +238,24 @@ class Submissions:
         self._wake = wake
         self._workers = max(1, workers)
         self._pool: ThreadPoolExecutor | None = None
+        self._lanes: dict[str, _Lane] = {}
         self._lock = threading.Lock()
         self._in_flight: set[tuple[str, int]] = set()
         self._answers: list[Event] = []
 
     def connect(self) -> None:
         """Let each executor that can open its connections now (``port.Connecting``) do it,
-        in the background, one connection per submission thread."""
+        in the background: one for each thread that will submit to it."""
         for name, executor in self.dispatcher.executors.items():
             if isinstance(executor, port.Connecting):
+                parallel = 1 if isinstance(executor, port.SubmittingMany) else self._workers
                 with self._lock:
                     pool = self._started_pool()
-                pool.submit(self._connect_one, name, executor)
+                pool.submit(self._connect_one, name, executor, parallel)
 
-    def _connect_one(self, name: str, executor: port.Connecting) -> None:
+    def _connect_one(self, name: str, executor: port.Connecting, parallel: int) -> None:
         try:
-            executor.connect(parallel=self._workers)
+            executor.connect(parallel=parallel)
         except ExecutorError as exc:
             log.warning("could not connect to executor %s ahead of submissions: %s", name, exc)
         except Exception:  # an adapter's bug: submissions connect by themselves
@@ -217,10 +264,20 @@ class Submissions:
     def submit(self, run: RunContext, opened: Opened) -> bool:
         """Hand the attempt to its executor in the background; False if already in flight."""
         key = (opened.instance_id, opened.attempt_no)
+        task = run.tasks[opened.task_key]
+        executor = self.dispatcher.executor_for(task)
         with self._lock:
             if key in self._in_flight:
                 return False
             self._in_flight.add(key)
+            if isinstance(executor, port.SubmittingMany):
+                lane = self._lanes.get(task.executor)
+                if lane is None:
+                    lane = self._lanes[task.executor] = _Lane(
+                        task.executor, functools.partial(self._submit_batch, executor)
+                    )
+                lane.add(run, opened)
+                return True
             pool = self._started_pool()
         pool.submit(self._submit_one, run, opened, key)
         return True
@@ -246,11 +303,27 @@ class Submissions:
                 },
             )
             answer = None
+        self._keep_answers([(key, answer)])
+
+    def _submit_batch(
+        self, executor: port.SubmittingMany, batch: list[tuple[RunContext, Opened]]
+    ) -> None:
+        try:
+            answers = self.dispatcher.submit_many(executor, batch, self._clock)
+        except Exception:  # an adapter's bug: the reconciler submits them again after the grace
+            log.exception("submitting %d attempts together failed", len(batch))
+            answers = [None] * len(batch)
+        keys = [(opened.instance_id, opened.attempt_no) for _, opened in batch]
+        self._keep_answers(list(zip(keys, answers, strict=True)))
+
+    def _keep_answers(self, answers: list[tuple[tuple[str, int], Event | None]]) -> None:
+        """Answers to record; a submission without one (deferred) is no longer in flight."""
         with self._lock:
-            if answer is None:
-                self._in_flight.discard(key)
-            else:
-                self._answers.append(answer)
+            for key, answer in answers:
+                if answer is None:
+                    self._in_flight.discard(key)
+                else:
+                    self._answers.append(answer)
         self._wake()
 
     def in_flight(self, instance_id: str, attempt_no: int) -> bool:
@@ -286,8 +359,49 @@ class Submissions:
         """
         with self._lock:
             pool, self._pool = self._pool, None
+            lanes, self._lanes = list(self._lanes.values()), {}
+        for lane in lanes:
+            lane.close()
         if pool is not None:
             pool.shutdown(wait=True)
+
+
+class _Lane:
+    """A thread that submits the attempts of one executor that submits many at once: each
+    call takes everything that waits, up to :data:`BATCH_LIMIT`."""
+
+    def __init__(
+        self, name: str, submit_batch: Callable[[list[tuple[RunContext, Opened]]], None]
+    ) -> None:
+        self._submit_batch = submit_batch
+        self._waiting: deque[tuple[RunContext, Opened]] = deque()
+        self._condition = threading.Condition()
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name=f"submit-{name}", daemon=True)
+        self._thread.start()
+
+    def add(self, run: RunContext, opened: Opened) -> None:
+        with self._condition:
+            self._waiting.append((run, opened))
+            self._condition.notify()
+
+    def close(self) -> None:
+        """Submit what waits, then end the thread."""
+        with self._condition:
+            self._closing = True
+            self._condition.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._condition:
+                while not self._waiting and not self._closing:
+                    self._condition.wait()
+                if not self._waiting:
+                    return
+                count = min(len(self._waiting), BATCH_LIMIT)
+                batch = [self._waiting.popleft() for _ in range(count)]
+            self._submit_batch(batch)
 
 
 def _failed(opened: Opened, now: datetime, error: str, *, retryable: bool) -> Event:

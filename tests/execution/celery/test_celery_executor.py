@@ -304,7 +304,7 @@ def connected_producers(executor: celery_executor.CeleryExecutor, count: int) ->
         return sum(1 for producer in producers if producer.connection.connected)
 
 
-def test_a_scheduler_connects_ahead_one_broker_connection_per_submission_thread(
+def test_connecting_ahead_opens_the_batch_publisher_and_a_connection_per_submitting_thread(
     make_hosts: MakeHosts, tmp_path: Path
 ) -> None:
     hosts = make_hosts()
@@ -312,20 +312,37 @@ def test_a_scheduler_connects_ahead_one_broker_connection_per_submission_thread(
     # Kombu keeps one producer pool per broker for the whole process: start from an empty one.
     kombu.pools.reset()  # type: ignore[no-untyped-call]
     assert connected_producers(executor, 3) == 0  # nothing opened before it is needed
+    assert not executor.publisher.connected
+
+    executor.connect(parallel=3)
+
+    assert executor.publisher.connected
+    assert connected_producers(executor, 3) == 3
+    # And what a submission needs next is there: it goes through without a new handshake.
+    submitted = executor.submit(spec=spec("true", tmp_path / "o"))
+    assert executor.claims.submission(submitted.external_id.removeprefix("celery:")) is not None
+
+
+def test_a_scheduler_connects_its_executors_from_its_submission_threads(
+    make_hosts: MakeHosts, tmp_path: Path
+) -> None:
+    hosts = make_hosts()
+    executor = hosts.executor()
+    kombu.pools.reset()  # type: ignore[no-untyped-call]
     dispatcher = dispatch.Dispatcher(
         executors={"celery": executor},
         tokens=AttemptTokens(b"test-secret-0123456789"),
         outbox=tmp_path / "outbox",
     )
-    submissions = dispatch.Submissions(dispatcher, clock=wire.utc_now, workers=3)
+    submissions = dispatch.Submissions(dispatcher, clock=wire.utc_now, workers=4)
 
     submissions.connect()
     submissions.close()  # waits for the submission threads, which did the connecting
 
-    assert connected_producers(executor, 3) == 3
-    # And what a submission needs next is there: it goes through without a new handshake.
-    submitted = executor.submit(spec=spec("true", tmp_path / "o"))
-    assert executor.claims.submission(submitted.external_id.removeprefix("celery:")) is not None
+    # Attempts go to the Celery executor in batches, from one thread: the publisher's
+    # connection, and one pooled connection (single submissions, revokes).
+    assert executor.publisher.connected
+    assert connected_producers(executor, 2) == 1
 
 
 def test_connecting_ahead_to_a_broker_that_is_away_is_a_retryable_error(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -36,6 +37,21 @@ def attempt_key(instance_id: str, attempt_no: int) -> str:
 
 def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _submitted(*, token: str, task_id: str, queue: str) -> str:
+    """The record of a submission: never the token itself, only its digest."""
+    return json.dumps({"token_digest": token_digest(token), "task_id": task_id, "queue": queue})
+
+
+@dataclass(frozen=True)
+class Sent:
+    """An attempt whose message the broker confirmed, to be recorded as submitted."""
+
+    key: str
+    token: str
+    task_id: str
+    queue: str
 
 
 @dataclass(frozen=True)
@@ -81,15 +97,30 @@ class Claims:
     # --- submission ---------------------------------------------------------------------
 
     def record_submission(self, key: str, *, token: str, task_id: str, queue: str) -> bool:
-        value = json.dumps(
-            {"token_digest": token_digest(token), "task_id": task_id, "queue": queue}
-        )
+        value = _submitted(token=token, task_id=task_id, queue=queue)
         return bool(
             self.client.set(f"veritask:submitted:{key}", value, nx=True, px=self.retention_ms)
         )
 
     def submission(self, key: str) -> jsontypes.JSONObject | None:
         return _json_object(self.client.get(f"veritask:submitted:{key}"))
+
+    def submissions(self, keys: Sequence[str]) -> list[jsontypes.JSONObject | None]:
+        """:meth:`submission` of each key, in one round trip."""
+        if not keys:
+            return []
+        found = self.client.mget([f"veritask:submitted:{key}" for key in keys])
+        return [_json_object(value) for value in found]
+
+    def record_submissions(self, sent: Sequence[Sent]) -> list[bool]:
+        """:meth:`record_submission` of each, in one round trip; whether each was new."""
+        if not sent:
+            return []
+        with self.client.pipeline(transaction=False) as pipe:
+            for one in sent:
+                value = _submitted(token=one.token, task_id=one.task_id, queue=one.queue)
+                pipe.set(f"veritask:submitted:{one.key}", value, nx=True, px=self.retention_ms)
+            return [bool(created) for created in pipe.execute()]
 
     # --- the claim ----------------------------------------------------------------------
 
