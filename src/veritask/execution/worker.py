@@ -21,6 +21,11 @@ written, its events delivered), it lets go of that attempt and waits for the sup
 give it another (:func:`serve_supervisor`). Forking a Python process and its first writes to
 the pages it shares with its parent cost more CPU than the worker's whole run of a short
 task; a warm worker pays them once for many attempts.
+
+A Celery pool process runs its deliveries' attempts itself (:func:`run_attempt_here`), with a
+:class:`Companion` that the worker's loop ticks: it refreshes the delivery's lease, ships the
+log and reports a stop requested in Redis. The pool process is long-lived already; a worker of
+its own would only add a hand-over per attempt.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, Protocol
 
 from veritask.core import jsontypes
 from veritask.execution import (
@@ -72,6 +77,18 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 DELIVERY_JOIN_SECONDS = 0.2
 
 
+class Companion(Protocol):
+    """What an engine runs beside an attempt, in the worker's own loop: the Celery delivery's
+    lease, log shipping and stop requests (``execution/celery/task.py``)."""
+
+    #: Seconds between two ticks, while the task runs and while its events are delivered.
+    interval: float
+
+    def tick(self) -> bool:
+        """Do the engine's part; True when the engine asks that the attempt stop."""
+        ...
+
+
 class AttemptRun:
     """One worker's run of one attempt. Not reusable."""
 
@@ -81,10 +98,15 @@ class AttemptRun:
         spec: port.AttemptSpec,
         *,
         on_task_ended: Callable[[], object] | None = None,
+        companion: Companion | None = None,
     ):
         self.attempt = attempt
         self.spec = spec
         self._on_task_ended = on_task_ended
+        self._companion = companion
+        self._companion_due = (
+            float("inf") if companion is None else time.monotonic() + companion.interval
+        )
         self.log = task_process.LogSink(attempt.log, cap_bytes=spec.log_cap_bytes)
         self.journal = spool.Spool(attempt.path)
         self._transport = transports.make_transport(spec)
@@ -172,6 +194,7 @@ class AttemptRun:
             timers = [drain_until if wait_status is not None else next_heartbeat]
             if wait_status is None:
                 timers += [t for t in (deadline, self._kill_at) if t is not None]
+                timers.append(self._companion_due)
             for key, _ in selector.select(max(0.0, min(timers) - time.monotonic())):
                 match key.data:
                     case "output":
@@ -189,6 +212,8 @@ class AttemptRun:
             if wait_status is not None:
                 continue
             now = time.monotonic()
+            if self._tick_companion(now):
+                self._request_stop(port.ErrorCategory.CANCELLED)
             if now >= next_heartbeat:
                 self._emit("heartbeat", wire.HeartbeatEvidence())
                 next_heartbeat = now + heartbeat
@@ -205,6 +230,14 @@ class AttemptRun:
             self._read_channel()  # the task's last notices were written before it exited
             selector.unregister(self._channel_fd)
         return wait_status
+
+    def _tick_companion(self, now: float) -> bool:
+        """Tick the companion when it is due; True when its engine asks for a stop."""
+        companion = self._companion
+        if companion is None or now < self._companion_due:
+            return False
+        self._companion_due = now + companion.interval
+        return companion.tick()
 
     def _reap(self, task: task_process.TaskProcess) -> int:
         # The leader ended. What is left of its group dies with it; killing it before the
@@ -306,7 +339,10 @@ class AttemptRun:
             return
         give_up_at = time.monotonic() + self.spec.delivery_deadline.total_seconds()
         while (remaining := give_up_at - time.monotonic()) > 0:
-            for key, _ in self._selector.select(remaining):
+            # The task has ended: a stop asked for now changes nothing, the ticks go on.
+            self._tick_companion(time.monotonic())
+            wait = min(remaining, max(0.0, self._companion_due - time.monotonic()))
+            for key, _ in self._selector.select(wait):
                 if key.data == "signal" and self._drain(self._signal_r):
                     self.log.note("stopped while delivering: the spool keeps the rest")
                     deliverer.abort()
@@ -606,6 +642,43 @@ def run_attempt(
         _leave(attempt, lock_fd)
     # Otherwise the lock stays ours until this process ends, which it does now.
     return status, reusable
+
+
+def run_attempt_here(
+    attempt: layout.AttemptDir, spec: port.AttemptSpec, *, companion: Companion
+) -> int:
+    """Run an attempt in this process, which goes on with other work once it is over (a
+    Celery pool process); returns the worker's exit status for it.
+
+    The attempt's worker lock is taken for the run and let go after it. The signal handlers
+    (and the wakeup fd and the signal mask) that the run sets are put back as they were: a
+    stop signal during the run is the attempt's, after it the process's own again. No pin is
+    needed (:func:`pin_worker`): whoever signals this process signals the attempt it runs.
+    """
+    lock_fd = _lock_attempt(attempt)
+    if lock_fd is None:
+        return EXIT_BUSY
+    try:
+        with _signals_restored():
+            return AttemptRun(attempt, spec, companion=companion).run()
+    finally:
+        os.close(lock_fd)
+
+
+@contextlib.contextmanager
+def _signals_restored() -> Iterator[None]:
+    touched = (*_STOP_SIGNALS, signal.SIGCHLD, signal.SIGHUP)
+    handlers = {signum: signal.getsignal(signum) for signum in touched}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    wakeup_fd = signal.set_wakeup_fd(-1)
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(wakeup_fd)
+        for signum, handler in handlers.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 #: A warm worker runs at most this many attempts, then ends, so that whatever an attempt

@@ -200,11 +200,9 @@ def test_a_host_killed_mid_task_leaves_an_unknown_attempt_and_no_second_copy(
     assert len(starts(marker)) == 1
 
 
-def test_a_pool_process_gives_its_next_delivery_to_its_warm_worker(
-    make_hosts: MakeHosts, tmp_path: Path
-) -> None:
+def test_a_pool_process_runs_its_deliveries_itself(make_hosts: MakeHosts, tmp_path: Path) -> None:
     hosts = make_hosts()
-    hosts.start("host-a", concurrency=1)
+    hostname = hosts.start("host-a", concurrency=1)
     executor = hosts.executor()
     attempts = [spec(f"echo attempt {n}", tmp_path / "o") for n in range(3)]
 
@@ -221,7 +219,12 @@ def test_a_pool_process_gives_its_next_delivery_to_its_warm_worker(
         )
         assert recorded is not None
         workers.add(recorded.engine_id)
-    assert len(workers) == 1, f"a worker was forked per delivery: {workers}"
+    # One pool process (concurrency 1) ran them all: no process was forked for a delivery.
+    assert len(workers) == 1, f"more than one process ran the deliveries: {workers}"
+    (engine_id,) = workers
+    pid = int(engine_id.split(":")[1])
+    parent = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    assert parent == hosts.started[hostname].pid  # a pool process of the Celery worker
     for n, attempt in enumerate(attempts):
         shipped = executor.read_log(external_id=f"celery:{attempt.instance_id}/1")
         assert shipped is not None and shipped.startswith(f"attempt {n}\n".encode())

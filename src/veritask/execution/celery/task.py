@@ -3,16 +3,14 @@
 For each delivery: take the attempt's claim (``SET NX``); a delivery that finds it taken is
 refused, the refusal is recorded as evidence, and the message is acknowledged without a
 result, so the result of the delivery that ran is never overwritten. The claiming delivery
-writes the spec into an attempt directory under the worker's home and gives it to the same
-worker program as the local executor, so tokens, heartbeats, progress, the spool, the log and
-the exit record behave the same. While it runs, this process refreshes the
-attempt's lease, ships the log to Redis in chunks and forwards a stop (a revoke's SIGTERM, or
-the stop request in Redis) to the worker, which stops the task after its grace period.
-
-Each pool process keeps its worker warm, as the local supervisor does (docs/executors.md,
-*Warm workers*): a worker done with an attempt is given the pool process's next delivery
-instead of ending, so a delivery does not pay for forking the pool process (tens of MiB) and
-the copies of the pages both then write. The worker is the pool process's child, in the host's
+writes the spec into an attempt directory under the worker's home and runs it with the same
+worker program as the local executor (``worker.run_attempt_here``), so tokens, heartbeats,
+progress, the spool, the log and the exit record behave the same. The pool process runs it
+itself: it is long-lived already, and handing each attempt to a worker process of its own cost
+about half a millisecond of CPU per attempt (docs/executors.md, section 6). Beside the run, in
+the worker's loop, the delivery refreshes the attempt's lease, ships the log to Redis in chunks
+and turns the stop request in Redis into the attempt's stop; a revoke's SIGTERM reaches the
+worker program's own handler. The task's process is the pool process's child, in the host's
 session: whatever takes the host down takes it down too.
 """
 
@@ -23,7 +21,6 @@ import dataclasses
 import json
 import logging
 import os
-import select
 import signal
 import socket
 from dataclasses import dataclass
@@ -35,7 +32,7 @@ from celery import Celery
 from celery.exceptions import Ignore
 
 from veritask.core import jsontypes
-from veritask.execution import layout, port, procfs, records, wire, worker
+from veritask.execution import layout, port, records, wire, worker
 from veritask.execution.celery import app as celery_app
 from veritask.execution.celery import claims as claim_records
 from veritask.execution.celery.settings import CelerySettings
@@ -103,14 +100,27 @@ def run_delivery(
     # What came is written as it came, unless this host changed where the worker reports.
     written = encoded_spec if spec is received else records.encode_spec(spec)
     layout.write_json_atomically(attempt.spec, written, durable=False)
+
+    def stop_before_the_run(signum: int, frame: FrameType | None) -> None:
+        # A revoke's SIGTERM before the worker program's own handler is in place: on disk,
+        # where the run looks before it starts the task.
+        layout.create_exclusively(attempt.cancel_request, wire.format_time(wire.utc_now()).encode())
+
     if stop_requested:
         # The worker sees the request and completes as cancelled without starting the task.
-        layout.create_exclusively(attempt.cancel_request, wire.format_time(wire.utc_now()).encode())
+        stop_before_the_run(signal.SIGTERM, None)
+    beside = _Beside(context, key, me, attempt.log, spec.log_cap_bytes)
+    previous_term = signal.signal(signal.SIGTERM, stop_before_the_run)
     try:
-        status, record = _run_worker(context, attempt, key, me, spec.log_cap_bytes)
+        os.link(_process_record(context.home), attempt.worker_record)
+        status = worker.run_attempt_here(attempt, spec, companion=beside)
     except BaseException:
         claims.release_lease(key)  # the delivery is over, though it has no result to store
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+    beside.ship_log()
+    record = records.read_exit_record(attempt)
     result: jsontypes.JSONObject = {
         "worker": me,
         "host": socket.gethostname(),
@@ -119,6 +129,50 @@ def run_delivery(
         "exit_record": None if record is None else record.encode(),
     }
     claims.finish(key, result)
+
+
+class _Beside:
+    """The delivery's part while its attempt runs (``worker.Companion``): the lease, the log,
+    and the stop requested in Redis."""
+
+    def __init__(
+        self, context: WorkerContext, key: str, me: str, log_path: Path, log_cap: int
+    ) -> None:
+        self.interval = context.settings.lease_refresh.total_seconds()
+        self._claims = context.claims
+        self._lease = context.settings.lease
+        self._key = key
+        self._me = me
+        self._log_path = log_path
+        self._log_cap = log_cap
+        self._shipped = 0
+
+    def tick(self) -> bool:
+        self.ship_log()
+        self._claims.refresh_lease(self._key, self._me, lease=self._lease)
+        return self._claims.cancel_requested(self._key)
+
+    def ship_log(self) -> None:
+        """Append what the log gained since the last call to Redis."""
+        self._shipped = _ship_log(
+            self._claims, self._key, self._log_path, self._shipped, self._log_cap
+        )
+
+
+#: This pool process's record (``workers/<pid>-<ticks>.json``), written once: each attempt's
+#: ``worker.json`` is a link to it.
+_record: tuple[int, Path] | None = None
+
+
+def _process_record(home: layout.ExecutorHome) -> Path:
+    global _record
+    if _record is None or _record[0] != os.getpid() or not _record[1].exists():
+        identity = records.ProcessRecord.of_worker(os.getpid())
+        path = home.worker_record(identity.pid, identity.start_ticks)
+        home.workers.mkdir(exist_ok=True)
+        records.write_process_record(path, identity)
+        _record = (identity.pid, path)
+    return _record[1]
 
 
 def _reporting_to_this_hosts_api(
@@ -133,132 +187,6 @@ def _reporting_to_this_hosts_api(
     else:
         callback = port.HttpCallback(settings.callback_url)
     return dataclasses.replace(spec, callback=callback)
-
-
-def _run_worker(
-    context: WorkerContext, attempt: layout.AttemptDir, key: str, me: str, log_cap: int
-) -> tuple[int, records.ExitRecord | None]:
-    """Give the attempt to this pool process's warm worker and watch it until the attempt is
-    over; returns the worker's status for it, and the attempt's exit record if there is one."""
-    warm: _WarmWorker | None = None
-    stop_sent = False
-
-    def forward_stop(signum: int, frame: FrameType | None) -> None:
-        nonlocal stop_sent
-        stop_sent = True
-        # On disk first, for whichever worker takes the attempt; pinned, the worker cannot
-        # leave this attempt between the check for its end and the signal.
-        layout.create_exclusively(attempt.cancel_request, wire.format_time(wire.utc_now()).encode())
-        with worker.pin_worker(attempt):
-            if warm is not None and not attempt.exit_record.exists():
-                warm.signal(signal.SIGTERM)
-
-    # A revoke with terminate sends SIGTERM to this pool process: it becomes the worker's stop.
-    previous_term = signal.signal(signal.SIGTERM, forward_stop)
-    shipped = 0
-    refresh = context.settings.lease_refresh.total_seconds()
-    try:
-        warm = _hand_over(context.home, attempt, key)
-        while not (warm.ready or warm.ended_status is not None):
-            readable, _, _ = select.select([warm.control], [], [], refresh)
-            shipped = _ship_log(context.claims, key, attempt.log, shipped, log_cap)
-            if readable:
-                warm.read()
-                continue
-            context.claims.refresh_lease(key, me, lease=context.settings.lease)
-            if not stop_sent and context.claims.cancel_requested(key):
-                forward_stop(signal.SIGTERM, None)
-    finally:
-        signal.signal(signal.SIGTERM, previous_term)
-    _ship_log(context.claims, key, attempt.log, shipped, log_cap)
-    record = records.read_exit_record(attempt)
-    if warm.ended_status is not None:
-        return warm.ended_status, record
-    if record is None:
-        return worker.EXIT_FAILED, None
-    return worker.exit_status(record.error_category), record
-
-
-def _hand_over(home: layout.ExecutorHome, attempt: layout.AttemptDir, key: str) -> _WarmWorker:
-    """A worker that read the attempt: this process's warm one, or a new one when that one
-    ended without reading it (its record in the attempt is then withdrawn)."""
-    for _ in range(3):
-        warm = _WarmWorker.of_this_process(home)
-        if warm.take(attempt, key):
-            return warm
-        layout.remove_quietly(attempt.worker_record)
-    raise RuntimeError(f"no worker would take {attempt.path}")
-
-
-class _WarmWorker:
-    """This pool process's worker, a child kept for delivery after delivery; it speaks the
-    local supervisor's protocol (worker.serve_supervisor)."""
-
-    _current: _WarmWorker | None = None
-
-    def __init__(self, home: layout.ExecutorHome) -> None:
-        self.owner = os.getpid()
-        forked = worker.fork_supervised(home, in_child=_in_worker)
-        self.control = forked.control
-        self.identity = forked.identity
-        self.record = forked.record
-        #: It read the attempt it was given / is done with it.
-        self.told = False
-        self.ready = False
-        #: Set once the worker ended: its exit status, as the pool process reaped it.
-        self.ended_status: int | None = None
-
-    @classmethod
-    def of_this_process(cls, home: layout.ExecutorHome) -> _WarmWorker:
-        current = cls._current
-        if current is None or current.owner != os.getpid() or current.ended_status is not None:
-            current = cls._current = cls(home)
-        return current
-
-    def take(self, attempt: layout.AttemptDir, key: str) -> bool:
-        """Record the worker in the attempt, send it the attempt's key and wait until it read
-        it; False when it ended instead."""
-        os.link(self.record, attempt.worker_record)
-        self.told = self.ready = False
-        try:
-            self.control.sendall(key.encode() + b"\n")
-        except OSError:
-            self._reap()
-            return False
-        while not self.told and self.ended_status is None:
-            self.read()
-        return self.told
-
-    def read(self) -> None:
-        """Take in what the worker said; a closed socket means that it ended."""
-        try:
-            news = self.control.recv(4096)
-        except OSError:
-            news = b""
-        if not news:
-            self._reap()
-            return
-        self.told = self.told or worker.TOLD in news
-        self.ready = self.ready or worker.READY in news
-
-    def signal(self, signum: int) -> None:
-        procfs.signal_process(self.identity.pid, self.identity.start_ticks, signum)
-
-    def _reap(self) -> None:
-        try:
-            _, status = os.waitpid(self.identity.pid, 0)
-            self.ended_status = os.waitstatus_to_exitcode(status)
-        except ChildProcessError:  # reaped by someone else: its status is lost
-            self.ended_status = worker.EXIT_FAILED
-        self.control.close()
-        layout.remove_quietly(self.record)  # the attempts' links keep what they need
-
-
-def _in_worker() -> None:
-    """In a new warm worker: a process group of its own, in the host's session (whatever
-    takes the host down takes it down too), and the default for SIGHUP."""
-    os.setpgid(0, 0)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def _ship_log(claims: claim_records.Claims, key: str, path: Path, shipped: int, cap: int) -> int:
