@@ -154,6 +154,41 @@ def test_cancel_terminates_the_task_and_the_workers_exit_confirms_it(
     assert seen.source is port.ObservationSource.CELERY_RESULT
 
 
+def test_a_stop_requested_only_in_redis_reaches_the_running_attempt(
+    make_hosts: MakeHosts, tmp_path: Path
+) -> None:
+    # The revoke is a broadcast that a worker may miss; the delivery also looks for the
+    # request in Redis while the attempt runs.
+    hosts = make_hosts()
+    hosts.start("host-a")
+    executor = hosts.executor()
+    marker = tmp_path / "marker"
+    submitted = executor.submit(spec=spec(f"echo start >> {marker}; exec sleep 60", tmp_path / "o"))
+    wait_for(lambda: marker.exists(), what="the task to start")
+    executor.claims.request_cancel(submitted.external_id.removeprefix("celery:"))
+    seen = observe(executor, submitted.external_id, port.EngineState.FAILED)
+    assert seen.error_category is port.ErrorCategory.CANCELLED
+
+
+def test_a_pool_process_that_ran_an_attempt_still_stops_the_next_one_on_a_revoke(
+    make_hosts: MakeHosts, tmp_path: Path
+) -> None:
+    hosts = make_hosts()
+    hosts.start("host-a", concurrency=1)  # both deliveries in the same pool process
+    executor = hosts.executor()
+    first = executor.submit(spec=spec("true", tmp_path / "o"))
+    observe(executor, first.external_id, port.EngineState.SUCCEEDED)
+    marker = tmp_path / "marker"
+    second = executor.submit(spec=spec(f"echo start >> {marker}; exec sleep 60", tmp_path / "o"))
+    wait_for(lambda: marker.exists(), what="the second task to start")
+    executor.app.control.revoke(second.external_id, terminate=True, signal="SIGTERM")
+    seen = observe(executor, second.external_id, port.EngineState.FAILED)
+    assert seen.error_category is port.ErrorCategory.CANCELLED
+    # The pool process lived on: a third delivery runs in it.
+    third = executor.submit(spec=spec("true", tmp_path / "o"))
+    observe(executor, third.external_id, port.EngineState.SUCCEEDED)
+
+
 def test_a_cancel_before_any_worker_took_it_is_confirmed_at_once(
     make_hosts: MakeHosts, tmp_path: Path
 ) -> None:
