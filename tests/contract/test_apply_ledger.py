@@ -155,6 +155,43 @@ def test_a_story_is_recorded_folded_and_projected(ledger: Ledger) -> None:
     assert [(k, f, t) for k, f, t in outcomes][-1] == ("completed", "RUNNING", "SUCCESS")
 
 
+def attempt_row(ledger: Ledger, instance_id: str) -> sa.Row[tuple[object, ...]]:
+    with ledger.engine.connect() as connection:
+        return connection.execute(
+            sa.select(schema.attempts).where(schema.attempts.c.instance_id == instance_id)
+        ).one()
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["apply", "apply_batch"])
+def test_a_heartbeat_leaves_the_attempt_row_and_progress_writes_it(
+    ledger: Ledger, batched: bool
+) -> None:
+    def record(event: Event) -> None:
+        if batched:
+            ledger.apply_batch([event])
+        else:
+            ledger.apply(event)
+
+    instance_id = make_instance(ledger)
+    ledger.apply(opened(instance_id))
+    ledger.apply(acked(instance_id))
+    record(report(instance_id, EventKind.STARTED, 1, {"worker": "w:1"}))
+    started = attempt_row(ledger, instance_id)
+
+    record(report(instance_id, EventKind.HEARTBEAT, 2))
+    # Only the liveness moved (the last report, so the lease): the row is not written for it.
+    assert attempt_row(ledger, instance_id) == started
+    snapshot = ledger.snapshot(instance_id)
+    assert snapshot is not None
+    assert snapshot[0].attempts[-1].last_report_at == T0 + timedelta(seconds=2)
+
+    record(report(instance_id, EventKind.PROGRESS, 3, {"phase": "copy", "done": 1, "total": 2}))
+    progressed = attempt_row(ledger, instance_id)
+    assert (progressed.progress_phase, progressed.progress_done) == ("copy", 1)
+    # Written with the progress, the row's liveness caught up with the last report.
+    assert progressed.last_heartbeat_at == T0 + timedelta(seconds=3)
+
+
 def test_the_snapshot_equals_the_pure_fold_of_the_recorded_events(ledger: Ledger) -> None:
     instance_id = make_instance(ledger)
     ledger.apply(opened(instance_id))

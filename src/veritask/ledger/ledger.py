@@ -455,7 +455,7 @@ class Ledger:
             before = {view.attempt_no: view for view in loaded.base.attempts}
             for view in loaded.snapshot.attempts:
                 previous = before.get(view.attempt_no)
-                if previous is None or statements.projected(previous) != statements.projected(view):
+                if previous is None or statements.row_changed(previous, view):
                     attempts.append(statements.attempt_row(instance_id, view, loaded.policy))
         if attempts:
             connection.execute(statements.statements_for(connection).upsert_attempt, attempts)
@@ -593,7 +593,7 @@ class Ledger:
         before = {view.attempt_no: view for view in loaded.base.attempts}
         for view in after.attempts:
             previous = before.get(view.attempt_no)
-            if previous is None or statements.projected(previous) != statements.projected(view):
+            if previous is None or statements.row_changed(previous, view):
                 statements.upsert_attempt(connection, instance_id, view, loaded.policy)
 
 

@@ -7,7 +7,7 @@ keeps ``apply()`` from paying for construction and compilation on every event.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -151,16 +151,27 @@ def payload(event: Event) -> JSONObject:
     }
 
 
-def projected(view: AttemptView) -> AttemptView:
-    """The attempt without its liveness fields.
+#: What an attempt's row holds of its view: all but the liveness fields.
+_ROW_FIELDS = tuple(
+    f.name
+    for f in fields(AttemptView)
+    if f.name not in ("last_report_at", "last_report_observed_at", "max_report_seq")
+)
+
+
+def row_changed(before: AttemptView, after: AttemptView) -> bool:
+    """Whether the attempt's row must be written again: a field other than liveness moved.
 
     A heartbeat only moves the last report and so the lease; writing the attempt row for it
     would double the cost of the most frequent event. The row's ``lease_expires_at`` may
     therefore lag behind: it is never later than the real expiry (reports only push it
     forward), so the monitor's query still finds every expired lease, re-derives the real
-    expiry from the snapshot and refreshes the row (``Ledger.refresh_lease``).
+    expiry from the snapshot and refreshes the row (``Ledger.refresh_lease``). Compared field
+    by field: a copy of each view without those fields cost more than the comparison.
     """
-    return replace(view, last_report_at=None, last_report_observed_at=None, max_report_seq=0)
+    if before is after:
+        return False
+    return any(getattr(before, name) != getattr(after, name) for name in _ROW_FIELDS)
 
 
 def upsert_attempt(
