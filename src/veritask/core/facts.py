@@ -11,12 +11,25 @@ The state is not stored here; :mod:`veritask.core.fold` derives it from these fa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 from veritask.core.events import ErrorCategory, Event, EventKind, Level
 from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.core.states import EngineState
+
+_Record = TypeVar("_Record")
+
+
+def _revised(record: _Record, **changes: object) -> _Record:
+    """``dataclasses.replace`` for this module's frozen records, which have neither
+    ``__post_init__`` nor slots: a copy of the fields with ``changes``, in a seventh of the
+    time (4.7 against 0.65 µs). The fold merges nearly every event with it, and a scheduler
+    merges thousands a second."""
+    revised = object.__new__(type(record))
+    revised.__dict__.update(record.__dict__, **changes)
+    return revised
 
 
 @dataclass(frozen=True)
@@ -190,14 +203,14 @@ def merge(facts: InstanceFacts, event: Event) -> InstanceFacts:
     """Add one event to the facts. Commutative, associative and idempotent."""
     rule = event.rule
     if event.kind is EventKind.INSTANCE_CREATED:
-        return replace(facts, created=earliest(facts.created, Mark.of(event)))
+        return _revised(facts, created=earliest(facts.created, Mark.of(event)))
     if rule.level is Level.INSTANCE or is_instance_cancel(event):
         return _merge_decision(facts, event)
     current = facts.attempt(event.attempt_no) or AttemptFacts(event.attempt_no)
     updated = _merge_attempt(current, event)
     others = tuple(a for a in facts.attempts if a.attempt_no != event.attempt_no)
     ordered = tuple(sorted((*others, updated), key=lambda a: a.attempt_no))
-    return replace(facts, attempts=ordered)
+    return _revised(facts, attempts=ordered)
 
 
 def is_instance_cancel(event: Event) -> bool:
@@ -222,7 +235,7 @@ def _merge_decision(facts: InstanceFacts, event: Event) -> InstanceFacts:
         (e, m) for e, m in facts.decisions if not (e == event.attempt_no and m.kind is event.kind)
     )
     ordered = tuple(sorted((*rest, (event.attempt_no, chosen)), key=lambda d: (d[0], d[1].kind)))
-    return replace(facts, decisions=ordered)
+    return _revised(facts, decisions=ordered)
 
 
 def _merge_attempt(a: AttemptFacts, event: Event) -> AttemptFacts:
@@ -232,41 +245,41 @@ def _merge_attempt(a: AttemptFacts, event: Event) -> AttemptFacts:
         a = _merge_report(a, event, mark)
     match kind:
         case EventKind.ATTEMPT_OPENED:
-            return replace(a, opened=earliest(a.opened, mark))
+            return _revised(a, opened=earliest(a.opened, mark))
         case EventKind.SUBMIT_ACKNOWLEDGED:
-            return replace(a, acknowledged=earliest(a.acknowledged, mark))
+            return _revised(a, acknowledged=earliest(a.acknowledged, mark))
         case EventKind.SUBMIT_FAILED:
-            return replace(a, submit_failed=earliest(a.submit_failed, mark))
+            return _revised(a, submit_failed=earliest(a.submit_failed, mark))
         case EventKind.STARTED:
-            return replace(a, started=earliest(a.started, mark))
+            return _revised(a, started=earliest(a.started, mark))
         case EventKind.HEARTBEAT:
             return a
         case EventKind.PROGRESS:
             seq = event.seq or 0
             if (seq, event.event_id) > (a.progress_seq, a.progress.event_id if a.progress else ""):
-                return replace(a, progress=mark, progress_seq=seq)
+                return _revised(a, progress=mark, progress_seq=seq)
             return a
         case EventKind.OUTPUT_COMMITTED:
-            return replace(a, committed=earliest(a.committed, mark))
+            return _revised(a, committed=earliest(a.committed, mark))
         case EventKind.COMPLETED | EventKind.ENGINE_OBSERVED:
             completion = completion_of(event)
             if completion is None:
-                return replace(a, engine_last=latest(a.engine_last, mark))
+                return _revised(a, engine_last=latest(a.engine_last, mark))
             if any(c.mark.event_id == event.event_id for c in a.completions):
                 return a
-            return replace(a, completions=tuple(sorted((*a.completions, completion), key=_ckey)))
+            return _revised(a, completions=tuple(sorted((*a.completions, completion), key=_ckey)))
         case EventKind.LEASE_EXPIRED:
-            return replace(a, lease_expired=_higher_basis(a.lease_expired, mark))
+            return _revised(a, lease_expired=_higher_basis(a.lease_expired, mark))
         case EventKind.TIMEOUT_REQUESTED | EventKind.CANCEL_REQUESTED:
-            return replace(a, stop_requested=earliest(a.stop_requested, mark))
+            return _revised(a, stop_requested=earliest(a.stop_requested, mark))
         case EventKind.CANCEL_CONFIRMED:
-            return replace(a, cancel_confirmed=earliest(a.cancel_confirmed, mark))
+            return _revised(a, cancel_confirmed=earliest(a.cancel_confirmed, mark))
         case EventKind.CANCEL_UNCONFIRMED:
-            return replace(a, cancel_unconfirmed=earliest(a.cancel_unconfirmed, mark))
+            return _revised(a, cancel_unconfirmed=earliest(a.cancel_unconfirmed, mark))
         case EventKind.NEVER_RECEIVED:
-            return replace(a, never_received=earliest(a.never_received, mark))
+            return _revised(a, never_received=earliest(a.never_received, mark))
         case EventKind.FENCED:
-            return replace(a, fenced=earliest(a.fenced, mark))
+            return _revised(a, fenced=earliest(a.fenced, mark))
         case (
             EventKind.INSTANCE_CREATED
             | EventKind.OVERRIDE
@@ -296,7 +309,7 @@ def _merge_report(a: AttemptFacts, event: Event, mark: Mark) -> AttemptFacts:
     seq = event.seq or 0
     last = a.last_report
     last_key = (a.max_report_seq, last.event_id) if last else (0, "")
-    return replace(
+    return _revised(
         a,
         max_report_seq=max(a.max_report_seq, seq),
         first_report=earliest(a.first_report, mark),
