@@ -144,13 +144,18 @@ tasks:
     assert harness.run_history(run_id)[-1][:2] == ("RUNNING", "FAILED")
 
 
+def settling(make_harness: MakeHarness, settle: timedelta) -> Harness:
+    """A harness whose leaf successes wait ``settle``, and no full scan to read runs anyway."""
+    return make_harness(
+        settings=dataclasses.replace(FAST, leaf_settle=settle, full_scan_every=timedelta(minutes=1))
+    )
+
+
 def test_what_waits_on_a_task_opens_as_soon_as_the_task_succeeded(
     make_harness: MakeHarness,
 ) -> None:
     settle = timedelta(seconds=3)
-    harness = make_harness(
-        settings=dataclasses.replace(FAST, leaf_settle=settle, full_scan_every=timedelta(minutes=1))
-    )
+    harness = settling(make_harness, settle)
     harness.apply(
         """\
 name: settle
@@ -173,9 +178,7 @@ def test_a_leaf_success_waits_for_more_news_unless_it_was_the_runs_last_task(
     make_harness: MakeHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settle = timedelta(seconds=4)
-    harness = make_harness(
-        settings=dataclasses.replace(FAST, leaf_settle=settle, full_scan_every=timedelta(minutes=1))
-    )
+    harness = settling(make_harness, settle)
     harness.apply(
         """\
 name: leaves

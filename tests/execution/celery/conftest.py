@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,6 +33,27 @@ AMQP_URL = os.environ.get("VERITASK_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.
 REDIS_URL = os.environ.get("VERITASK_TEST_REDIS_URL", "redis://127.0.0.1:6379/11")
 #: Short, so that a dead host's lease lapses within the tests' patience.
 LEASE_SECONDS = 3.0
+
+
+RABBITMQCTL = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
+
+
+@contextlib.contextmanager
+def queue_that_refuses() -> Iterator[str]:
+    """The name of a queue the broker takes nothing into (RabbitMQ's ``reject-publish``
+    overflow at length 0, by policy): every message published to it is answered with a
+    ``basic.nack``. The policy goes when the block ends."""
+    queue = f"veritask-full-{secrets.token_hex(4)}"
+    policy = f"veritask-test-{queue}"
+    definition = '{"max-length": 0, "overflow": "reject-publish"}'
+    command = [RABBITMQCTL, "set_policy", "--apply-to", "queues", policy, f"^{queue}$"]
+    subprocess.run([*command, definition], check=True, capture_output=True, timeout=60)
+    try:
+        yield queue
+    finally:
+        subprocess.run(
+            [RABBITMQCTL, "clear_policy", policy], check=False, capture_output=True, timeout=60
+        )
 
 
 def _reachable(url: str, default_port: int) -> str | None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-import shutil
 import subprocess
 from pathlib import Path
 
 import kombu.pools
 import pytest
 
+from tests.execution.celery.conftest import RABBITMQCTL, queue_that_refuses
 from tests.execution.celery.test_celery_executor import MakeHosts, observe, spec
 from veritask.definitions.parse import parse_definition
 from veritask.execution import errors, port, wire
@@ -20,8 +20,6 @@ from veritask.scheduling import dispatch
 from veritask.scheduling.tokens import AttemptTokens
 
 pytestmark = [pytest.mark.slow]
-
-RABBITMQCTL = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
 
 
 def waiting_in(executor: celery_executor.CeleryExecutor, queue: str) -> int:
@@ -80,15 +78,9 @@ def test_each_attempt_of_a_batch_gets_its_own_answer(make_hosts: MakeHosts, tmp_
 def test_messages_the_broker_refuses_are_errors_worth_another_try_and_not_recorded(
     make_hosts: MakeHosts, tmp_path: Path
 ) -> None:
-    # A queue the broker takes nothing into (RabbitMQ's reject-publish overflow, by policy):
-    # the broker answers basic.nack, in the middle of a batch whose other messages it takes.
+    # The broker answers basic.nack, in the middle of a batch whose other messages it takes.
     hosts = make_hosts()
-    full_queue = f"veritask-full-{secrets.token_hex(4)}"
-    policy = f"veritask-test-{full_queue}"
-    definition = '{"max-length": 0, "overflow": "reject-publish"}'
-    command = [RABBITMQCTL, "set_policy", "--apply-to", "queues", policy, f"^{full_queue}$"]
-    subprocess.run([*command, definition], check=True, capture_output=True, timeout=60)
-    try:
+    with queue_that_refuses() as full_queue:
         executor = hosts.executor()
         refused = [
             dataclasses.replace(spec("true", tmp_path / "o"), queue=full_queue) for _ in range(2)
@@ -101,10 +93,6 @@ def test_messages_the_broker_refuses_are_errors_worth_another_try_and_not_record
             assert isinstance(answer, errors.ExecutorError) and answer.retryable
             assert executor.claims.submission(f"{attempt.instance_id}/1") is None
         assert isinstance(answers[1], port.Submission) and answers[1].created
-    finally:
-        subprocess.run(
-            [RABBITMQCTL, "clear_policy", policy], check=False, capture_output=True, timeout=60
-        )
 
 
 def test_a_connection_the_broker_closed_between_batches_is_opened_again(

@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import secrets
-import shutil
-import subprocess
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +13,7 @@ import kombu.pools
 import pytest
 from celery.result import AsyncResult
 
-from tests.execution.celery.conftest import REDIS_URL, Hosts
+from tests.execution.celery.conftest import REDIS_URL, Hosts, queue_that_refuses
 from tests.scheduling.harness import wait_for
 from veritask.execution import errors, layout, port, records, transports, wire
 from veritask.execution.celery import app as celery_app
@@ -55,6 +53,14 @@ def observe(
 
 def starts(marker: Path) -> list[str]:
     return [line for line in marker.read_text().splitlines() if line.startswith("start")]
+
+
+def long_running(executor: celery_executor.CeleryExecutor, tmp_path: Path) -> port.Submission:
+    """Submit a task that would run a minute, and wait until it has started."""
+    marker = tmp_path / f"marker-{secrets.token_hex(3)}"
+    submitted = executor.submit(spec=spec(f"echo start >> {marker}; exec sleep 60", tmp_path / "o"))
+    wait_for(lambda: marker.exists(), what="the task to start")
+    return submitted
 
 
 def test_an_attempt_runs_under_the_worker_program_and_is_described_from_the_result(
@@ -143,11 +149,8 @@ def test_cancel_terminates_the_task_and_the_workers_exit_confirms_it(
     hosts = make_hosts()
     hosts.start("host-a")
     executor = hosts.executor()
-    marker = tmp_path / "marker"
-    attempt = spec(f"echo start >> {marker}; exec sleep 60", tmp_path / "o")
-    submitted = executor.submit(spec=attempt)
+    submitted = long_running(executor, tmp_path)
     observe(executor, submitted.external_id, port.EngineState.RUNNING)
-    wait_for(lambda: marker.exists(), what="the task to start")
     executor.cancel(external_id=submitted.external_id)
     seen = observe(executor, submitted.external_id, port.EngineState.FAILED)
     assert seen.error_category is port.ErrorCategory.CANCELLED
@@ -162,9 +165,7 @@ def test_a_stop_requested_only_in_redis_reaches_the_running_attempt(
     hosts = make_hosts()
     hosts.start("host-a")
     executor = hosts.executor()
-    marker = tmp_path / "marker"
-    submitted = executor.submit(spec=spec(f"echo start >> {marker}; exec sleep 60", tmp_path / "o"))
-    wait_for(lambda: marker.exists(), what="the task to start")
+    submitted = long_running(executor, tmp_path)
     executor.claims.request_cancel(submitted.external_id.removeprefix("celery:"))
     seen = observe(executor, submitted.external_id, port.EngineState.FAILED)
     assert seen.error_category is port.ErrorCategory.CANCELLED
@@ -178,9 +179,7 @@ def test_a_pool_process_that_ran_an_attempt_still_stops_the_next_one_on_a_revoke
     executor = hosts.executor()
     first = executor.submit(spec=spec("true", tmp_path / "o"))
     observe(executor, first.external_id, port.EngineState.SUCCEEDED)
-    marker = tmp_path / "marker"
-    second = executor.submit(spec=spec(f"echo start >> {marker}; exec sleep 60", tmp_path / "o"))
-    wait_for(lambda: marker.exists(), what="the second task to start")
+    second = long_running(executor, tmp_path)
     executor.app.control.revoke(second.external_id, terminate=True, signal="SIGTERM")
     seen = observe(executor, second.external_id, port.EngineState.FAILED)
     assert seen.error_category is port.ErrorCategory.CANCELLED
@@ -308,27 +307,16 @@ def test_a_result_that_a_worker_of_an_earlier_release_stored_in_celery_is_still_
 def test_a_message_the_broker_refuses_is_not_acknowledged_as_submitted(
     make_hosts: MakeHosts, tmp_path: Path
 ) -> None:
-    # A queue the broker takes nothing into (RabbitMQ's reject-publish overflow, by policy).
     # Without publisher confirms the message would be dropped while submit said it was sent,
     # and the attempt would wait in QUEUED for a message that never comes.
     hosts = make_hosts()
-    full_queue = f"veritask-full-{secrets.token_hex(4)}"
-    policy = f"veritask-test-{full_queue}"
-    rabbitmqctl = shutil.which("rabbitmqctl") or "/usr/sbin/rabbitmqctl"
-    definition = '{"max-length": 0, "overflow": "reject-publish"}'
-    command = [rabbitmqctl, "set_policy", "--apply-to", "queues", policy, f"^{full_queue}$"]
-    subprocess.run([*command, definition], check=True, capture_output=True, timeout=60)
-    try:
+    with queue_that_refuses() as full_queue:
         executor = hosts.executor()
         attempt = dataclasses.replace(spec("true", tmp_path / "o"), queue=full_queue)
         with pytest.raises(errors.ExecutorError) as refused:
             executor.submit(spec=attempt)
         assert refused.value.retryable  # the reconciler submits it again after the grace
         assert executor.claims.submission(f"{attempt.instance_id}/1") is None
-    finally:
-        subprocess.run(
-            [rabbitmqctl, "clear_policy", policy], check=False, capture_output=True, timeout=60
-        )
 
 
 def connected_producers(executor: celery_executor.CeleryExecutor, count: int) -> int:
