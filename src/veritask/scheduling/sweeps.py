@@ -46,7 +46,10 @@ _RECONCILED_STATES = (
     InstanceState.QUEUED,
 )
 _EVERYTHING = (*_RECONCILED_STATES, InstanceState.RUNNING)
-_MONITORED = (InstanceState.QUEUED, InstanceState.RUNNING, InstanceState.LOST)
+#: What the monitor reads: a lease runs only while the task runs, and a timeout counts from the
+#: task's start, so a QUEUED instance is never due (the reconciler follows it, ``queued_check``).
+#: A backlog of thousands waiting in a broker is not read again every second.
+_MONITORED = (InstanceState.RUNNING, InstanceState.LOST)
 _STILL_RUNNING = (EngineState.PENDING, EngineState.RUNNING)
 #: An instance UP_FOR_RETRY this long past its ``retry_at`` is alerted (retry timing).
 RETRY_LATE_AFTER = timedelta(minutes=1)
