@@ -65,6 +65,28 @@ def test_the_companion_ticks_while_the_task_runs_and_its_stop_cancels_it(tmp_pat
     assert time.monotonic() - started < 10  # the stop, not the task, ended it
 
 
+class FailingFirstCompanion(CountingCompanion):
+    """Its first tick fails, as a call to an engine that is away for a moment does."""
+
+    def tick(self) -> bool:
+        if not self.ticks:
+            self.ticks.append(time.monotonic())
+            raise ConnectionError("Redis is restarting")
+        return super().tick()
+
+
+def test_a_companion_that_fails_once_does_not_end_the_supervision(tmp_path: Path) -> None:
+    attempt, spec = prepared(tmp_path, "exec sleep 30")
+    companion = FailingFirstCompanion(interval=0.05, stop_at=3)
+
+    status = worker.run_attempt_here(attempt, spec, companion=companion)
+
+    # The run went on after the failed tick, and the later stop still reached the task.
+    assert status == worker.EXIT_FAILED
+    assert category(attempt) is port.ErrorCategory.CANCELLED
+    assert "Redis is restarting" in attempt.log.read_text()
+
+
 def test_a_quick_task_ends_before_its_companion_is_due(tmp_path: Path) -> None:
     attempt, spec = prepared(tmp_path, "true")
     companion = CountingCompanion(interval=60)

@@ -237,7 +237,14 @@ class AttemptRun:
         if companion is None or now < self._companion_due:
             return False
         self._companion_due = now + companion.interval
-        return companion.tick()
+        try:
+            return companion.tick()
+        except Exception as exc:  # the engine away for a moment must not end the supervision
+            self.log.note(
+                f"the engine's part beside the attempt failed ({exc!r});"
+                f" it is tried again in {companion.interval:g}s"
+            )
+            return False
 
     def _reap(self, task: task_process.TaskProcess) -> int:
         # The leader ended. What is left of its group dies with it; killing it before the
