@@ -17,6 +17,10 @@ from veritask.execution import spool, task_process, transports
 #: The first pause after a failed delivery; it doubles up to the spec's ``delivery_retry_max``.
 INITIAL_RETRY_DELAY = 0.05
 
+#: The delivery thread's name, by which a process that runs attempts one after another finds
+#: one that outlived its attempt.
+THREAD_NAME = "veritask-delivery"
+
 #: Bytes written to the notify pipe, for the worker's main loop.
 NOTIFY_STOP = b"S"
 NOTIFY_DRAINED = b"D"
@@ -92,7 +96,7 @@ class Deliverer:
     def _enqueue(self, spooled: spool.SpooledEvent) -> None:
         self._queue.append(spooled)
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="veritask-delivery", daemon=True)
+            self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
             self._thread.start()
         self._condition.notify()
 

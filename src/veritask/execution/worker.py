@@ -75,6 +75,9 @@ OUTPUT_EVENT_LIMIT_BYTES = 1024 * 1024
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: How long an ending attempt waits for its delivery thread (busy with a request) to end.
 DELIVERY_JOIN_SECONDS = 0.2
+#: How long a process that runs attempts one after another waits more for such a thread,
+#: before it takes its next attempt: longer than a request to the platform may take.
+LINGERING_DELIVERY_SECONDS = 60.0
 
 
 class Companion(Protocol):
@@ -669,6 +672,12 @@ def run_attempt_here(
         with _signals_restored():
             return AttemptRun(attempt, spec, companion=companion).run()
     finally:
+        # A delivery thread stopped in the middle of a request ends with that request. Wait
+        # for it: this process forks the next attempt's callables, and a fork must not copy a
+        # thread in the middle of anything (a warm worker ends instead, see run_attempt).
+        for thread in threading.enumerate():
+            if thread.name == delivery.THREAD_NAME:
+                thread.join(LINGERING_DELIVERY_SECONDS)
         os.close(lock_fd)
 
 
