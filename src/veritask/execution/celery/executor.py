@@ -94,25 +94,16 @@ class CeleryExecutor:
         _check_celery_task(spec)
         key = claim_records.attempt_key(spec.instance_id, spec.attempt_no)
         task_id = external_id(spec.instance_id, spec.attempt_no)
-        queue = spec.queue or self.settings.default_queue
         with _engine_errors(task_id):
             sent = self.claims.submission(key)
             if sent is not None:
                 return _submitted_before(spec, key, task_id, sent)
+            message = self._message(spec, key, task_id)
             # Sent before it is recorded: a crash in between leaves a message the record does
             # not know, so the reconciler submits again, and the claim refuses the second copy.
-            self.app.send_task(
-                celery_app.RUN_ATTEMPT,
-                args=[records.encode_spec(self._for_remote_worker(spec))],
-                task_id=task_id,
-                queue=queue,
-                # What ``inspect`` and monitoring tools show for the arguments; Celery would
-                # otherwise render a truncated repr of the whole spec for every message.
-                argsrepr=f"(<attempt {key}>,)",
-                kwargsrepr="{}",
-            )
+            publisher.send(self.app, message)
             created = self.claims.record_submission(
-                key, token=spec.attempt_token, task_id=task_id, queue=queue
+                key, token=spec.attempt_token, task_id=task_id, queue=message.queue
             )
         return port.Submission(task_id, created=created)
 
@@ -138,15 +129,13 @@ class CeleryExecutor:
                 if sent is not None:
                     answers[place] = _submitted_before(spec, key, task_id, sent)
                     continue
-                encoded = records.encode_spec(self._for_remote_worker(spec))
+                messages.append(self._message(spec, key, task_id))
             except errors.ExecutorError as exc:
                 answers[place] = exc
                 continue
             except ValueError as exc:  # a spec that cannot be encoded: sending it cannot help
                 answers[place] = errors.ExecutorError(f"{task_id}: {exc}", retryable=False)
                 continue
-            queue = spec.queue or self.settings.default_queue
-            messages.append(publisher.Message(task_id, queue, encoded, f"(<attempt {key}>,)"))
             places.append(place)
         published = self.publisher.publish(messages)
         confirmed = [
@@ -306,6 +295,15 @@ class CeleryExecutor:
         return None, True
 
     # --- helpers ------------------------------------------------------------------------
+
+    def _message(self, spec: port.AttemptSpec, key: str, task_id: str) -> publisher.Message:
+        """The run-attempt message of ``spec``; ValueError when the spec cannot be encoded."""
+        return publisher.Message(
+            task_id=task_id,
+            queue=spec.queue or self.settings.default_queue,
+            encoded_spec=records.encode_spec(self._for_remote_worker(spec)),
+            argsrepr=f"(<attempt {key}>,)",
+        )
 
     def _for_remote_worker(self, spec: port.AttemptSpec) -> port.AttemptSpec:
         """Workers on other hosts cannot reach the scheduler's outbox: they report over HTTP."""

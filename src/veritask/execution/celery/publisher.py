@@ -55,6 +55,21 @@ class Message:
     argsrepr: str
 
 
+def send(app: Celery, message: Message, **options: Any) -> None:
+    """Publish ``message`` as the run-attempt task; ``options`` are ``send_task``'s."""
+    app.send_task(
+        celery_app.RUN_ATTEMPT,
+        args=[message.encoded_spec],
+        task_id=message.task_id,
+        queue=message.queue,
+        # What ``inspect`` and monitoring tools show for the arguments; Celery would otherwise
+        # render a truncated repr of the whole spec for every message.
+        argsrepr=message.argsrepr,
+        kwargsrepr="{}",
+        **options,
+    )
+
+
 class BatchPublisher:
     """Publishes batches of run-attempt messages for one Celery app; one batch at a time."""
 
@@ -133,14 +148,9 @@ class BatchPublisher:
         connection, producer = self._open()
         self._unconfirmed = {}
         for place in places:
-            message = messages[place]
-            self._app.send_task(
-                celery_app.RUN_ATTEMPT,
-                args=[message.encoded_spec],
-                task_id=message.task_id,
-                queue=message.queue,
-                argsrepr=message.argsrepr,
-                kwargsrepr="{}",
+            send(
+                self._app,
+                messages[place],
                 producer=producer,
                 # Kombu would reconnect and publish again on a new channel, whose delivery
                 # tags start again: a lost connection is handled here instead.
@@ -190,8 +200,9 @@ class BatchPublisher:
         self._settle(delivery_tag, multiple, taken=False)
 
     def _settle(self, delivery_tag: int, multiple: bool, *, taken: bool) -> None:
-        tags = [tag for tag in self._unconfirmed if tag <= delivery_tag] if multiple else []
-        if not multiple and delivery_tag in self._unconfirmed:
-            tags = [delivery_tag]
+        if multiple:  # everything up to this tag
+            tags = [tag for tag in self._unconfirmed if tag <= delivery_tag]
+        else:
+            tags = [delivery_tag] if delivery_tag in self._unconfirmed else []
         for tag in tags:
             self._confirmed[self._unconfirmed.pop(tag)] = taken
