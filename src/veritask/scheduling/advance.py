@@ -140,13 +140,12 @@ class RunAdvancer:
             briefs = run_store.instances_brief(connection, run.id)
             gate = self._dependency_gate(connection, run, definition, now)
         advanced = Advanced(run.id, instance_ids=[b.id for b in briefs])
-        if run.execution_state is RunExecutionState.RUNNING:
-            ends = graph.ends()
-            advanced.end_ids = {b.id for b in briefs if b.task_key in ends}
         states = {b.task_key: b.state for b in briefs}
         work = [b for b in briefs if not publication.is_publication_key(b.task_key)]
         publishing = [b for b in briefs if publication.is_publication_key(b.task_key)]
         if run.execution_state is RunExecutionState.RUNNING:
+            ends = graph.ends()
+            advanced.end_ids = {b.id for b in briefs if b.task_key in ends}
             advanced.unended_ids = {b.id for b in work if not b.state.is_terminal}
         if run.execution_state is RunExecutionState.CANCELLING:
             cancelled = self._cancel_run(briefs, states, now)

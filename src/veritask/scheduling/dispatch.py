@@ -238,6 +238,13 @@ class Submissions:
         self._wake = wake
         self._workers = max(1, workers)
         self._pool: ThreadPoolExecutor | None = None
+        # Found once: a protocol's isinstance check costs microseconds, and submit runs for
+        # every attempt the loop opens.
+        self._batching: dict[str, port.SubmittingMany] = {
+            name: executor
+            for name, executor in dispatcher.executors.items()
+            if isinstance(executor, port.SubmittingMany)
+        }
         self._lanes: dict[str, _Lane] = {}
         self._lock = threading.Lock()
         self._in_flight: set[tuple[str, int]] = set()
@@ -248,7 +255,7 @@ class Submissions:
         in the background: one for each thread that will submit to it."""
         for name, executor in self.dispatcher.executors.items():
             if isinstance(executor, port.Connecting):
-                parallel = 1 if isinstance(executor, port.SubmittingMany) else self._workers
+                parallel = 1 if name in self._batching else self._workers
                 with self._lock:
                     pool = self._started_pool()
                 pool.submit(self._connect_one, name, executor, parallel)
@@ -265,12 +272,12 @@ class Submissions:
         """Hand the attempt to its executor in the background; False if already in flight."""
         key = (opened.instance_id, opened.attempt_no)
         task = run.tasks[opened.task_key]
-        executor = self.dispatcher.executor_for(task)
+        executor = self._batching.get(task.executor)
         with self._lock:
             if key in self._in_flight:
                 return False
             self._in_flight.add(key)
-            if isinstance(executor, port.SubmittingMany):
+            if executor is not None:
                 lane = self._lanes.get(task.executor)
                 if lane is None:
                     lane = self._lanes[task.executor] = _Lane(

@@ -93,15 +93,10 @@ _ACTIVE_RUN = sa.or_(
 # Built once: the loop reads the active runs up to fifty times a second, and a statement built
 # (and compiled, for a list of ids of another length) for each read cost more than the read.
 _ACTIVE_RUNS_SELECT = sa.select(*_RUN_COLUMNS).where(_ACTIVE_RUN)
-_NEW_RUNS_SELECT = sa.select(*_RUN_COLUMNS).where(
-    _ACTIVE_RUN, _runs.created_at >= sa.bindparam("since", type_=_runs.created_at.type)
-)
+_CREATED_SINCE = _runs.created_at >= sa.bindparam("since", type_=_runs.created_at.type)
+_NEW_RUNS_SELECT = sa.select(*_RUN_COLUMNS).where(_ACTIVE_RUN, _CREATED_SINCE)
 _KNOWN_OR_NEW_RUNS_SELECT = sa.select(*_RUN_COLUMNS).where(
-    _ACTIVE_RUN,
-    sa.or_(
-        _runs.created_at >= sa.bindparam("since", type_=_runs.created_at.type),
-        _runs.id.in_(sa.bindparam("known", expanding=True)),
-    ),
+    _ACTIVE_RUN, sa.or_(_CREATED_SINCE, _runs.id.in_(sa.bindparam("known", expanding=True)))
 )
 
 
