@@ -90,7 +90,8 @@ class WorkersCpu:
     workers: float = 0.0
     #: Their children: the pool processes that run the Celery tasks (Veritask's deliveries).
     children: float = 0.0
-    #: What those forked: Veritask's warm workers and the tasks' own processes.
+    #: What those forked: the tasks' own processes (a Veritask pool process runs the worker
+    #: program itself).
     below: float = 0.0
 
     @property
@@ -108,7 +109,7 @@ class WorkersCpu:
 
 def _session_cpu(sessions: set[int]) -> WorkersCpu:
     """User + system CPU of every live process of these sessions and of the children they
-    reaped (a pool process reaps the Veritask worker or the task it forked), from
+    reaped (a pool process reaps the task it forked), from
     /proc: what the work cost, whatever else the machine was doing."""
     workers = children = below = 0
     for entry in Path("/proc").iterdir():
