@@ -4,9 +4,11 @@ submission lane), with real RabbitMQ, Redis and Veritask Celery worker processes
 from __future__ import annotations
 
 import dataclasses
+import json
 import secrets
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import kombu.pools
 import pytest
@@ -51,6 +53,43 @@ def test_a_batch_is_sent_once_recorded_and_run(make_hosts: MakeHosts, tmp_path: 
     hosts.start("host-a")
     for answer in first:
         observe(executor, answer.external_id, port.EngineState.SUCCEEDED)
+
+
+def test_a_batch_publishes_the_message_send_task_would_send(
+    make_hosts: MakeHosts, tmp_path: Path
+) -> None:
+    # The batch builds and routes its messages itself: a worker must not tell them apart.
+    hosts = make_hosts()  # no worker: the messages stay in the queue to be read back
+    executor = hosts.executor()
+    batched, single = spec("true", tmp_path / "o"), spec("true", tmp_path / "o")
+    submissions_of(executor.submit_many(specs=[batched]))
+    executor.submit(spec=single)
+
+    with executor.app.connection_for_write() as connection:
+        channel = connection.default_channel
+        read = [channel.basic_get(hosts.queue, no_ack=True) for _ in range(2)]
+    by_attempt = {json.loads(message.body)[0][0]["instance_id"]: message for message in read}
+    ours, celerys = by_attempt[batched.instance_id], by_attempt[single.instance_id]
+
+    def routed(message: Any) -> tuple[str, str]:
+        return message.delivery_info["exchange"], message.delivery_info["routing_key"]
+
+    def properties(message: Any) -> dict[str, object]:
+        own = {"application_headers", "correlation_id"}  # the headers are compared below
+        return {k: v for k, v in message.properties.items() if k not in own}
+
+    def headers(message: Any) -> dict[str, object]:
+        return {k: v for k, v in message.headers.items() if k not in {"id", "root_id", "argsrepr"}}
+
+    assert routed(ours) == routed(celerys) == ("", hosts.queue)
+    assert properties(ours) == properties(celerys)
+    assert properties(ours)["delivery_mode"] == 2  # persistent, as Celery's
+    assert headers(ours) == headers(celerys)
+    assert ours.headers["id"] == ours.headers["root_id"] == ours.properties["correlation_id"]
+    assert ours.headers["argsrepr"] == f"(<attempt {batched.instance_id}/1>,)"
+    body, single_body = json.loads(ours.body), json.loads(celerys.body)
+    assert body[1:] == single_body[1:]  # kwargs and the embedded options
+    assert body[0][0]["instance_id"] == batched.instance_id
 
 
 def test_each_attempt_of_a_batch_gets_its_own_answer(make_hosts: MakeHosts, tmp_path: Path) -> None:
@@ -152,3 +191,25 @@ def test_the_scheduler_hands_a_celery_executor_its_attempts_in_batches(
     assert {event.kind.value for event in answers} == {"submit_acknowledged"}
     assert sum(batch_sizes) == count and max(batch_sizes) <= dispatch.BATCH_LIMIT
     assert waiting_in(executor, hosts.queue) == count
+
+
+def test_a_batch_goes_to_the_broker_in_one_write(
+    make_hosts: MakeHosts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hosts = make_hosts()
+    executor = hosts.executor()
+    submissions_of(executor.submit_many(specs=[spec("true", tmp_path / "o")]))  # connected
+    transport = executor.publisher._writer._transport
+    writes: list[int] = []
+    write = transport.write
+
+    def counting(data: bytes) -> None:
+        writes.append(len(data))
+        write(data)
+
+    monkeypatch.setattr(transport, "write", counting)
+
+    submissions_of(executor.submit_many(specs=[spec("true", tmp_path / "o") for _ in range(10)]))
+
+    assert len(writes) == 1 and writes[0] > 10 * 1000  # ten messages of a spec each
+    assert waiting_in(executor, hosts.queue) == 11
