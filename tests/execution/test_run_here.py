@@ -56,7 +56,7 @@ def test_the_companion_ticks_while_the_task_runs_and_its_stop_cancels_it(tmp_pat
     companion = CountingCompanion(interval=0.05, stop_at=4)
     started = time.monotonic()
 
-    status = worker.run_attempt_here(attempt, spec, companion=companion)
+    status = worker.run_attempt_here(attempt, spec, companion=companion).status
 
     assert status == worker.EXIT_FAILED
     assert category(attempt) is port.ErrorCategory.CANCELLED
@@ -79,7 +79,7 @@ def test_a_companion_that_fails_once_does_not_end_the_supervision(tmp_path: Path
     attempt, spec = prepared(tmp_path, "exec sleep 30")
     companion = FailingFirstCompanion(interval=0.05, stop_at=3)
 
-    status = worker.run_attempt_here(attempt, spec, companion=companion)
+    status = worker.run_attempt_here(attempt, spec, companion=companion).status
 
     # The run went on after the failed tick, and the later stop still reached the task.
     assert status == worker.EXIT_FAILED
@@ -91,9 +91,15 @@ def test_a_quick_task_ends_before_its_companion_is_due(tmp_path: Path) -> None:
     attempt, spec = prepared(tmp_path, "true")
     companion = CountingCompanion(interval=60)
 
-    assert worker.run_attempt_here(attempt, spec, companion=companion) == worker.EXIT_SUCCEEDED
+    ran = worker.run_attempt_here(attempt, spec, companion=companion)
+
+    assert ran.status == worker.EXIT_SUCCEEDED
     assert category(attempt) is port.ErrorCategory.NONE
     assert companion.ticks == []
+    # What the run hands back is what it wrote: the delivery stores it without reading it.
+    written = records.read_exit_record(attempt)
+    assert ran.exit_record is not None and written is not None
+    assert ran.exit_record.encode() == written.encode()
 
 
 def test_a_sigterm_during_the_run_stops_the_attempt_and_the_process_keeps_its_handler(
@@ -110,7 +116,9 @@ def test_a_sigterm_during_the_run_stops_the_attempt_and_the_process_keeps_its_ha
     try:
         # As a revoke's terminate does: SIGTERM to the process running the attempt.
         threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
-        status = worker.run_attempt_here(attempt, spec, companion=CountingCompanion(interval=60))
+        status = worker.run_attempt_here(
+            attempt, spec, companion=CountingCompanion(interval=60)
+        ).status
 
         assert status == worker.EXIT_FAILED
         assert category(attempt) is port.ErrorCategory.CANCELLED
@@ -129,7 +137,9 @@ def test_an_attempt_another_worker_holds_is_not_run(tmp_path: Path) -> None:
     held = os.open(attempt.path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(held, fcntl.LOCK_EX)  # what a worker running the attempt holds
-        status = worker.run_attempt_here(attempt, spec, companion=CountingCompanion(interval=60))
+        status = worker.run_attempt_here(
+            attempt, spec, companion=CountingCompanion(interval=60)
+        ).status
     finally:
         os.close(held)
     assert status == worker.EXIT_BUSY

@@ -171,8 +171,11 @@ def write_atomically(
         os.close(fd)
     if also is not None:
         second = also.with_name(f".{also.name}.{os.getpid()}.tmp")
-        remove_quietly(second)
-        os.link(temporary, second)
+        try:
+            os.link(temporary, second)
+        except FileExistsError:  # left by a write this process's pid made before a crash
+            remove_quietly(second)
+            os.link(temporary, second)
         os.replace(second, also)
     os.replace(temporary, path)
 

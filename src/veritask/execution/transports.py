@@ -158,8 +158,14 @@ class OutboxTransport:
             event["instance_id"], event["attempt_no"], event["seq"]
         )
         try:
-            self._directory.mkdir(parents=True, exist_ok=True)
-            os.link(spooled.path, target)
+            try:
+                os.link(spooled.path, target)
+            except FileNotFoundError:
+                if not spooled.path.exists():
+                    raise
+                # The outbox itself is missing (the first event of a new home): made once.
+                self._directory.mkdir(parents=True, exist_ok=True)
+                os.link(spooled.path, target)
         except FileExistsError:
             return Delivery(DeliveryOutcome.DELIVERED, "already in the outbox")
         except OSError as exc:

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import NoReturn, Protocol
+from typing import NoReturn, Protocol, cast
 
 from veritask.core import jsontypes
 from veritask.execution import (
@@ -131,6 +131,8 @@ class AttemptRun:
         self._channel_fd: int | None = None
         self._channel_keepalive_fd: int | None = None
         self._channel_buffer = b""
+        #: How the task ended, once the run knows it: what it wrote, or found, as ``exit.json``.
+        self.exit_record: records.ExitRecord | None = None
 
     # --- the run ------------------------------------------------------------------------
 
@@ -171,6 +173,7 @@ class AttemptRun:
             self._close()
 
     def _resume(self, previous: records.ExitRecord | None) -> int:
+        self.exit_record = previous
         if previous is not None and not self.journal.holds(previous.completed["seq"]):
             self.journal.append(previous.completed)
         self._release_slot()
@@ -290,6 +293,11 @@ class AttemptRun:
         event = self._event("completed", evidence, event_time=ended_at)
         # Durable, and the exit record under its second name before the journal has it.
         spooled = self.journal.append(event, durable=True, also=self.attempt.exit_record)
+        self.exit_record = records.ExitRecord(
+            started_at=None if self._task is None else self._task.started_at,
+            ended_at=ended_at,
+            completed=cast(wire.CompletedEvent, event),
+        )
         self._release_slot()
         self._deliverer.push(spooled)
         if self.log.dropped_bytes:
@@ -654,11 +662,22 @@ def run_attempt(
     return status, reusable
 
 
+@dataclass(frozen=True)
+class Ran:
+    """What :func:`run_attempt_here` saw of an attempt."""
+
+    #: The worker's exit status for it.
+    status: int
+    #: Its exit record as the run wrote or found it; None when the run has none (the attempt
+    #: was busy, or its task started under an earlier worker that left no record).
+    exit_record: records.ExitRecord | None
+
+
 def run_attempt_here(
     attempt: layout.AttemptDir, spec: port.AttemptSpec, *, companion: Companion
-) -> int:
+) -> Ran:
     """Run an attempt in this process, which goes on with other work once it is over (a
-    Celery pool process); returns the worker's exit status for it.
+    Celery pool process).
 
     The attempt's worker lock is taken for the run and let go after it. The signal handlers
     (and the wakeup fd and the signal mask) that the run sets are put back as they were: a
@@ -667,10 +686,11 @@ def run_attempt_here(
     """
     lock_fd = _lock_attempt(attempt)
     if lock_fd is None:
-        return EXIT_BUSY
+        return Ran(EXIT_BUSY, None)
     try:
         with _signals_restored():
-            return AttemptRun(attempt, spec, companion=companion).run()
+            run = AttemptRun(attempt, spec, companion=companion)
+            return Ran(run.run(), run.exit_record)
     finally:
         # A delivery thread stopped in the middle of a request ends with that request. Wait
         # for it: this process forks the next attempt's callables, and a fork must not copy a

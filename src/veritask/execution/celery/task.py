@@ -112,19 +112,20 @@ def run_delivery(
     beside = _Beside(context, key, me, attempt.log, spec.log_cap_bytes)
     previous_term = signal.signal(signal.SIGTERM, stop_before_the_run)
     try:
-        os.link(_process_record(context.home), attempt.worker_record)
-        status = worker.run_attempt_here(attempt, spec, companion=beside)
+        _link_process_record(context.home, attempt.worker_record)
+        ran = worker.run_attempt_here(attempt, spec, companion=beside)
     except BaseException:
         claims.release_lease(key)  # the delivery is over, though it has no result to store
         raise
     finally:
         signal.signal(signal.SIGTERM, previous_term)
     beside.ship_log()
-    record = records.read_exit_record(attempt)
+    # Read back only when the run has none in hand: another worker's, if anyone's.
+    record = ran.exit_record or records.read_exit_record(attempt)
     result: jsontypes.JSONObject = {
         "worker": me,
         "host": socket.gethostname(),
-        "worker_status": status,
+        "worker_status": ran.status,
         "attempt_dir": str(attempt.path),
         "exit_record": None if record is None else record.encode(),
     }
@@ -164,15 +165,19 @@ class _Beside:
 _record: tuple[int, Path] | None = None
 
 
-def _process_record(home: layout.ExecutorHome) -> Path:
+def _link_process_record(home: layout.ExecutorHome, link: Path) -> None:
+    """Give ``link`` as a second name of this pool process's record, written when missing."""
     global _record
-    if _record is None or _record[0] != os.getpid() or not _record[1].exists():
-        identity = records.ProcessRecord.of_worker(os.getpid())
-        path = home.worker_record(identity.pid, identity.start_ticks)
-        home.workers.mkdir(exist_ok=True)
-        records.write_process_record(path, identity)
-        _record = (identity.pid, path)
-    return _record[1]
+    if _record is not None and _record[0] == os.getpid():
+        with contextlib.suppress(FileNotFoundError):  # the workers' directory was cleaned
+            os.link(_record[1], link)
+            return
+    identity = records.ProcessRecord.of_worker(os.getpid())
+    path = home.worker_record(identity.pid, identity.start_ticks)
+    home.workers.mkdir(exist_ok=True)
+    records.write_process_record(path, identity)
+    _record = (identity.pid, path)
+    os.link(path, link)
 
 
 def _reporting_to_this_hosts_api(
