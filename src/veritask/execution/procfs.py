@@ -29,13 +29,24 @@ class ProcStat:
         return self.state in ("Z", "X", "x")
 
 
+#: More than a stat line holds: 52 numbers and a command name of at most 64 bytes.
+_STAT_READ_BYTES = 4096
+
+
 def read_stat(pid: int) -> ProcStat | None:
     """The process's stat line, or None when no process has this pid."""
+    # os.open and one read: a buffered file object costs twice the system calls, and this is
+    # read for every task a worker starts.
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stat_file:
-            line = stat_file.read().decode(errors="replace")
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except (FileNotFoundError, ProcessLookupError):
         return None
+    try:
+        line = os.read(fd, _STAT_READ_BYTES).decode(errors="replace")
+    except ProcessLookupError:  # it ended between the open and the read
+        return None
+    finally:
+        os.close(fd)
     # The command name (field 2) is in parentheses and may itself hold spaces and ')'.
     fields = line[line.rindex(")") + 2 :].split()
     return ProcStat(
