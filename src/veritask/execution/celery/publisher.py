@@ -211,7 +211,8 @@ class BatchPublisher:
 
     def _publish(self, channel: amqp.Channel, message: Message) -> None:
         """Publish ``message`` as ``send_task`` would: the same headers, properties and body,
-        to the same exchange and routing key."""
+        to the same exchange and routing key. Celery's ``before_task_publish`` and
+        ``after_task_publish`` signals are not sent: nothing in Veritask listens to them."""
         app = self._app
         task = app.amqp.as_task_v2(
             message.task_id,
