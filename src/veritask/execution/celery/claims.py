@@ -217,9 +217,16 @@ class Claims:
 
 
 #: KEYS: claim, lease, cancel; ARGV: claim value, retention ms, worker, lease ms.
+#: A claim that holds this very value is this call's own: redis-py sends a command again when
+#: its reply was lost (a timeout, a broken connection), and the claim it took the first time
+#: must not refuse its own delivery. Another delivery's value differs: its time, at least.
 _CLAIM_AND_LEASE = """
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then
     return {0, 0}
+end
+if not held then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
 redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
 return {1, redis.call('EXISTS', KEYS[3])}
