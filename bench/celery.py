@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import statistics
@@ -179,6 +180,15 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
             process.kill()
 
 
+def _delete_queue(app: Celery, queue: str) -> None:
+    """Delete a round's queue and the exchange Celery made for it: each round makes its own, and
+    the broker would keep them all."""
+    with contextlib.suppress(Exception), app.connection_for_write() as connection:
+        channel = connection.default_channel
+        channel.queue_delete(queue)
+        channel.exchange_delete(queue)
+
+
 def bare_celery(args: argparse.Namespace, tmp: Path, task: str = "bench.noop") -> Measured:
     queue = f"bench-bare-{secrets.token_hex(3)}"
     settings = CelerySettings(broker_url=BROKER, backend_url=BACKEND, default_queue=queue)
@@ -215,6 +225,7 @@ def bare_celery(args: argparse.Namespace, tmp: Path, task: str = "bench.noop") -
         return _measure(args.tasks, workers, work)
     finally:
         _stop(workers)
+        _delete_queue(app, queue)
 
 
 def veritask_celery(args: argparse.Namespace, tmp: Path) -> Measured:
@@ -279,6 +290,8 @@ def veritask_celery(args: argparse.Namespace, tmp: Path) -> Measured:
         return measured
     finally:
         _stop(workers)
+        _delete_queue(executor.app, queue)
+        executor.close()
         engine.dispose()
 
 
