@@ -79,6 +79,15 @@ def send(app: Celery, message: Message, **options: Any) -> None:
     )
 
 
+@dataclass(frozen=True)
+class _Route:
+    """Where ``send_task`` sends a queue's messages, and how durably."""
+
+    exchange: str
+    routing_key: str
+    delivery_mode: int
+
+
 class _WriteCoalescer:
     """The frame writer of a publisher's connection (py-amqp's ``frame_writer`` option): what
     is written inside :meth:`coalesced` goes to the socket in one write as it ends."""
@@ -123,8 +132,9 @@ class BatchPublisher:
         self._writer = _WriteCoalescer()
         self._connection: Connection | None = None
         self._channel: amqp.Channel | None = None
-        #: The queues declared on this connection, as ``send_task`` declares a queue it sends to.
-        self._declared: set[str] = set()
+        #: The queues declared on this connection (as ``send_task`` declares a queue it sends
+        #: to), and where a message for each goes.
+        self._routes: dict[str, _Route] = {}
         #: The delivery tag of the channel's last publish: the broker numbers a confirming
         #: channel's messages from 1, and confirms by those numbers.
         self._last_tag = 0
@@ -194,12 +204,12 @@ class BatchPublisher:
         connection, channel = self._open()
         self._unconfirmed = {}
         # Declaring waits for the broker's answer: it cannot be among the held frames.
-        for queue in {messages[place].queue for place in places} - self._declared:
-            self._app.amqp.queues[queue](channel).declare()
-            self._declared.add(queue)
+        for queue in {messages[place].queue for place in places} - self._routes.keys():
+            self._routes[queue] = self._declare(channel, queue)
         with self._writer.coalesced():
             for place in places:
-                self._publish(channel, messages[place])
+                message = messages[place]
+                self._publish(channel, message, self._routes[message.queue])
                 self._last_tag += 1
                 self._unconfirmed[self._last_tag] = place
         give_up_at = time.monotonic() + self._confirm_timeout
@@ -209,7 +219,17 @@ class BatchPublisher:
                 raise TimeoutError(f"no confirm within {self._confirm_timeout} s")
             connection.drain_events(timeout=remaining)  # type: ignore[no-untyped-call]
 
-    def _publish(self, channel: amqp.Channel, message: Message) -> None:
+    def _declare(self, channel: amqp.Channel, name: str) -> _Route:
+        """Declare the queue as ``send_task`` does; where its messages go, as it sends them."""
+        queue = self._app.amqp.queues[name]
+        queue(channel).declare()
+        mode = queue.exchange.delivery_mode or self._app.conf.task_default_delivery_mode
+        mode = DELIVERY_MODES.get(mode, mode)  # "persistent" -> 2
+        if queue.exchange.type == "direct":  # the broker's default exchange
+            return _Route("", name, mode)
+        return _Route(queue.exchange.name, queue.routing_key, mode)
+
+    def _publish(self, channel: amqp.Channel, message: Message, route: _Route) -> None:
         """Publish ``message`` as ``send_task`` would: the same headers, properties and body,
         to the same exchange and routing key. Celery's ``before_task_publish`` and
         ``after_task_publish`` signals are not sent: nothing in Veritask listens to them."""
@@ -227,24 +247,18 @@ class BatchPublisher:
         content_type, content_encoding, body = serialization.dumps(  # type: ignore[no-untyped-call]
             task.body, serializer=app.conf.task_serializer
         )
-        queue = app.amqp.queues[message.queue]
-        mode = queue.exchange.delivery_mode or app.conf.task_default_delivery_mode
-        if queue.exchange.type == "direct":
-            exchange, routing_key = "", message.queue  # the broker's default exchange
-        else:
-            exchange, routing_key = queue.exchange.name, queue.routing_key
         channel.basic_publish(
             amqp.Message(
                 body,
                 content_type=content_type,
                 content_encoding=content_encoding,
                 application_headers=task.headers,
-                delivery_mode=DELIVERY_MODES.get(mode, mode),
+                delivery_mode=route.delivery_mode,
                 priority=0,
                 **task.properties,
             ),
-            exchange=exchange,
-            routing_key=routing_key,
+            exchange=route.exchange,
+            routing_key=route.routing_key,
         )
 
     def _open(self) -> tuple[Connection, amqp.Channel]:
@@ -264,7 +278,7 @@ class BatchPublisher:
                 raise
             self._connection = connection
             self._channel = channel
-            self._declared = set()
+            self._routes = {}
             self._last_tag = 0
         return self._connection, self._channel
 
