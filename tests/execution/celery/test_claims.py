@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from tests.execution.celery.conftest import REDIS_URL
+from veritask.execution import wire
 from veritask.execution.celery import claims as claim_records
 
 LEASE = timedelta(seconds=10)
@@ -20,17 +20,6 @@ def claims(celery_services: None) -> Iterator[claim_records.Claims]:
     found = claim_records.Claims.connect(REDIS_URL, retention=timedelta(minutes=5))
     yield found
     found.close()
-
-
-def claim_with(claims: claim_records.Claims, key: str, value: str) -> tuple[bool, bool]:
-    """The claim script as a delivery sends it, with a claim value of the test's choosing (what
-    redis-py sends again, unchanged, when the first reply was lost)."""
-    answer = claims._claim_and_lease(
-        keys=[f"veritask:claim:{key}", f"veritask:lease:{key}", f"veritask:cancel:{key}"],
-        args=[value, claims.retention_ms, "host:1", int(LEASE.total_seconds() * 1000)],
-    )
-    claimed, stop = answer
-    return bool(claimed), bool(stop)
 
 
 def test_the_first_delivery_claims_and_a_second_is_refused(
@@ -49,17 +38,21 @@ def test_the_first_delivery_claims_and_a_second_is_refused(
 
 
 def test_a_claim_sent_again_after_a_lost_reply_is_still_its_senders(
-    claims: claim_records.Claims,
+    claims: claim_records.Claims, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # What redis-py sends again when the first reply was lost is the same command: the same
+    # delivery, the same claim time. The clock is held still to send it.
     key = f"inst-{secrets.token_hex(6)}/1"
-    value = json.dumps({"worker": "host-a:1", "claimed_at": "2026-11-30T16:00:00.000001+00:00"})
+    claimed_at = datetime(2026, 11, 30, 16, 0, 0, 1, tzinfo=UTC)
+    monkeypatch.setattr(wire, "utc_now", lambda: claimed_at)
 
-    assert claim_with(claims, key, value) == (True, False)
+    assert claims.claim_and_lease(key, "host-a:1", lease=LEASE) == (True, False)
     claims.release_lease(key)  # as if the lease had lapsed meanwhile: the retry sets it again
-    assert claim_with(claims, key, value) == (True, False)
-    assert claims.progress(key).lease_holder == "host:1"
-    other = value.replace("000001", "000002")  # another delivery: another claim time
-    assert claim_with(claims, key, other) == (False, False)
+    assert claims.claim_and_lease(key, "host-a:1", lease=LEASE) == (True, False)
+    assert claims.progress(key).lease_holder == "host-a:1"
+    # Another delivery of the same process claims at another time.
+    monkeypatch.setattr(wire, "utc_now", lambda: claimed_at + timedelta(microseconds=1))
+    assert claims.claim_and_lease(key, "host-a:1", lease=LEASE) == (False, False)
     claims.forget(key)
 
 
