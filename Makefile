@@ -28,9 +28,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Many more Hypothesis examples than CI runs; not part of `make test`.
+# Many more Hypothesis examples than CI runs, and the API fuzzed as every role at length;
+# not part of `make test`.
 fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest tests/unit -k property -p no:timeout
+	VERITASK_API_FUZZ_EXAMPLES=150 $(BIN)/pytest tests/integration/test_openapi_fuzz.py -p no:timeout
 
 # Figures for the ledger, the executor, the scheduler and the web UI's render of a 1,000-instance
 # run, each beside its baseline or target; never run by the tests.
