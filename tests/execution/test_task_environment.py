@@ -13,7 +13,7 @@ import pytest
 
 from tests.execution.conftest import Engine, evidence
 from veritask.core import jsontypes
-from veritask.execution import port, task_process
+from veritask.execution import engines, port, task_process
 
 #: The platform's own settings, as a scheduler's (and so its workers') environment holds them.
 PLATFORM_SETTINGS = {
@@ -217,3 +217,10 @@ def test_a_held_back_start_of_a_value_is_written_when_the_output_ends(tmp_path: 
     text = (tmp_path / "task.log").read_text()
     assert text.startswith(f"ends with {SECRET_VALUE[:5]}[veritask-worker ")
     assert text.endswith("] a note that quotes ***\n")
+
+
+def test_a_scheduler_with_a_platform_setting_in_the_pass_through_refuses_to_start() -> None:
+    environ = {"VERITASK_TASK_ENV_PASSTHROUGH": "veritask_token"}
+
+    with pytest.raises(ValueError, match="veritask_token is a setting of the platform"):
+        engines.from_environment(environ)
