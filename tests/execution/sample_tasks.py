@@ -26,3 +26,8 @@ def commit(marker: str) -> jsontypes.JSONObject:
 
 def skip_it(reason: str) -> None:
     task_api.skip(reason)
+
+
+def environment(names: list[str]) -> jsontypes.JSONObject:
+    """Which of these variables the task's process has, and their values."""
+    return {name: os.environ.get(name) for name in names}

@@ -80,6 +80,27 @@ NOT_A_CONNECTION_NAME = Phrase(
     "starting with a letter, at most 64 characters",
 )
 
+# -- a task's environment (env:) -----------------------------------------------------------
+
+NOT_AN_ENV_NAME = Phrase(
+    "problem.not_an_env_name",
+    "{name!r} is not a valid environment variable name: use letters, digits and '_', "
+    "not starting with a digit",
+)
+RESERVED_ENV_NAME = Phrase(
+    "problem.reserved_env_name",
+    "{name!r} is reserved: the VERITASK_* variables belong to the platform",
+)
+EXPECTED_ENV_VALUE = Phrase(
+    "problem.expected_env_value",
+    "expected a string or a secret reference (secret: NAME), got {kind}",
+    kind=_S,
+)
+NOT_A_SECRET_NAME = Phrase(
+    "problem.not_a_secret_name",
+    "{name!r} is not a valid secret name: use letters, digits and '_', not starting with a digit",
+)
+
 # -- durations (definitions.durations) -------------------------------------------------------
 
 DURATION_TOO_LONG = Phrase("problem.duration_too_long", "{value!r} is too long for a duration")

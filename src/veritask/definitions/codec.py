@@ -16,11 +16,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 
 from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.core.policy import TaskPolicy
 from veritask.definitions.durations import to_seconds
-from veritask.definitions.model import Definition, PublishSpec, Schedule, TaskSpec
+from veritask.definitions.model import (
+    Definition,
+    EnvValue,
+    PublishSpec,
+    Schedule,
+    SecretRef,
+    TaskSpec,
+)
 
 
 def definition_to_json(definition: Definition) -> JSONObject:
@@ -47,6 +55,7 @@ def definition_to_json(definition: Definition) -> JSONObject:
             for w in d.wait_for
         ],
         "expected_finish": None if d.expected_finish is None else to_seconds(d.expected_finish),
+        **_env(d.env),
     }
 
 
@@ -119,9 +128,21 @@ def _task(task: TaskSpec) -> JSONObject:
         }
     )
     data.update(_policy(task.policy))
+    data.update(_env(task.env))
     if task.sql is not None:
         del data["with"]  # a sql task has no parameters of its own: the statement is all
     return data
+
+
+def _env(env: Mapping[str, EnvValue]) -> JSONObject:
+    """``{"env": …}`` when there is any: a definition without one keeps the hash it had."""
+    if not env:
+        return {}
+    stored: JSONObject = {
+        name: {"secret": value.name} if isinstance(value, SecretRef) else value
+        for name, value in env.items()
+    }
+    return {"env": stored}
 
 
 def _publish(publish: PublishSpec | None) -> JSONValue:

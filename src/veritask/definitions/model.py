@@ -29,6 +29,10 @@ CALLABLE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z
 
 DEFAULT_SKIP_EXIT_CODE = 99
 DEFAULT_EXECUTOR = "local"
+#: A variable of a task's environment (``env:``), and the name of a secret.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: The variables the platform sets, and its own settings: never a definition's.
+RESERVED_ENV_PREFIX = "VERITASK_"
 
 
 class ConcurrencyPolicy(StrEnum):
@@ -45,6 +49,21 @@ class ConcurrencyPolicy(StrEnum):
     REPLACE = "replace"
     """The active run is cancelled and, once the engine confirms the stop, the new one
     starts."""
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """``{secret: NAME}`` in ``env:``: the worker looks the value up when the attempt starts;
+    the definition, the ledger and the spec hold this name only."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if not ENV_NAME.fullmatch(self.name):
+            raise DefinitionError.one("env", problems.NOT_A_SECRET_NAME.format(name=self.name))
+
+
+EnvValue = str | SecretRef
 
 
 @dataclass(frozen=True)
@@ -155,8 +174,11 @@ class TaskSpec:
     """One SQL statement, run on the server named by ``connection`` (executor ``sql``)."""
     connection: str | None = None
     """The SQL server a ``sql`` task runs on, a name the platform's settings map to a URL."""
+    env: Mapping[str, EnvValue] = field(default_factory=dict)
+    """The task's own environment variables (``env:``); they win over the definition's."""
 
     def __post_init__(self) -> None:
+        check_env(self.env, f"tasks.{self.key}.env")
         if self.sql is None:
             _check_step(self.run, self.call, f"tasks.{self.key}")
             if self.connection is not None:
@@ -210,8 +232,11 @@ class Definition:
     """When a run should have finished, counted from its logical time (for alerts)."""
     queue: str | None = None
     """The queue of tasks that do not name their own."""
+    env: Mapping[str, EnvValue] = field(default_factory=dict)
+    """Environment variables of every task (and publication step) of the definition."""
 
     def __post_init__(self) -> None:
+        check_env(self.env, "env")
         if not SLUG.fullmatch(self.name):
             raise DefinitionError.one("name", problems.NOT_A_VALID_NAME.format(name=self.name))
         for key, task in self.tasks.items():
@@ -248,3 +273,19 @@ def _check_step(run: str | None, call: str | None, path: str) -> None:
         raise DefinitionError.one(path or "step", problems.ONE_OF_RUN_OR_CALL.format())
     if call is not None and not CALLABLE.fullmatch(call):
         raise DefinitionError.one(f"{prefix}call", problems.NOT_CALLABLE_SHORT.format(call=call))
+
+
+def check_env(env: Mapping[str, EnvValue], path: str) -> None:
+    """Refuse a variable name that is not one, or that the platform keeps for itself."""
+    for name in env:
+        if not ENV_NAME.fullmatch(name):
+            raise DefinitionError.one(f"{path}.{name}", problems.NOT_AN_ENV_NAME.format(name=name))
+        if name.upper().startswith(RESERVED_ENV_PREFIX):
+            raise DefinitionError.one(
+                f"{path}.{name}", problems.RESERVED_ENV_NAME.format(name=name)
+            )
+
+
+def task_env(definition: Definition, task: TaskSpec) -> dict[str, EnvValue]:
+    """The environment a task declares: the definition's ``env``, then the task's own."""
+    return {**definition.env, **task.env}

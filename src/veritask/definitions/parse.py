@@ -21,6 +21,7 @@ from veritask.core.run_state import TaskRole, find_cycles
 from veritask.core.trigger_rules import TriggerRule
 from veritask.definitions import cron, source
 from veritask.definitions.codec import content_hash, definition_to_json
+from veritask.definitions.environment import read_env
 from veritask.definitions.errors import DefinitionError, Problem
 from veritask.definitions.model import (
     CALLABLE,
@@ -62,6 +63,7 @@ TOP_FIELDS = (
     "wait_for",
     "expected_finish",
     "queue",
+    "env",
 )
 POLICY_FIELDS = ("retry", "timeout", "lease", "evidence_window", "cancel_window", "on_unknown")
 RETRY_FIELDS = ("max_retries", "backoff", "delay", "max_delay", "jitter")
@@ -80,6 +82,7 @@ TASK_FIELDS = (
     "sql",
     "connection",
     *POLICY_FIELDS,
+    "env",
 )
 #: The executor a task with ``sql`` uses unless it names another.
 SQL_EXECUTOR = "sql"
@@ -138,6 +141,7 @@ class _Reader(Reader):
         defaults = self.policy(defaults_fields, "defaults", TaskPolicy(), f.get("defaults"))
         parameters = self.json_object(f.get("parameters"), "parameters")
         queue = self.text(f.get("queue"), "queue")
+        env = read_env(self, f.get("env"), "env")
         tasks = self.tasks(f.get("tasks"), defaults, queue)
         publish = self.publish(f.get("publish"))
         wait_for = self.wait_for(f.get("wait_for"), name)
@@ -161,6 +165,7 @@ class _Reader(Reader):
                 wait_for=wait_for,
                 expected_finish=expected_finish,
                 queue=queue,
+                env=env,
             ),
             line=tree.line,
         )
@@ -274,6 +279,7 @@ class _Reader(Reader):
         requires_commit = self.boolean(f.get("requires_commit"), f"{path}.requires_commit", False)
         base = replace(defaults, requires_commit=requires_commit)
         policy = self.policy(f, path, base, None)
+        env = read_env(self, f.get("env"), f"{path}.env")
         if run is None and call is None and sql is None:
             return None
         return self.attempt(
@@ -292,6 +298,7 @@ class _Reader(Reader):
                 executor=executor or default_executor,
                 sql=sql,
                 connection=connection,
+                env=env,
             ),
             line,
             since,
@@ -317,7 +324,7 @@ class _Reader(Reader):
                     problems.CONNECTION_WITHOUT_SQL.format(),
                 )
             return None, None
-        for other in ("run", "call", "with"):
+        for other in ("run", "call", "with", "env"):
             if other in f:
                 self.add(
                     f"{path}.{other}",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from veritask.execution import port
+from veritask.execution import port, task_env
 from veritask.execution.sql import connections
 
 SQL_EXECUTOR = "sql"
@@ -19,7 +19,11 @@ CELERY_EXECUTOR = "celery"
 
 
 def from_environment(environ: Mapping[str, str]) -> dict[str, port.Executor]:
-    """The configured engines; an engine whose settings are absent is not registered."""
+    """The configured engines; an engine whose settings are absent is not registered.
+
+    Raises ValueError for a task pass-through list that names a platform setting: the
+    scheduler refuses to start rather than fail every attempt of its ``local`` workers."""
+    task_env.passthrough_names(environ)
     found: dict[str, port.Executor] = {}
     servers = connections.from_environment(environ)
     if servers:

@@ -166,6 +166,9 @@ class AttemptSpec:
     delivery_deadline: timedelta = timedelta(hours=1)
     #: The engine's queue for this attempt (a Celery queue); None for the engine's default.
     queue: str | None = None
+    #: Variables whose value is a secret, by the secret's name (never its value): the worker
+    #: looks each up when the attempt starts (``execution/secrets.py``).
+    secret_env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_instance_id(self.instance_id)

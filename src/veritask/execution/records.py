@@ -87,6 +87,7 @@ def encode_spec(spec: port.AttemptSpec) -> jsontypes.JSONObject:
         "delivery_retry_max_seconds": spec.delivery_retry_max.total_seconds(),
         "delivery_deadline_seconds": spec.delivery_deadline.total_seconds(),
         "queue": spec.queue,
+        "secret_env": dict(spec.secret_env),
     }
 
 
@@ -124,6 +125,11 @@ def decode_spec(obj: jsontypes.JSONObject) -> port.AttemptSpec:
     env = _object(obj, "env")
     if not all(isinstance(value, str) for value in env.values()):
         raise ValueError("env values must be strings")
+    secret_env = obj.get("secret_env") or {}  # absent from the specs of older schedulers
+    if not isinstance(secret_env, dict) or not all(
+        isinstance(value, str) for value in secret_env.values()
+    ):
+        raise ValueError("secret_env must map variables to secret names")
     workdir = _optional(obj, "workdir", str)
     return port.AttemptSpec(
         instance_id=_field(obj, "instance_id", str),
@@ -141,6 +147,7 @@ def decode_spec(obj: jsontypes.JSONObject) -> port.AttemptSpec:
         delivery_retry_max=_seconds(obj, "delivery_retry_max_seconds"),
         delivery_deadline=_seconds(obj, "delivery_deadline_seconds"),
         queue=_optional(obj, "queue", str),
+        secret_env=cast(dict[str, str], secret_env),
     )
 
 

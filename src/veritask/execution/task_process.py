@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -30,6 +30,10 @@ from veritask.execution import layout, port, procfs, wire
 SHELL_START_ERROR_CODES = frozenset({126, 127})
 #: The worker's own lines in the task log are capped apart from the task's output.
 NOTE_BUDGET_BYTES = 64 * 1024
+#: What a secret's value is written as in the log, and the shortest value that is masked
+#: (masking a shorter one would hide common words and tell what the secret is).
+MASK = b"***"
+MASK_MIN_LENGTH = 4
 
 
 class LogSink:
@@ -57,32 +61,74 @@ class LogSink:
         self._dropped = 0
         self._notes_written = 0
         self._lock = threading.Lock()
+        #: The secrets' values to mask, longest first, and the output held back because its
+        #: end may be the start of one of them (a value split across two reads).
+        self._masked: tuple[bytes, ...] = ()
+        self._held = b""
 
     @property
     def dropped_bytes(self) -> int:
         return self._dropped
 
+    def mask(self, values: Iterable[str]) -> None:
+        """From now on, write each of these values (of 4 characters or more) as ``***``:
+        in the task's output, wherever the reads that carry it split it, and in the notes."""
+        found = {value.encode() for value in values if len(value) >= MASK_MIN_LENGTH}
+        with self._lock:
+            self._masked = tuple(sorted(found, key=len, reverse=True))
+
     def write_output(self, data: bytes) -> None:
         with self._lock:
-            if self._truncated:
-                self._dropped += len(data)
-                return
-            room = self._cap - self._written
-            if len(data) <= room:
-                self._write(data)
-                self._written += len(data)
-                return
-            self._write(data[:room])
-            self._written += room
-            self._dropped += len(data) - room
-            self._truncated = True
-            marker = f"\n[veritask-worker] log cap of {self._cap} bytes reached; "
-            self._write((marker + "further output is discarded\n").encode())
+            if self._masked:
+                data = self._mask_held(data)
+            self._write_capped(data)
+
+    def end_output(self) -> None:
+        """The task's output ended: what was held back for masking is written."""
+        with self._lock:
+            held, self._held = self._held, b""
+            self._write_capped(held)
+
+    def _mask_held(self, data: bytes) -> bytes:
+        """``data`` after the held-back bytes, masked; the tail that could begin a value is
+        held back in turn, so that no part of a value is written before its end is known."""
+        text = self._held + data
+        for value in self._masked:
+            text = text.replace(value, MASK)
+        keep = 0
+        for value in self._masked:
+            for size in range(min(len(value) - 1, len(text)), keep, -1):
+                if text.endswith(value[:size]):
+                    keep = size
+                    break
+        self._held = text[len(text) - keep :] if keep else b""
+        return text[: len(text) - keep]
+
+    def _write_capped(self, data: bytes) -> None:
+        if not data:
+            return
+        if self._truncated:
+            self._dropped += len(data)
+            return
+        room = self._cap - self._written
+        if len(data) <= room:
+            self._write(data)
+            self._written += len(data)
+            return
+        self._write(data[:room])
+        self._written += room
+        self._dropped += len(data) - room
+        self._truncated = True
+        marker = f"\n[veritask-worker] log cap of {self._cap} bytes reached; "
+        self._write((marker + "further output is discarded\n").encode())
 
     def note(self, text: str) -> None:
         stamp = wire.format_time(wire.utc_now())
-        line = f"[veritask-worker {stamp}] {text[:1000]}\n".encode(errors="replace")
+        body = text.encode(errors="replace")
         with self._lock:
+            for value in self._masked:
+                body = body.replace(value, MASK)
+            line = f"[veritask-worker {stamp}] ".encode() + body[:1000] + b"\n"
             if self._notes_written + len(line) > NOTE_BUDGET_BYTES:
                 return
             self._notes_written += len(line)
@@ -97,6 +143,7 @@ class LogSink:
             view = view[os.write(self._fd, view) :]
 
     def close(self) -> None:
+        self.end_output()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

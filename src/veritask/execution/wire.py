@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Literal, TypeAlias, TypedDict, cast, overload
+from typing import Literal, NotRequired, TypeAlias, TypedDict, cast, overload
 
 from veritask import ids
 from veritask.core import jsontypes
@@ -54,6 +54,9 @@ class CompletedEvidence(TypedDict):
     log_path: str
     output: jsontypes.JSONValue
     """The JSON the task left in VERITASK_OUTPUT, or null."""
+    start_error: NotRequired[str]
+    """Why the worker could not start the task, when it knows (a secret no provider holds);
+    absent otherwise."""
 
 
 class OutputCommittedEvidence(TypedDict):

@@ -55,7 +55,9 @@ from veritask.execution import (
     port,
     procfs,
     records,
+    secrets,
     spool,
+    task_env,
     task_process,
     transports,
     wire,
@@ -131,6 +133,8 @@ class AttemptRun:
         self._channel_fd: int | None = None
         self._channel_keepalive_fd: int | None = None
         self._channel_buffer = b""
+        #: Why the task could not be started, when the worker knows (a secret no one holds).
+        self._start_error: str | None = None
         #: How the task ended, once the run knows it: what it wrote, or found, as ``exit.json``.
         self.exit_record: records.ExitRecord | None = None
 
@@ -164,6 +168,7 @@ class AttemptRun:
                 )
             except task_process.StartFailed as exc:
                 self.log.note(str(exc))
+                self._start_error = str(exc)
                 self._stop_cause = port.ErrorCategory.START_ERROR
                 return self._complete(None)
             self._record_start(self._task)
@@ -232,6 +237,7 @@ class AttemptRun:
         if output_open:
             self.log.note("output still open after the task ended; a process left its group")
             selector.unregister(task.output_fd)
+        self.log.end_output()
         if self._channel_fd is not None:
             self._read_channel()  # the task's last notices were written before it exited
             selector.unregister(self._channel_fd)
@@ -290,6 +296,8 @@ class AttemptRun:
             log_path=str(self.attempt.log),
             output=self._read_output(),
         )
+        if self._start_error is not None:
+            evidence["start_error"] = self._start_error[:1000]
         event = self._event("completed", evidence, event_time=ended_at)
         # Durable, and the exit record under its second name before the journal has it.
         spooled = self.journal.append(event, durable=True, also=self.attempt.exit_record)
@@ -388,18 +396,29 @@ class AttemptRun:
     # --- the task's side ----------------------------------------------------------------
 
     def _task_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(self.spec.env)
-        env.update(
-            VERITASK_INSTANCE_ID=self.spec.instance_id,
-            VERITASK_ATTEMPT_NO=str(self.spec.attempt_no),
-            VERITASK_ATTEMPT_TOKEN=self.spec.attempt_token,
-            VERITASK_OUTPUT=str(self.attempt.output),
-            VERITASK_CALLBACK=transports.platform_base_url(self.spec.callback) or "",
-            VERITASK_CHANNEL=str(self.attempt.channel),
-            VERITASK_SKIP_EXIT_CODE=str(self.spec.skip_exit_code),
-        )
-        return env
+        """The task's environment (``task_env``): never the worker's own settings. Its
+        secrets are looked up here, at the attempt's start, and masked in its log from now.
+        Raises StartFailed naming what could not be had (a secret, a bad pass-through)."""
+        try:
+            providers = secrets.providers_from_environment(os.environ)
+            resolved = secrets.resolve(self.spec.secret_env, providers=providers)
+            self.log.mask(resolved.values())
+            return task_env.build(
+                os.environ,
+                declared=self.spec.env,
+                secrets=resolved,
+                own={
+                    "VERITASK_INSTANCE_ID": self.spec.instance_id,
+                    "VERITASK_ATTEMPT_NO": str(self.spec.attempt_no),
+                    "VERITASK_ATTEMPT_TOKEN": self.spec.attempt_token,
+                    "VERITASK_OUTPUT": str(self.attempt.output),
+                    "VERITASK_CALLBACK": transports.platform_base_url(self.spec.callback) or "",
+                    "VERITASK_CHANNEL": str(self.attempt.channel),
+                    "VERITASK_SKIP_EXIT_CODE": str(self.spec.skip_exit_code),
+                },
+            )
+        except (secrets.SecretError, task_env.TaskEnvError) as exc:
+            raise task_process.StartFailed(str(exc)) from exc
 
     def _open_channel(self) -> None:
         path = self.attempt.channel

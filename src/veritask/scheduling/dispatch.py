@@ -21,7 +21,7 @@ from pathlib import Path
 from veritask import ids
 from veritask.core.events import Event, EventKind
 from veritask.core.jsontypes import JSONValue
-from veritask.definitions.model import Definition, TaskSpec
+from veritask.definitions.model import Definition, SecretRef, TaskSpec, task_env
 from veritask.execution import port
 from veritask.execution.errors import ExecutorError
 from veritask.scheduling import publication, templates
@@ -110,7 +110,13 @@ class Dispatcher:
         else:
             rendered = {k: templates.render_json(v, values) for k, v in task.with_.items()}
             work = port.PythonCallable(str(task.call), rendered)
-        env = {
+        declared = task_env(run.definition, task)
+        env = {name: value for name, value in declared.items() if isinstance(value, str)}
+        # A secret travels as its name: the worker looks the value up on its own host.
+        secret_env = {
+            name: value.name for name, value in declared.items() if isinstance(value, SecretRef)
+        }
+        env |= {
             "VERITASK_RUN_ID": run.run_id,
             "VERITASK_TASK": task.key,
             "VERITASK_DEFINITION": run.definition.name,
@@ -128,6 +134,7 @@ class Dispatcher:
             skip_exit_code=task.skip_exit_code,
             heartbeat_interval=min(port.AttemptSpec.heartbeat_interval, task.policy.lease / 3),
             queue=task.queue,
+            secret_env=secret_env,
         )
 
     def submit(self, run: RunContext, opened: Opened, now: datetime) -> Event | None:

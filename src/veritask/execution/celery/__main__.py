@@ -17,7 +17,7 @@ import socket
 from collections.abc import Sequence
 from pathlib import Path
 
-from veritask.execution import layout
+from veritask.execution import layout, task_env
 from veritask.execution.celery import app as celery_app
 from veritask.execution.celery import claims, task
 from veritask.execution.celery.settings import BACKEND_ENV, BROKER_ENV, CelerySettings
@@ -43,6 +43,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--broker: give the broker URL (or set {BROKER_ENV})")
     if args.concurrency < 1:
         parser.error("--concurrency: must be 1 or more")
+    try:
+        task_env.passthrough_names(os.environ)
+    except task_env.TaskEnvError as exc:
+        parser.error(str(exc))
     environ = dict(os.environ)
     environ[BROKER_ENV] = args.broker
     if args.backend:

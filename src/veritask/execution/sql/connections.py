@@ -2,7 +2,9 @@
 
 ``VERITASK_SQL_URL_<NAME>=postgresql://user@host:5432/db`` names the server ``<name>``: the
 name is lowercased and ``_`` stands for ``-`` (``VERITASK_SQL_URL_EU_WAREHOUSE`` serves
-``eu-warehouse`` and ``eu_warehouse``). Secrets belong in the URL's password or a ``.pgpass``.
+``eu-warehouse`` and ``eu_warehouse``). The URL holds a password: give it as a secret instead,
+``VERITASK_SQL_URL_<NAME>=secret:<secret name>``, and the executor asks the secret providers
+(``execution/secrets.py``) for the URL each time it connects; or use a ``.pgpass``.
 """
 
 from __future__ import annotations

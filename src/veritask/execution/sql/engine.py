@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import select
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -23,7 +24,7 @@ import psycopg
 from psycopg import pq
 from psycopg.rows import dict_row
 
-from veritask.execution import errors, port
+from veritask.execution import errors, port, secrets
 from veritask.execution.sql import connections, markers
 
 EXTERNAL_ID_PREFIX = "sql:"
@@ -52,8 +53,19 @@ class SqlExecutor:
     are created in each server on first use (schema ``veritask``).
     """
 
-    def __init__(self, *, servers: Mapping[str, str]) -> None:
-        self.servers = {name: connections.libpq_url(url) for name, url in servers.items()}
+    def __init__(
+        self,
+        *,
+        servers: Mapping[str, str],
+        secret_providers: Sequence[secrets.SecretProvider] | None = None,
+    ) -> None:
+        # A URL given as ``secret:<name>`` is looked up at each connection (a rotated
+        # password is taken at once); ``secret_providers`` default to this process's.
+        self.servers = {
+            name: url if secrets.reference(url) else connections.libpq_url(url)
+            for name, url in servers.items()
+        }
+        self._secret_providers = secret_providers
         self._lock = threading.Lock()
         self._prepared: set[str] = set()
         #: Attempts this process sent and whose answer it still reads, by attempt key.
@@ -132,7 +144,7 @@ class SqlExecutor:
             grace=spec.grace_period,
         )
         runner = psycopg.connect(
-            self.servers[task.connection],
+            self._url(task.connection),
             autocommit=True,
             application_name=target.name.application_name,
             connect_timeout=CONNECT_TIMEOUT_SECONDS,
@@ -228,8 +240,7 @@ class SqlExecutor:
             raise errors.ExecutorError(f"not a sql external id: {external_id!r}")
         return _Target(connection, markers.AttemptName(instance_id, int(number)))
 
-    @contextlib.contextmanager
-    def _connect(self, connection: str) -> Iterator[psycopg.Connection[dict[str, object]]]:
+    def _url(self, connection: str) -> str:
         url = self.servers.get(connection)
         if url is None:
             raise errors.ExecutorError(
@@ -237,8 +248,29 @@ class SqlExecutor:
                 f"{connections.ENV_PREFIX}{connection.upper().replace('-', '_')}",
                 retryable=False,
             )
+        name = secrets.reference(url)
+        if name is None:
+            return url
+        providers = self._secret_providers
+        if providers is None:
+            providers = secrets.providers_from_environment(os.environ)
+        try:
+            return connections.libpq_url(secrets.lookup(name, providers=providers))
+        except secrets.SecretError as exc:
+            raise errors.ExecutorError(
+                f"the SQL connection {connection!r}: {exc}", retryable=False
+            ) from None
+        except ValueError:
+            # The message would quote the URL, password and all.
+            raise errors.ExecutorError(
+                f"the SQL connection {connection!r}: the secret {name!r} is not a PostgreSQL URL",
+                retryable=False,
+            ) from None
+
+    @contextlib.contextmanager
+    def _connect(self, connection: str) -> Iterator[psycopg.Connection[dict[str, object]]]:
         with psycopg.connect(
-            url,
+            self._url(connection),
             autocommit=True,
             row_factory=dict_row,
             application_name="veritask-sql-executor",
