@@ -200,6 +200,12 @@ class Ledgers:
             rows = connection.execute(sa.select(al.category, al.message, al.instance_id)).all()
         return [(row.category, row.message, row.instance_id) for row in rows]
 
+    def instance_reason(self, instance_id: str) -> str:
+        """The reason of the instance's stored snapshot (the phrase in English)."""
+        loaded = Ledger(self.engine).snapshot(instance_id)
+        assert loaded is not None
+        return loaded[0].reason
+
     def all_instance_ids(self) -> list[str]:
         with dialects.read_transaction(self.engine) as connection:
             return list(connection.execute(sa.select(schema.task_instances.c.id)).scalars())

@@ -71,6 +71,8 @@ def test_an_unknown_secret_makes_the_attempt_start_failed_naming_it(harness: Har
 
     load = harness.instances(run_id)["load"]
     assert load.state is InstanceState.START_FAILED
+    reason = harness.instance_reason(load.id)
+    assert "could not start the task: unknown secret 'no_such_secret'" in reason
     assert [state for _, state, _, _ in harness.attempts(load.id)] == ["START_FAILED"]
     e = schema.events.c
     with dialects.read_transaction(harness.engine) as connection:

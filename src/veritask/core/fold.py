@@ -346,6 +346,11 @@ def _completion_state(
     if category is ErrorCategory.TIMEOUT:
         return AttemptState.TIMEOUT, reasons.STOPPED_AT_TIMEOUT.format(who=who)
     if category is ErrorCategory.START_ERROR:
+        # The worker says why when it knows (an unknown secret, a refused environment).
+        error = c.mark.evidence.get("start_error")
+        if isinstance(error, str):
+            why = reasons.COULD_NOT_START_TASK_BECAUSE.format(who=who, error=error)
+            return AttemptState.START_FAILED, why
         return AttemptState.START_FAILED, reasons.COULD_NOT_START_TASK.format(who=who)
     if category in (ErrorCategory.CANCELLED, ErrorCategory.KILLED, None):
         if stopped_by_us is StopCause.TIMEOUT:

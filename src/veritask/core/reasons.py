@@ -121,6 +121,9 @@ STOPPED_AT_TIMEOUT = Phrase("reason.stopped_at_timeout", "{who} stopped it at it
 COULD_NOT_START_TASK = Phrase(
     "reason.could_not_start_task", "{who} could not start the task", who=_S
 )
+COULD_NOT_START_TASK_BECAUSE = Phrase(
+    "reason.could_not_start_task_because", "{who} could not start the task: {error}", who=_S
+)
 STOPPED_AT_OUR_TIMEOUT = Phrase(
     "reason.stopped_at_our_timeout",
     "{who} confirmed it stopped at our timeout ({exit})",
