@@ -7,6 +7,7 @@ reads the form. Refusals are exceptions that ``ui.app`` turns into pages.
 
 from __future__ import annotations
 
+import urllib.parse
 import zoneinfo
 from dataclasses import dataclass
 from typing import Final
@@ -168,12 +169,19 @@ def set_session_cookie(
 
 
 def zone_of(name: str | None) -> zoneinfo.ZoneInfo:
-    """The viewer's time zone as the browser reported it; UTC when unknown or invalid."""
-    if not name or len(name) > 64:
+    """The viewer's time zone as the browser reported it; UTC when unknown or invalid.
+
+    The page's script stores the zone percent-encoded (``Asia%2FShanghai``). A name that is
+    not a zone file (``Europe`` is a directory, which ``ZoneInfo`` answers with an OSError)
+    is as unknown as one that does not exist."""
+    if not name:
+        return UTC_ZONE
+    decoded = urllib.parse.unquote(name)
+    if not decoded or len(decoded) > 64:
         return UTC_ZONE
     try:
-        return zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return zoneinfo.ZoneInfo(decoded)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
         return UTC_ZONE
 
 
