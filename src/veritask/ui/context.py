@@ -17,7 +17,7 @@ from fastapi.responses import HTMLResponse
 from starlette.datastructures import FormData
 from starlette.responses import Response
 
-from veritask.services import alerts, tokens, views
+from veritask.services import alerts, sessions, tokens, views
 from veritask.services.platform import Platform
 from veritask.services.tokens import TokenRole
 from veritask.ui import i18n, rendering, session
@@ -28,7 +28,8 @@ UTC_ZONE: Final = zoneinfo.ZoneInfo("UTC")
 
 
 class SignInRequired(Exception):
-    """No session, or its token was revoked: the page sends the visitor to sign in."""
+    """No session, or it ended (sign-out) or its token was revoked: the page sends the
+    visitor to sign in."""
 
     def __init__(self, next_path: str) -> None:
         super().__init__(next_path)
@@ -83,7 +84,9 @@ def visitor(request: Request) -> Page:
     found = session.decode(request.cookies.get(session.COOKIE), key, now)
     issue = found is None
     current = found or session.Session.new(None, now)
-    principal = tokens.principal_by_id(platform, current.token_id) if current.token_id else None
+    principal = None
+    if current.token_id:
+        principal = sessions.principal_of(platform, current.session_id, current.token_id)
     language = i18n.pick_language(
         request.cookies.get(LANGUAGE_COOKIE), request.headers.get("accept-language")
     )
