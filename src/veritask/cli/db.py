@@ -20,12 +20,13 @@ EXIT_USAGE = 2
 
 def upgrade_command(url: str | None) -> int:
     """Upgrade the database at ``url`` (default: ``VERITASK_DATABASE_URL`` or SQLite in
-    ``VERITASK_HOME``) to the newest schema; print what happened; return the exit code."""
+    ``VERITASK_HOME``) to the newest schema, enroll VERITASK_HOME's purge permit if none is
+    yet (``ledger.permits``); print what happened; return the exit code."""
     target = url or dialects.default_database_url()
     shown = dialects.normalize_url(target).render_as_string(hide_password=True)
     try:
         before = migrate.current(target)
-        migrate.upgrade(target)
+        migrate.upgrade(target, permit_home=dialects.default_home())
         after = migrate.current(target)
     except (VeritaskError, ValueError) as exc:
         print(f"veritask db upgrade: {shown}: {exc}", file=sys.stderr)

@@ -156,7 +156,7 @@ def up_command(port: int, host: str, slots: int | None, examples: Path) -> None:
     home.mkdir(parents=True, exist_ok=True)
     database_url = dialects.default_database_url()
     try:
-        migrate.upgrade(database_url)
+        migrate.upgrade(database_url, permit_home=home)
     except Exception as exc:  # the driver's, alembic's or ours: all say the same to a person
         shown = dialects.normalize_url(database_url).render_as_string(hide_password=True)
         raise client.CliError(EXIT_FAILED, f"cannot migrate {shown}: {exc}") from None

@@ -18,7 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine, ExceptionContext
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from veritask.ledger import checkpoints, errors
+from veritask.ledger import checkpoints, errors, permits
 
 #: How long a SQLite writer waits for the write lock before the ledger reports ``LedgerBusy``.
 SQLITE_BUSY_TIMEOUT_MS: Final = 30_000
@@ -29,14 +29,25 @@ DATABASE_FILE: Final = "veritask.db"
 #: DEFERRED and never take the write lock (WAL readers do not block the writer).
 READ_ONLY_OPTION: Final = "veritask_read_only"
 
+#: Engine option: the VERITASK_HOME whose purge permit this engine's purges show (PostgreSQL).
+HOME_OPTION: Final = "veritask_home"
+
+#: The SQL function that SQLite's delete trigger asks (0003); only our connections have it.
+SQLITE_PURGE_FUNCTION: Final = "veritask_purge_permitted"
+_PURGE_FLAG: Final = "veritask_purge_permit"
+
+
+def default_home() -> Path:
+    """``VERITASK_HOME``, default ``./.veritask``, resolved."""
+    return Path(os.environ.get("VERITASK_HOME", DEFAULT_HOME)).expanduser().resolve()
+
 
 def default_database_url() -> str:
     """``VERITASK_DATABASE_URL``, else a SQLite file in ``VERITASK_HOME`` (``./.veritask``)."""
     configured = os.environ.get("VERITASK_DATABASE_URL")
     if configured:
         return configured
-    home = Path(os.environ.get("VERITASK_HOME", DEFAULT_HOME)).expanduser().resolve()
-    return f"sqlite:///{home / DATABASE_FILE}"
+    return f"sqlite:///{default_home() / DATABASE_FILE}"
 
 
 def normalize_url(url: str | sa.URL) -> sa.URL:
@@ -47,13 +58,14 @@ def normalize_url(url: str | sa.URL) -> sa.URL:
     return parsed
 
 
-def create_engine(url: str | sa.URL, *, echo: bool = False) -> Engine:
+def create_engine(url: str | sa.URL, *, echo: bool = False, home: Path | None = None) -> Engine:
     """An engine for the URL, configured for the ledger, that raises ``LedgerError``s.
 
     SQLite: WAL, ``synchronous=NORMAL``, foreign keys on, a busy timeout, and real
     transactions that begin IMMEDIATE (they take the write lock up front, so two writers queue
     on the busy timeout instead of failing on a lock upgrade); read-only transactions, see
-    ``read_transaction``, begin DEFERRED. PostgreSQL: psycopg 3.
+    ``read_transaction``, begin DEFERRED. PostgreSQL: psycopg 3. ``home`` is where the
+    retention purge finds its permit (default: ``default_home()``).
     """
     parsed = normalize_url(url)
     backend = parsed.get_backend_name()
@@ -64,6 +76,8 @@ def create_engine(url: str | sa.URL, *, echo: bool = False) -> Engine:
     else:
         raise ValueError(f"unsupported database {backend!r}; use sqlite:/// or postgresql://")
     sa.event.listen(engine, "handle_error", _translate_driver_error)
+    if home is not None:
+        engine.update_execution_options(**{HOME_OPTION: str(home)})
     return engine
 
 
@@ -73,7 +87,7 @@ SQLITE_CACHE_KIB = 65536
 
 def _create_sqlite_engine(url: sa.URL, *, echo: bool) -> Engine:
     if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
-        Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        _create_private_file(Path(url.database).expanduser())
     engine = sa.create_engine(
         url, echo=echo, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
     )
@@ -84,6 +98,28 @@ def _create_sqlite_engine(url: sa.URL, *, echo: bool) -> Engine:
     return engine
 
 
+def _create_private_file(path: Path) -> None:
+    """Create the database file 0600 before SQLite does (it would use the umask, 0644 by
+    default): it holds token hashes and every event. SQLite gives its -wal and -shm files the
+    database file's mode."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
+class _PurgeFlag:
+    """Whether this connection is inside ``purge_permitted``: what SQLite's trigger asks."""
+
+    def __init__(self) -> None:
+        self.held = False
+
+    def __call__(self) -> bool:
+        return self.held
+
+
 def _configure_sqlite_connection(
     dbapi_connection: sqlite3.Connection, connection_record: ConnectionPoolEntry
 ) -> None:
@@ -91,6 +127,9 @@ def _configure_sqlite_connection(
     # (it skips it before SELECT and DDL), so that the "begin" hook below makes transactions
     # real.
     dbapi_connection.isolation_level = None
+    flag = _PurgeFlag()
+    connection_record.info[_PURGE_FLAG] = flag
+    dbapi_connection.create_function(SQLITE_PURGE_FUNCTION, 0, flag)
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
@@ -163,20 +202,32 @@ def purge_permitted(
 ) -> Iterator[None]:
     """Within the caller's transaction, lift the append-only triggers for deletes only.
 
-    PostgreSQL: a transaction-local setting (``SET LOCAL``) that the trigger reads. SQLite: the
-    one-row permit table that its trigger checks, inserted and removed in this transaction.
-    If the body raises, nothing is undone here: the caller's rollback undoes the permit too.
+    PostgreSQL: the purge permit (``permits``) shown in a transaction-local setting, which the
+    trigger accepts only if its SHA-256 is the enrolled one; the permit is enrolled here if
+    none is yet. SQLite: this connection's answer to ``veritask_purge_permitted()`` turns true,
+    a function no connection but ours registers. ``permit_table`` unlocks nothing since 0003
+    (anyone could insert its row); it stays empty. If the body raises, the caller's rollback
+    undoes the PostgreSQL setting; SQLite's answer turns false again here.
     """
+    del permit_table
     if not connection.in_transaction():
         raise errors.LedgerError("a purge must run inside a transaction")
     if connection.dialect.name == "postgresql":
-        connection.execute(sa.select(sa.func.set_config(setting, "on", True)))
+        home = connection.get_execution_options().get(HOME_OPTION)
+        permit = permits.load_permit(Path(home) if home else default_home())
+        permits.ensure_enrolled(connection, permit)
+        connection.execute(sa.select(sa.func.set_config(setting, permit, True)))
         yield
-        connection.execute(sa.select(sa.func.set_config(setting, "off", True)))
-    else:
-        connection.execute(permit_table.insert().values(id=1))
+        connection.execute(sa.select(sa.func.set_config(setting, "", True)))
+        return
+    flag = connection.info.get(_PURGE_FLAG)
+    if not isinstance(flag, _PurgeFlag):
+        raise errors.LedgerError("this SQLite connection was not opened by the ledger")
+    flag.held = True
+    try:
         yield
-        connection.execute(permit_table.delete())
+    finally:
+        flag.held = False
 
 
 def upsert_adding(

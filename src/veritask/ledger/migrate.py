@@ -6,12 +6,14 @@ built here in code.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from veritask.ledger import dialects
+from veritask.ledger import dialects, permits
 
 SCRIPT_LOCATION = "veritask.ledger:migrations"
 
@@ -27,9 +29,20 @@ def alembic_config(url: str) -> Config:
     return config
 
 
-def upgrade(url: str, revision: str = "head") -> None:
-    """Migrate the database at ``url`` up to ``revision`` (the newest by default)."""
+def upgrade(url: str, revision: str = "head", *, permit_home: Path | None = None) -> None:
+    """Migrate the database at ``url`` up to ``revision`` (the newest by default).
+
+    With ``permit_home``, then enroll that home's purge permit if none is yet (PostgreSQL, at
+    the head; see ``permits``): the role that migrates owns the key function.
+    """
     command.upgrade(alembic_config(url), revision)
+    if permit_home is None or revision != "head":
+        return
+    engine = dialects.create_engine(url)
+    try:
+        permits.enroll(engine, permit_home)
+    finally:
+        engine.dispose()
 
 
 def downgrade(url: str, revision: str) -> None:

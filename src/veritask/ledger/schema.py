@@ -35,7 +35,9 @@ STATE_LENGTH: Final = 32
 #: Ids are chosen by callers (UUIDs, ``run_…`` strings); generous but bounded.
 ID_LENGTH: Final = 64
 
-#: The transaction-local PostgreSQL setting that lets the retention purge delete events.
+#: The transaction-local PostgreSQL setting in which the retention purge shows its permit; the
+#: append-only trigger lets a delete pass only if the permit's SHA-256 is the enrolled one
+#: (0003, ledger/permits.py).
 PURGE_SETTING: Final = "veritask.retention_purge"
 
 #: Attempt states in which a worker holds a lease that the monitor watches (design.md 3.2:
@@ -384,12 +386,29 @@ schedulers = sa.Table(
     _time("last_tick_at"),
 )
 
-#: SQLite has no transaction-local settings; the purge inserts this table's one row, deletes,
-#: and removes the row in the same transaction, so no other transaction ever sees it. Unused
-#: on PostgreSQL (which uses ``PURGE_SETTING``) but kept so that both schemas are equal.
+#: Until 0003, SQLite's delete trigger let deletes pass while this table held its row; anyone
+#: could insert it. Since 0003 the trigger asks a function that only Veritask's connections
+#: register (``dialects.purge_permitted``), and this table unlocks nothing. Kept empty.
 purge_permit = sa.Table(
     "purge_permit",
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
     sa.CheckConstraint("id = 1", name="single_row"),
+)
+
+
+#: Signed-in web UI sessions (0003). The cookie carries a random session id; only its SHA-256
+#: is stored. A session is valid while not ended (sign-out), not expired, and its token is not
+#: revoked (revoking a token also ends its sessions).
+ui_sessions = sa.Table(
+    "ui_sessions",
+    metadata,
+    sa.Column("id_hash", sa.String(128), primary_key=True),
+    _id("token_id"),
+    _time("created_at", nullable=False),
+    _time("expires_at", nullable=False),
+    _time("ended_at"),
+    sa.ForeignKeyConstraint(["token_id"], ["api_tokens.id"]),
+    sa.Index("ix_ui_sessions_token_id", "token_id"),
+    sa.Index("ix_ui_sessions_expires_at", "expires_at"),
 )

@@ -21,8 +21,11 @@ class Platform:
 
     @classmethod
     def open(cls, database_url: str, home: Path) -> Platform:
-        """Connect to the database at ``database_url`` (not migrated here: see ``db upgrade``)."""
-        return cls(Ledger(dialects.create_engine(database_url)), home.expanduser().resolve())
+        """Connect to the database at ``database_url`` (not migrated here: see ``db upgrade``).
+
+        The retention purge finds its permit in ``home`` (``ledger.permits``)."""
+        resolved = home.expanduser().resolve()
+        return cls(Ledger(dialects.create_engine(database_url, home=resolved)), resolved)
 
     @property
     def engine(self) -> Engine:

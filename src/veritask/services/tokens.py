@@ -22,7 +22,7 @@ from veritask.core import refusals
 from veritask.ledger import dialects, runs, schema
 from veritask.ledger.vocabulary import TokenRole as TokenRole  # re-exported for the API
 from veritask.scheduling import tokens as attempt_tokens
-from veritask.services import views
+from veritask.services import sessions, views
 from veritask.services.errors import Conflict, InvalidInput, NotFound
 from veritask.services.platform import Platform
 
@@ -75,7 +75,8 @@ def list_tokens(platform: Platform) -> list[views.TokenInfo]:
 
 
 def revoke_token(platform: Platform, token_id: str) -> views.TokenInfo:
-    """Revoke a token from now on; revoking it again changes nothing.
+    """Revoke a token from now on, and end the web UI sessions signed in with it; revoking
+    it again changes nothing.
 
     The last admin token that still works is kept: without it nobody could create tokens.
     """
@@ -104,6 +105,7 @@ def revoke_token(platform: Platform, token_id: str) -> views.TokenInfo:
         connection.execute(
             schema.api_tokens.update().where(t.id == token_id).values(revoked_at=now)
         )
+        sessions.end_sessions_of_token(connection, token_id, now)
     return replace(_info(row), revoked_at=now)
 
 

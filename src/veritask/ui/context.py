@@ -7,6 +7,7 @@ reads the form. Refusals are exceptions that ``ui.app`` turns into pages.
 
 from __future__ import annotations
 
+import urllib.parse
 import zoneinfo
 from dataclasses import dataclass
 from typing import Final
@@ -16,7 +17,7 @@ from fastapi.responses import HTMLResponse
 from starlette.datastructures import FormData
 from starlette.responses import Response
 
-from veritask.services import alerts, tokens, views
+from veritask.services import alerts, sessions, tokens, views
 from veritask.services.platform import Platform
 from veritask.services.tokens import TokenRole
 from veritask.ui import i18n, rendering, session
@@ -27,7 +28,8 @@ UTC_ZONE: Final = zoneinfo.ZoneInfo("UTC")
 
 
 class SignInRequired(Exception):
-    """No session, or its token was revoked: the page sends the visitor to sign in."""
+    """No session, or it ended (sign-out) or its token was revoked: the page sends the
+    visitor to sign in."""
 
     def __init__(self, next_path: str) -> None:
         super().__init__(next_path)
@@ -82,7 +84,9 @@ def visitor(request: Request) -> Page:
     found = session.decode(request.cookies.get(session.COOKIE), key, now)
     issue = found is None
     current = found or session.Session.new(None, now)
-    principal = tokens.principal_by_id(platform, current.token_id) if current.token_id else None
+    principal = None
+    if current.token_id:
+        principal = sessions.principal_of(platform, current.session_id, current.token_id)
     language = i18n.pick_language(
         request.cookies.get(LANGUAGE_COOKIE), request.headers.get("accept-language")
     )
@@ -168,12 +172,19 @@ def set_session_cookie(
 
 
 def zone_of(name: str | None) -> zoneinfo.ZoneInfo:
-    """The viewer's time zone as the browser reported it; UTC when unknown or invalid."""
-    if not name or len(name) > 64:
+    """The viewer's time zone as the browser reported it; UTC when unknown or invalid.
+
+    The page's script stores the zone percent-encoded (``Asia%2FShanghai``). A name that is
+    not a zone file (``Europe`` is a directory, which ``ZoneInfo`` answers with an OSError)
+    is as unknown as one that does not exist."""
+    if not name:
+        return UTC_ZONE
+    decoded = urllib.parse.unquote(name)
+    if not decoded or len(decoded) > 64:
         return UTC_ZONE
     try:
-        return zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return zoneinfo.ZoneInfo(decoded)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
         return UTC_ZONE
 
 

@@ -1,9 +1,11 @@
 """The session cookie: which API token signed in, and the session's CSRF token, signed.
 
-The cookie holds ``{"token_id", "csrf", "expires"}`` and an HMAC-SHA256 of it under a key
-derived from the platform secret (``services.tokens.session_key``), so nobody can mint or
-alter one without the secret. It names the token by id, never the token itself, and every
-request checks that the token is still not revoked. It is HttpOnly (scripts cannot read it)
+The cookie holds ``{"token_id", "sid", "csrf", "expires"}`` and an HMAC-SHA256 of it under a
+key derived from the platform secret (``services.tokens.session_key``), so nobody can mint or
+alter one without the secret. It names the token by id, never the token itself. A signed-in
+session also has a random id, ``sid``, recorded on the server (``services.sessions``): every
+request checks that this session has not ended (sign-out) and that its token is not revoked,
+so a copied cookie stops working when its user signs out. It is HttpOnly (scripts cannot read it)
 and SameSite=Lax (other sites' forms do not carry it); the CSRF token is a second line: every
 form posts it back and :func:`check_csrf` compares it with the session's in constant time.
 A visitor who has not signed in gets an anonymous session, so that the sign-in form has a
@@ -28,15 +30,18 @@ LIFETIME: Final = timedelta(hours=12)
 
 @dataclass(frozen=True)
 class Session:
-    """A decoded, verified session: ``token_id`` is None before sign-in."""
+    """A decoded, verified session: ``token_id`` is None before sign-in.
+
+    ``session_id`` is random; the server records it (hashed) only once signed in."""
 
     token_id: str | None
     csrf: str
     expires: datetime
+    session_id: str
 
     @classmethod
     def new(cls, token_id: str | None, now: datetime) -> Session:
-        return cls(token_id, secrets.token_urlsafe(24), now + LIFETIME)
+        return cls(token_id, secrets.token_urlsafe(24), now + LIFETIME, secrets.token_urlsafe(32))
 
 
 def encode(session: Session, key: bytes) -> str:
@@ -44,6 +49,7 @@ def encode(session: Session, key: bytes) -> str:
     payload = json.dumps(
         {
             "token_id": session.token_id,
+            "sid": session.session_id,
             "csrf": session.csrf,
             "expires": int(session.expires.timestamp()),
         },
@@ -72,10 +78,13 @@ def decode(value: str | None, key: bytes, now: datetime) -> Session | None:
         return None
     if token_id is not None and not isinstance(token_id, str):
         return None
+    session_id = data.get("sid")
+    if not isinstance(session_id, str):  # also a cookie from before sessions had ids
+        return None
     ends = datetime.fromtimestamp(expires, tz=now.tzinfo)
     if ends <= now:
         return None
-    return Session(token_id, csrf, ends)
+    return Session(token_id, csrf, ends, session_id)
 
 
 def check_csrf(session: Session | None, submitted: str | None) -> bool:

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from veritask.services import tokens
+from veritask.services import sessions, tokens
 from veritask.ui import context, i18n, session
 from veritask.ui.pages.routing import UiRoute
 
@@ -51,6 +51,9 @@ async def sign_in(request: Request) -> Response:
     response = RedirectResponse(target, status_code=303)
     # A new session (and CSRF token) at sign-in: one planted before cannot be reused.
     fresh = session.Session.new(principal.token_id, found.platform.now())
+    await run_in_threadpool(
+        sessions.open_session, found.platform, fresh.session_id, principal.token_id, fresh.expires
+    )
     context.set_session_cookie(response, request, fresh, found.platform)
     return response
 
@@ -58,6 +61,8 @@ async def sign_in(request: Request) -> Response:
 @router.post("/ui/sign-out")
 async def sign_out(request: Request) -> Response:
     found, _ = await context.submitted(request)
+    # Ended on the server: a copy of this cookie no longer signs anyone in.
+    await run_in_threadpool(sessions.end_session, found.platform, found.session.session_id)
     response = RedirectResponse("/ui/sign-in", status_code=303)
     anonymous = session.Session.new(None, found.platform.now())
     context.set_session_cookie(response, request, anonymous, found.platform)
