@@ -19,7 +19,7 @@ from veritask.core.jsontypes import JSONValue
 from veritask.core.policy import Backoff, OnUnknown, RetryPolicy, TaskPolicy
 from veritask.core.run_state import TaskRole, find_cycles
 from veritask.core.trigger_rules import TriggerRule
-from veritask.definitions import cron, source
+from veritask.definitions import cron, declarations, source
 from veritask.definitions.codec import content_hash, definition_to_json
 from veritask.definitions.errors import DefinitionError, Problem
 from veritask.definitions.model import (
@@ -136,7 +136,9 @@ class _Reader(Reader):
         )
         defaults_fields = self.fields_of(f.get("defaults"), "defaults", POLICY_FIELDS)
         defaults = self.policy(defaults_fields, "defaults", TaskPolicy(), f.get("defaults"))
-        parameters = self.json_object(f.get("parameters"), "parameters")
+        parameters = declarations.read_parameters(self, f.get("parameters"))
+        if schedule is not None:
+            declarations.check_scheduled_defaults(self, f.get("parameters"), parameters)
         queue = self.text(f.get("queue"), "queue")
         tasks = self.tasks(f.get("tasks"), defaults, queue)
         publish = self.publish(f.get("publish"))
@@ -145,6 +147,7 @@ class _Reader(Reader):
             f.get("expected_finish"), "expected_finish", None, positive=True
         )
         self.check_graph(tasks)
+        declarations.check_placeholders(self, tree, tasks, publish, parameters)
         if self.problems:
             return None
         return self.attempt(
