@@ -225,3 +225,36 @@ def test_a_second_scheduler_on_sqlite_refuses_to_start(veritask: Veritask) -> No
     assert done.returncode == 4
     assert "another scheduler is running" in done.stderr
     assert "SQLite supports one scheduler" in done.stderr
+
+
+QUOTING = """\
+name: quoting
+parameters:
+  table: {type: string, default: users}
+  rows: {type: integer, default: 10}
+tasks:
+  say: {run: "printf '<%s>\\\\n' {{ params.table }} {{ params.rows }}"}
+"""
+
+
+def test_a_parameter_reaches_the_real_shell_as_one_word(veritask: Veritask, tmp_path: Path) -> None:
+    source = tmp_path / "quoting.yaml"
+    source.write_text(QUOTING)
+    assert veritask.cli("apply", "-f", str(source)).returncode == 0
+    payload = "users; touch pwned; echo"
+    done = veritask.cli("trigger", "quoting", "--param", f"table={payload}", "--wait")
+    assert done.returncode == 0, done.stderr
+    logs = veritask.cli("logs", done.stdout.strip())
+    assert f"<{payload}>" in logs.stdout and "<10>" in logs.stdout
+    assert not list(veritask.home.rglob("pwned"))
+
+
+def test_a_parameter_of_the_wrong_type_exits_2_naming_it(
+    veritask: Veritask, tmp_path: Path
+) -> None:
+    source = tmp_path / "quoting.yaml"
+    source.write_text(QUOTING)
+    assert veritask.cli("apply", "-f", str(source)).returncode == 0
+    done = veritask.cli("trigger", "quoting", "--param", "rows=many")
+    assert done.returncode == 2
+    assert "parameters.rows" in done.stderr and "whole number" in done.stderr

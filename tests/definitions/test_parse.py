@@ -12,6 +12,7 @@ from veritask.core.run_state import TaskRole
 from veritask.core.trigger_rules import TriggerRule
 from veritask.definitions.errors import DefinitionError, Problem
 from veritask.definitions.model import ConcurrencyPolicy
+from veritask.definitions.parameters import Parameter
 from veritask.definitions.parse import definition_from_json, parse_definition
 
 DESIGN_EXAMPLE = """\
@@ -66,7 +67,7 @@ def test_the_design_example_is_accepted_with_every_field() -> None:
     assert d.schedule is not None
     assert (d.schedule.cron, d.schedule.timezone) == ("0 2 * * *", "Asia/Shanghai")
     assert (d.schedule.catchup.enabled, d.schedule.catchup.max_runs) == (True, 7)
-    assert d.parameters == {"table": "users"}
+    assert d.parameters == {"table": Parameter(default="users")}
     assert list(d.tasks) == ["extract", "transform", "load"]
     transform = d.tasks["transform"]
     assert transform.call == "jobs.transform:main"

@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
 from veritask.api import schemas
+from veritask.core import refusals
 from veritask.core.errors import VeritaskError
 from veritask.services import errors
 
@@ -65,6 +66,12 @@ def _service_error(_: Request, exc: Exception) -> JSONResponse:
             return problem(409, str(exc), kind="stale-attempt", current_state=exc.current_state)
         case errors.Conflict():
             return problem(409, str(exc), kind="conflict", current_state=exc.current_state)
+        case errors.UnreadableInput():
+            found = [
+                schemas.FieldError(field=p.field, line=p.line, message=p.message)
+                for p in exc.problems
+            ]
+            return problem(400, str(exc), kind="bad-request", field_errors=found or None)
         case errors.InvalidInput():
             found = [
                 schemas.FieldError(field=p.field, line=p.line, message=p.message)
@@ -103,12 +110,27 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
     if not isinstance(exc, StarletteHTTPException):
         return _unexpected(request, exc)
     detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+    unreadable = _unreadable_body(exc)
+    if unreadable is not None:
+        return _service_error(request, unreadable)
     headers = dict(exc.headers or {})
     if exc.status_code == 405:
         # Starlette names only the first route that matched the path; GET and POST of one
         # path are two routes here, and Allow must name both.
         headers["Allow"] = ", ".join(_allowed_methods(request))
     return problem(exc.status_code, detail, headers=headers)
+
+
+def _unreadable_body(exc: StarletteHTTPException) -> errors.UnreadableInput | None:
+    """FastAPI's 400 for a JSON body it could not parse, as a problem naming the body and
+    what is wrong with it (FastAPI says only that parsing failed)."""
+    if exc.status_code != 400 or exc.__cause__ is None:
+        return None
+    if isinstance(exc.__cause__, UnicodeDecodeError):
+        return errors.UnreadableInput.about("body", refusals.NOT_UTF8.format())
+    if isinstance(exc.__cause__, RecursionError):
+        return errors.UnreadableInput.about("body", refusals.NESTED_TOO_DEEPLY.format())
+    return errors.UnreadableInput.about("body", refusals.NOT_READABLE_JSON.format())
 
 
 def _allowed_methods(request: Request) -> list[str]:

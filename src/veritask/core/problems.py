@@ -134,6 +134,16 @@ UNSUPPORTED_VALUE = Phrase("problem.unsupported_value", "unsupported value: {det
 NOT_FINITE = Phrase("problem.not_finite", "a number must be finite")
 UNSUPPORTED_TYPE = Phrase("problem.unsupported_type", "unsupported value of type {type}")
 KEY_NOT_A_STRING = Phrase("problem.key_not_a_string", "key {key!r} is not a string")
+TOO_DEEP = Phrase(
+    "problem.too_deep",
+    "the definition is nested too deeply (over {limit} levels of lists and mappings)",
+    limit=Slot.NUMBER,
+)
+CUSTOM_TAG = Phrase(
+    "problem.custom_tag",
+    "the YAML tag {tag} is refused: a definition holds plain JSON values",
+    tag=Slot.CODE,
+)
 
 # -- tasks and the graph (definitions.parse, definitions.model) ------------------------------
 
@@ -251,3 +261,46 @@ SHORTER_THAN_DELAY = Phrase(
 )
 NEVER_RETRIED = Phrase("problem.never_retried", "{states} can never be retried", states=Slot.STATES)
 MUST_BE_POSITIVE = Phrase("problem.must_be_positive", "must be positive, got {value}")
+
+# -- parameters (definitions.parameters, definitions.declarations) ---------------------------
+
+EXPECTED_DATE = Phrase("problem.expected_date", "expected a date (YYYY-MM-DD), got {kind}", kind=_S)
+EXPECTED_DATETIME = Phrase(
+    "problem.expected_datetime",
+    "expected a date and time (ISO 8601, such as 2024-01-31T02:00:00+00:00), got {kind}",
+    kind=_S,
+)
+PARAMETER_REQUIRED = Phrase(
+    "problem.parameter_required", "required: the definition gives it no default"
+)
+NO_CHOICES = Phrase("problem.no_choices", "list at least one value")
+CHOICE_NOT_PLAIN = Phrase(
+    "problem.choice_not_plain",
+    "a choice must be a string, a number or a boolean, got {kind}",
+    kind=_S,
+)
+ENUM_AND_CHOICES = Phrase(
+    "problem.enum_and_choices", "write the values once, as enum or as choices, not both"
+)
+SCHEDULED_NEEDS_DEFAULT = Phrase(
+    "problem.scheduled_needs_default",
+    "needs a default: a scheduled or backfilled run has no one to give it a value",
+)
+PLACEHOLDER_IN_SHELL_QUOTES = Phrase(
+    "problem.placeholder_in_shell_quotes",
+    "{name} is written inside quotes; write it outside quotes (its value is given to the "
+    "command as one word) or declare the parameter raw",
+    name=Slot.CODE,
+)
+PLACEHOLDER_IN_SQL_QUOTES = Phrase(
+    "problem.placeholder_in_sql_quotes",
+    "{name} is written inside a quoted string or name; write it unquoted where a value goes "
+    "(its value is bound as a parameter) or declare the parameter raw",
+    name=Slot.CODE,
+)
+SQL_CANNOT_BIND = Phrase(
+    "problem.sql_cannot_bind",
+    "{name} cannot be bound in this statement: PostgreSQL binds values only in SELECT, "
+    "INSERT, UPDATE, DELETE, MERGE and VALUES; declare the parameter raw to paste its text",
+    name=Slot.CODE,
+)

@@ -132,6 +132,9 @@ UNKNOWN_PARAMETERS = Phrase(
     "refusal.unknown_parameters", "parameters: unknown {names}; known: {known}"
 )
 UNKNOWN_PARAMETER = Phrase("refusal.unknown_parameter", "unknown; known: {known}")
+NOT_UTF8 = Phrase("refusal.not_utf8", "must be UTF-8 text")
+NESTED_TOO_DEEPLY = Phrase("refusal.nested_too_deeply", "nested too deeply to be read")
+NOT_READABLE_JSON = Phrase("refusal.not_readable_json", "could not be read as a JSON object")
 TOKEN_NAME = Phrase(
     "refusal.token_name",
     "1 to 64 letters, digits, '_', '.', '@' or '-', starting with a letter or digit",

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.core.policy import TaskPolicy
+from veritask.definitions import parameters
 from veritask.definitions.durations import to_seconds
 from veritask.definitions.model import (
     Definition,
@@ -41,7 +42,7 @@ def definition_to_json(definition: Definition) -> JSONObject:
         "schedule": _schedule(d.schedule),
         "concurrency": d.concurrency.value,
         "defaults": _policy(d.defaults),
-        "parameters": dict(d.parameters),
+        "parameters": parameters.to_json(d.parameters),
         "queue": d.queue,
         "tasks": [_task(task) for task in d.tasks.values()],
         "publish": _publish(d.publish),

@@ -21,6 +21,7 @@ from veritask.core.run_state import RunGraph, TaskNode, TaskRole
 from veritask.core.trigger_rules import TriggerRule
 from veritask.definitions import cron
 from veritask.definitions.errors import DefinitionError
+from veritask.definitions.parameters import Parameter
 
 #: Definition names, task keys, executor names: lowercase, digits, ``_`` and ``-``.
 SLUG = re.compile(r"[a-z][a-z0-9_-]{0,63}")
@@ -225,7 +226,8 @@ class Definition:
     concurrency: ConcurrencyPolicy = ConcurrencyPolicy.FORBID
     defaults: TaskPolicy = field(default_factory=TaskPolicy)
     """The policy every task inherits (publish steps run with it too)."""
-    parameters: Mapping[str, JSONValue] = field(default_factory=dict)
+    parameters: Mapping[str, Parameter] = field(default_factory=dict)
+    """Name -> the run parameter it declares (definitions.parameters)."""
     publish: PublishSpec | None = None
     wait_for: tuple[WaitFor, ...] = ()
     expected_finish: timedelta | None = None

@@ -19,7 +19,7 @@ from veritask.core.jsontypes import JSONValue
 from veritask.core.policy import Backoff, OnUnknown, RetryPolicy, TaskPolicy
 from veritask.core.run_state import TaskRole, find_cycles
 from veritask.core.trigger_rules import TriggerRule
-from veritask.definitions import cron, source
+from veritask.definitions import cron, declarations, source
 from veritask.definitions.codec import content_hash, definition_to_json
 from veritask.definitions.environment import read_env
 from veritask.definitions.errors import DefinitionError, Problem
@@ -139,7 +139,9 @@ class _Reader(Reader):
         )
         defaults_fields = self.fields_of(f.get("defaults"), "defaults", POLICY_FIELDS)
         defaults = self.policy(defaults_fields, "defaults", TaskPolicy(), f.get("defaults"))
-        parameters = self.json_object(f.get("parameters"), "parameters")
+        parameters = declarations.read_parameters(self, f.get("parameters"))
+        if schedule is not None:
+            declarations.check_scheduled_defaults(self, f.get("parameters"), parameters)
         queue = self.text(f.get("queue"), "queue")
         env = read_env(self, f.get("env"), "env")
         tasks = self.tasks(f.get("tasks"), defaults, queue)
@@ -149,6 +151,7 @@ class _Reader(Reader):
             f.get("expected_finish"), "expected_finish", None, positive=True
         )
         self.check_graph(tasks)
+        declarations.check_placeholders(self, tree, tasks, publish, parameters)
         if self.problems:
             return None
         return self.attempt(

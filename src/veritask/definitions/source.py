@@ -64,8 +64,38 @@ class Map:
 Value = Scalar | Seq | Map
 
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
+#: The tags YAML gives plain JSON values; any other (``!!python/…``, ``!!set``, ``!foo``) is
+#: refused, on a scalar, a list or a mapping alike.
+_STANDARD_TAGS = frozenset(
+    f"tag:yaml.org,2002:{name}"
+    for name in ("map", "seq", "str", "int", "float", "bool", "null", "timestamp", "merge")
+)
 #: Aliases may repeat a subtree many times over (the "billion laughs"); stop early.
 _MAX_NODES = 100_000
+#: Lists and mappings nested deeper than this are refused before anything walks the tree
+#: (every walk of it recurses); no definition needs more than a few levels.
+MAX_DEPTH = 64
+
+
+class _TooDeep(Exception):
+    def __init__(self, line: int) -> None:
+        self.line = line
+
+
+class _DepthLimitedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, counting how deep the composer is (it recurses per level)."""
+
+    depth = 0
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                event = self.peek_event()  # type: ignore[no-untyped-call]
+                raise _TooDeep(event.start_mark.line + 1)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 @dataclass(frozen=True)
@@ -82,7 +112,9 @@ def from_text(text: str) -> tuple[Value | None, list[Problem]]:
         # refuses tab indentation, so make it spaces (columns move, lines do not).
         text = text.replace("\t", " ")
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=_DepthLimitedLoader)
+    except _TooDeep as exc:
+        return None, [Problem("", exc.line, wording.TOO_DEEP.format(limit=MAX_DEPTH))]
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -114,6 +146,9 @@ def _convert(node: Node, path: str, ctx: _Context, seen: frozenset[int]) -> Valu
         return Scalar(None, line)
     if id(node) in seen:
         problems.append(Problem(path, line, wording.ALIAS_LOOP.format()))
+        return Scalar(None, line)
+    if node.tag not in _STANDARD_TAGS:
+        problems.append(Problem(path, line, wording.CUSTOM_TAG.format(tag=_shown_tag(node.tag))))
         return Scalar(None, line)
     if isinstance(node, MappingNode):
         try:
@@ -164,6 +199,10 @@ def _convert(node: Node, path: str, ctx: _Context, seen: frozenset[int]) -> Valu
         return Scalar(value, line)
     problems.append(Problem(path, line, wording.UNSUPPORTED_TYPE.format(type=type(value).__name__)))
     return Scalar(None, line)
+
+
+def _shown_tag(tag: str) -> str:
+    return "!!" + tag.removeprefix("tag:yaml.org,2002:") if tag.startswith("tag:yaml.org") else tag
 
 
 def _wrap(value: object, path: str, problems: list[Problem]) -> Value:

@@ -104,6 +104,8 @@ class SqlStatement:
 
     statement: str
     connection: str
+    parameters: tuple[JSONValue, ...] = ()
+    """The values of ``$1``, ``$2``… in the statement, bound when it runs (never pasted in)."""
 
     def __post_init__(self) -> None:
         if not self.statement.strip():

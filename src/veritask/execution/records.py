@@ -55,8 +55,10 @@ def encode_spec(spec: port.AttemptSpec) -> jsontypes.JSONObject:
             task = {"type": "shell", "command": command}
         case port.PythonCallable(target=target, params=params):
             task = {"type": "python", "target": target, "params": dict(params)}
-        case port.SqlStatement(statement=statement, connection=connection):
+        case port.SqlStatement(statement=statement, connection=connection, parameters=values):
             task = {"type": "sql", "statement": statement, "connection": connection}
+            if values:
+                task["parameters"] = list(values)
     callback: jsontypes.JSONObject
     match spec.callback:
         case port.HttpCallback(base_url=base_url, timeout=timeout):
@@ -104,7 +106,9 @@ def decode_spec(obj: jsontypes.JSONObject) -> port.AttemptSpec:
             )
         case "sql":
             task = port.SqlStatement(
-                _field(task_obj, "statement", str), _field(task_obj, "connection", str)
+                _field(task_obj, "statement", str),
+                _field(task_obj, "connection", str),
+                tuple(_optional(task_obj, "parameters", list) or ()),
             )
         case other:
             raise ValueError(f"unknown task type {other!r}")

@@ -21,6 +21,7 @@ from pathlib import Path
 from veritask import ids
 from veritask.core.events import Event, EventKind
 from veritask.core.jsontypes import JSONValue
+from veritask.definitions import parameters
 from veritask.definitions.model import Definition, SecretRef, TaskSpec, task_env
 from veritask.execution import port
 from veritask.execution.errors import ExecutorError
@@ -100,16 +101,13 @@ class Dispatcher:
 
     def spec(self, run: RunContext, opened: Opened) -> port.AttemptSpec:
         task = run.tasks[opened.task_key]
-        params = {**run.definition.parameters, **run.parameters}
-        values = templates.context(run_id=run.run_id, logical_time=run.logical_time, params=params)
-        work: port.TaskSpec
-        if task.sql is not None:
-            work = port.SqlStatement(templates.render(task.sql, values), str(task.connection))
-        elif task.run is not None:
-            work = port.ShellCommand(templates.render(task.run, values))
-        else:
-            rendered = {k: templates.render_json(v, values) for k, v in task.with_.items()}
-            work = port.PythonCallable(str(task.call), rendered)
+        declared_parameters = run.definition.parameters
+        values = templates.context(
+            run_id=run.run_id,
+            logical_time=run.logical_time,
+            params={**parameters.defaults(declared_parameters), **run.parameters},
+            raw=parameters.raw_names(declared_parameters),
+        )
         declared = task_env(run.definition, task)
         env = {name: value for name, value in declared.items() if isinstance(value, str)}
         # A secret travels as its name: the worker looks the value up on its own host.
@@ -123,6 +121,18 @@ class Dispatcher:
         }
         if run.logical_time is not None:
             env["VERITASK_LOGICAL_TIME"] = run.logical_time.isoformat()
+        # Values are data: a command reads them from its environment, a statement binds them.
+        work: port.TaskSpec
+        if task.sql is not None:
+            statement, bound = templates.render_sql(task.sql, values)
+            work = port.SqlStatement(statement, str(task.connection), bound)
+        elif task.run is not None:
+            command, value_env = templates.render_shell(task.run, values)
+            work = port.ShellCommand(command)
+            env = {**value_env, **env}
+        else:
+            rendered = {k: templates.render_json(v, values) for k, v in task.with_.items()}
+            work = port.PythonCallable(str(task.call), rendered)
         return port.AttemptSpec(
             instance_id=opened.instance_id,
             attempt_no=opened.attempt_no,

@@ -1,40 +1,89 @@
-"""``{{ ... }}`` in task commands and parameters: a small, safe substitution.
+"""``{{ ... }}`` in task commands, statements and parameters: values that stay data.
 
 Only names the run defines are substituted (``logical_date``, ``logical_time``, ``run_id``,
 ``ds``, ``params.NAME``); anything else is left as written, so a shell ``{{`` never breaks.
-No expressions are evaluated.
+No expressions are evaluated, and no value becomes code:
+
+- in ``run:``, a placeholder becomes ``"${VERITASK_…}"``, an environment variable of the task
+  that holds the value: the shell expands it as one word and never reads it as code;
+- in ``sql:``, a placeholder becomes ``$1``, ``$2``…: the statement is prepared and the values
+  are its bound parameters;
+- in ``with:``, the values are text inside the callable's JSON arguments.
+
+A parameter the definition declares ``raw`` is pasted as its text instead, the one way a value
+can change a command or a statement (docs/definitions.md).
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 
 from veritask.core.jsontypes import JSONValue
+from veritask.definitions import placeholders
+from veritask.definitions.placeholders import PARAMS, Where
 
-_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\}\}")
+_ENV_OF_BUILT_IN = {
+    "run_id": "VERITASK_RUN_ID",
+    "logical_time": "VERITASK_LOGICAL_TIME",
+    "logical_date": "VERITASK_LOGICAL_DATE",
+    "ds": "VERITASK_LOGICAL_DATE",
+}
+PARAM_ENV_PREFIX = "VERITASK_PARAM_"
+
+
+@dataclass(frozen=True)
+class Values:
+    """What a run's placeholders stand for: template name -> value, and the names pasted as
+    text (``params.NAME`` of the parameters declared ``raw``)."""
+
+    values: Mapping[str, JSONValue]
+    raw: frozenset[str] = frozenset()
+
+    def text(self, name: str) -> str:
+        return text_of(self.values[name])
 
 
 def context(
-    *, run_id: str, logical_time: datetime | None, params: Mapping[str, JSONValue]
-) -> dict[str, str]:
-    values = {"run_id": run_id}
+    *,
+    run_id: str,
+    logical_time: datetime | None,
+    params: Mapping[str, JSONValue],
+    raw: Collection[str] = (),
+) -> Values:
+    """The values of a run; ``raw`` names the parameters declared raw."""
+    values: dict[str, JSONValue] = {"run_id": run_id}
     if logical_time is not None:
         values["logical_time"] = logical_time.isoformat()
         values["logical_date"] = logical_time.date().isoformat()
         values["ds"] = values["logical_date"]
     for name, value in params.items():
-        values[f"params.{name}"] = value if isinstance(value, str) else json.dumps(value)
-    return values
+        values[f"{PARAMS}{name}"] = value
+    return Values(values, frozenset(f"{PARAMS}{name}" for name in raw if name in params))
 
 
-def render(text: str, values: Mapping[str, str]) -> str:
-    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), text)
+def text_of(value: JSONValue) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def render_json(value: JSONValue, values: Mapping[str, str]) -> JSONValue:
+def env_name(name: str) -> str:
+    """The environment variable that holds a template value in a ``run:`` task."""
+    built_in = _ENV_OF_BUILT_IN.get(name)
+    if built_in is not None:
+        return built_in
+    return PARAM_ENV_PREFIX + name.removeprefix(PARAMS).replace(".", "__")
+
+
+def render(text: str, values: Values) -> str:
+    """Plain substitution, for text that is data already (a callable's ``with`` values)."""
+    return placeholders.PLACEHOLDER.sub(
+        lambda m: values.text(m.group(1)) if m.group(1) in values.values else m.group(0), text
+    )
+
+
+def render_json(value: JSONValue, values: Values) -> JSONValue:
     if isinstance(value, str):
         return render(value, values)
     if isinstance(value, list):
@@ -42,3 +91,61 @@ def render_json(value: JSONValue, values: Mapping[str, str]) -> JSONValue:
     if isinstance(value, dict):
         return {key: render_json(item, values) for key, item in value.items()}
     return value
+
+
+def render_shell(command: str, values: Values) -> tuple[str, dict[str, str]]:
+    """The command with each placeholder as its environment variable, and those variables
+    (every value of the run, so a here-document can read ``$VERITASK_PARAM_NAME`` too).
+
+    Raises ValueError for a placeholder written inside quotes (apply refuses those).
+    """
+    env: dict[str, str] = {}
+    owners: dict[str, str] = {}
+    for name in values.values:
+        variable = env_name(name)
+        if owners.setdefault(variable, name) != name and variable not in _ENV_OF_BUILT_IN.values():
+            raise ValueError(f"{name} and {owners[variable]} would share {variable}")
+        env[variable] = values.text(name)
+    pieces: list[str] = []
+    position = 0
+    for place in placeholders.shell_places(command):
+        if place.name not in values.values or place.where is Where.COMMENT:
+            continue
+        pieces.append(command[position : place.start])
+        if place.name in values.raw:
+            pieces.append(values.text(place.name))
+        elif place.where is Where.QUOTED:
+            raise ValueError(f"{{{{ {place.name} }}}} is written inside quotes in the command")
+        else:
+            pieces.append('"${' + env_name(place.name) + '}"')
+        position = place.end
+    pieces.append(command[position:])
+    return "".join(pieces), env
+
+
+def render_sql(statement: str, values: Values) -> tuple[str, tuple[JSONValue, ...]]:
+    """The statement with ``$1``, ``$2``… where values go, and those values in order (one per
+    name, however often it is written); raw parameters are pasted as text.
+
+    Raises ValueError for a placeholder inside a quoted string or name, or in a statement
+    PostgreSQL cannot prepare (apply refuses both).
+    """
+    numbers: dict[str, int] = {}
+    pieces: list[str] = []
+    position = 0
+    for place in placeholders.sql_places(statement):
+        if place.name not in values.values or place.where is Where.COMMENT:
+            continue
+        pieces.append(statement[position : place.start])
+        if place.name in values.raw:
+            pieces.append(values.text(place.name))
+        elif place.where is Where.QUOTED:
+            raise ValueError(f"{{{{ {place.name} }}}} is written inside quotes in the statement")
+        else:
+            number = numbers.setdefault(place.name, len(numbers) + 1)
+            pieces.append(f"${number}")
+        position = place.end
+    pieces.append(statement[position:])
+    if numbers and placeholders.first_keyword(statement) not in placeholders.PREPARABLE:
+        raise ValueError("values are bound only in SELECT, INSERT, UPDATE, DELETE, MERGE, VALUES")
+    return "".join(pieces), tuple(values.values[name] for name in numbers)

@@ -27,6 +27,7 @@ from veritask.core.states import (
 )
 from veritask.definitions import codec, schedule
 from veritask.definitions.model import ConcurrencyPolicy, Definition
+from veritask.definitions.parameters import check_values
 from veritask.definitions.parse import parse_definition
 from veritask.ledger import definitions as definition_store
 from veritask.ledger import dialects, run_store, schema
@@ -113,16 +114,17 @@ def trigger(
     logical_time: datetime | None = None,
     rerun_of: str | None = None,
 ) -> Triggered:
-    """Create a run of the definition's current version (or return the one with this key)."""
+    """Create a run of the definition's current version (or return the one with this key).
+
+    Raises :class:`~veritask.definitions.parameters.InvalidParameters` for parameters the
+    definition does not declare or values that do not fit their declaration.
+    """
     with dialects.read_transaction(ledger.engine) as connection:
         row, definition = _current_definition(connection, name)
         if row.lifecycle not in (DefinitionLifecycle.ACTIVE, DefinitionLifecycle.DISABLED):
             raise Refused(refusals.CANNOT_BE_TRIGGERED.format(name=name, lifecycle=row.lifecycle))
         active = _active_runs(connection, row.id)
-    unknown = sorted(set(parameters or {}) - set(definition.parameters))
-    if unknown and definition.parameters:
-        known = ", ".join(definition.parameters)
-        raise Refused(refusals.UNKNOWN_PARAMETERS.format(names=", ".join(unknown), known=known))
+    checked = check_values(definition.parameters, parameters or {})
     idempotency_key = _key(name, kind, key, logical_time)
     state, reason = _admission(definition, active, kind)
     interval = (
@@ -136,7 +138,7 @@ def trigger(
         idempotency_key=idempotency_key,
         trigger_kind=kind,
         tasks=[(key, task.policy) for key, task in publication.all_tasks(definition).items()],
-        parameters=dict(parameters or {}),
+        parameters=checked,
         execution_state=state,
         execution_reason=reason,
         publication_state=(

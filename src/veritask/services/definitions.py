@@ -394,7 +394,8 @@ def _view(row: DefinitionRow, spec: object, now: datetime) -> views.Definition:
         cron=cron,
         next_fire_time=next_fire,
         publication_required=model.publication_required if model else False,
-        parameters=dict(model.parameters) if model else {},
+        # Name -> default; null for a parameter every trigger must give.
+        parameters={k: p.default for k, p in model.parameters.items()} if model else {},
         created_at=row.created_at,
         updated_at=row.updated_at,
     )

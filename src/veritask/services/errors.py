@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Self
 
 from veritask.core import refusals
 from veritask.core.errors import VeritaskError
@@ -51,10 +52,14 @@ class InvalidInput(ServiceError):
         self.problems = tuple(problems)
 
     @classmethod
-    def about(cls, field: str, message: str) -> InvalidInput:
+    def about(cls, field: str, message: str) -> Self:
         """A refusal with one problem, about one field."""
         text = refusals.FIELD_PROBLEM.format(field=field, problem=message)
         return cls(text, [FieldProblem(field, None, message)])
+
+
+class UnreadableInput(InvalidInput):
+    """The body could not be read at all (not UTF-8 text, nested too deeply to parse)."""
 
 
 class Unauthenticated(ServiceError):

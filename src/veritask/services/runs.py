@@ -19,6 +19,7 @@ from veritask.core.jsontypes import JSONValue
 from veritask.core.judge import Outcome
 from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
 from veritask.definitions import parse
+from veritask.definitions.parameters import InvalidParameters
 from veritask.ledger import dialects, pagination, queries, schema
 from veritask.ledger.ledger import StaleDecision
 from veritask.ledger.rows import EventRow, InstanceRow, RunRow
@@ -48,11 +49,12 @@ def trigger_run(
 ) -> views.Triggered:
     """Create a run of the definition's current version, or return the run with this key.
 
-    Parameters must be ones the definition declares (when it declares any).
+    Parameters must be ones the definition declares (when it declares any), each a value
+    of its declared type; the scheduler's own check (``triggers.trigger``) is the one place.
     """
     if kind not in (TriggerKind.MANUAL, TriggerKind.API):
         raise InvalidInput.about("trigger_kind", refusals.TRIGGER_KIND.format())
-    _check_parameters(platform, name, parameters or {})
+    _check_has_version(platform, name)
     try:
         result = triggers.trigger(
             platform.ledger,
@@ -64,6 +66,9 @@ def trigger_run(
         )
     except triggers.NotFound as exc:
         raise NotFound(str(exc)) from None
+    except InvalidParameters as exc:
+        found = [FieldProblem(p.field, None, p.message) for p in exc.problems]
+        raise InvalidInput(str(exc), found) from None
     except triggers.Refused as exc:
         with dialects.read_transaction(platform.engine) as connection:
             row = queries.get_definition(connection, name=name)
@@ -79,7 +84,7 @@ def trigger_run(
     )
 
 
-def _check_parameters(platform: Platform, name: str, parameters: Mapping[str, JSONValue]) -> None:
+def _check_has_version(platform: Platform, name: str) -> None:
     with dialects.read_transaction(platform.engine) as connection:
         row = reading.definition_named(connection, name)
         if row.current_version is None:
@@ -89,17 +94,6 @@ def _check_parameters(platform: Platform, name: str, parameters: Mapping[str, JS
         )
     if version is None:
         raise Conflict(refusals.HAS_NO_VERSION.format(name=name), current_state=row.lifecycle)
-    declared = parse.definition_from_json(version.spec).parameters
-    unknown = sorted(set(parameters) - set(declared))
-    # A definition that declares no parameters takes any (they reach the templates as given);
-    # one that declares some refuses the others, as the scheduler does.
-    if declared and unknown:
-        known = ", ".join(declared)
-        unknown_one = refusals.UNKNOWN_PARAMETER.format(known=known)
-        raise InvalidInput(
-            refusals.UNKNOWN_PARAMETERS.format(names=", ".join(unknown), known=known),
-            [FieldProblem(f"parameters.{k}", None, unknown_one) for k in unknown],
-        )
 
 
 # -- reads -------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from datetime import timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -12,6 +13,7 @@ from tests.execution.sql.conftest import warehouse_query
 from tests.scheduling.harness import wait_for
 from veritask.execution import errors, port
 from veritask.execution.sql import engine, markers
+from veritask.scheduling import templates
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -147,3 +149,27 @@ def test_a_cancel_stops_the_statement_and_is_confirmed_by_the_server(
 def test_an_unknown_connection_is_a_clear_error(executor: engine.SqlExecutor) -> None:
     with pytest.raises(errors.ExecutorError, match="VERITASK_SQL_URL_ELSEWHERE"):
         executor.describe(external_id="sql:elsewhere:load-1/1")
+
+
+def test_a_value_is_bound_as_data_never_run_as_sql(
+    executor: engine.SqlExecutor, warehouse_url: str
+) -> None:
+    warehouse_query(
+        warehouse_url, "CREATE TABLE x (n int); CREATE TABLE names (name text, day date)"
+    )
+    values = templates.context(
+        run_id="run-1",
+        logical_time=datetime(2024, 1, 31, 2, tzinfo=UTC),
+        params={"name": "'; DROP TABLE x; --"},
+    )
+    statement, bound = templates.render_sql(
+        "INSERT INTO names SELECT {{ params.name }}, {{ ds }} WHERE {{ params.name }} <> ''",
+        values,
+    )
+    attempt = replace(spec("unused"), task=port.SqlStatement(statement, "warehouse", bound))
+    seen = ended(executor, executor.submit(spec=attempt).external_id)
+    assert seen.engine_state is port.EngineState.SUCCEEDED, seen.details
+    assert warehouse_query(warehouse_url, "SELECT name, day::text FROM names") == [
+        ("'; DROP TABLE x; --", "2024-01-31")
+    ]
+    assert warehouse_query(warehouse_url, "SELECT count(*) FROM x") == [(0,)]

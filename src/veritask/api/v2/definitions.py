@@ -9,6 +9,7 @@ from starlette.concurrency import run_in_threadpool
 
 from veritask.api import convert, problems, schemas
 from veritask.api.security import Admin, Operator, PlatformDep, Viewer
+from veritask.core import refusals
 from veritask.core.states import TriggerKind
 from veritask.services import definitions, errors, runs
 from veritask.services.runs import SubjectType
@@ -73,7 +74,7 @@ async def _source(request: Request) -> str:
     try:
         text = body.decode()
     except UnicodeDecodeError:
-        raise errors.InvalidInput.about("body", "must be UTF-8 text") from None
+        raise errors.UnreadableInput.about("body", refusals.NOT_UTF8.format()) from None
     if content_type in _YAML_TYPES:
         return text
     if content_type != "application/json":

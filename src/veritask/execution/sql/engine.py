@@ -139,6 +139,7 @@ class SqlExecutor:
         script = markers.script(
             target.name,
             statement=task.statement,
+            parameters=task.parameters,
             token=spec.attempt_token,
             timeout=spec.timeout,
             grace=spec.grace_period,

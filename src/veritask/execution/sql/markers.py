@@ -15,10 +15,14 @@ The statement runs between the claim and the marker, in one transaction with the
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
 from psycopg import sql
+
+from veritask.core.jsontypes import JSONValue
 
 SCHEMA = "veritask"
 #: PostgreSQL keeps the first 63 bytes of an application name.
@@ -117,12 +121,16 @@ def script(
     token: str,
     timeout: timedelta | None,
     grace: timedelta,
+    parameters: Sequence[JSONValue] = (),
 ) -> str:
     """The whole attempt as one simple-protocol query string, run by one server process.
 
     One string, so that the server runs it to the end even if the client that sent it dies:
     the server only notices a lost client when it writes to it, and it writes nothing until
     the string is done (``client_min_messages`` keeps notices from being sent mid-way).
+
+    A statement with ``$1``, ``$2``… is prepared, then executed with ``parameters``: the server
+    has parsed it before it sees a value, so no value can change what it does.
     """
     key = sql.Literal(name.key)
     values = sql.SQL(", ").join(
@@ -159,7 +167,7 @@ def script(
         # The work and its completion marker: one transaction, so one cannot be without the other.
         sql.SQL("BEGIN"),
         sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(timeout_ms)),
-        sql.SQL(statement.strip().rstrip(";")),
+        *_work(statement, parameters),
         sql.SQL("SET LOCAL statement_timeout = 0"),
         sql.SQL(
             "INSERT INTO veritask.sql_completions (attempt_key, ended_at) "
@@ -168,3 +176,37 @@ def script(
         sql.SQL("COMMIT"),
     ]
     return sql.SQL(";\n").join(parts).as_string(None) + ";"
+
+
+#: The name the work is prepared under, in the attempt's own session.
+_PREPARED = sql.Identifier("veritask_work")
+
+
+def _work(statement: str, parameters: Sequence[JSONValue]) -> list[sql.Composable]:
+    text = sql.SQL(statement.strip().rstrip(";"))
+    if not parameters:
+        return [text]
+    types = sql.SQL(", ").join(sql.SQL(_bound_type(value)) for value in parameters)
+    values = sql.SQL(", ").join(sql.Literal(_bound_value(value)) for value in parameters)
+    return [
+        sql.SQL("PREPARE {} ({}) AS ").format(_PREPARED, types) + text,
+        sql.SQL("EXECUTE {} ({})").format(_PREPARED, values),
+    ]
+
+
+def _bound_type(value: JSONValue) -> str:
+    """A number or a boolean says its type; text is ``unknown``, so the server takes the type
+    the statement gives the parameter (``day = $1`` on a date column: a date)."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "bigint" if -(2**63) <= value < 2**63 else "numeric"
+    if isinstance(value, float):
+        return "double precision"
+    return "unknown"
+
+
+def _bound_value(value: JSONValue) -> str | int | float | bool | None:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return json.dumps(value, ensure_ascii=False)

@@ -1,0 +1,213 @@
+"""Reading a definition's ``parameters`` (short and long forms), and checking that the
+placeholders of its commands and statements stand where a value stays data.
+
+These run inside :mod:`veritask.definitions.parse`'s one pass: each problem is recorded with
+its field and line on the parse's :class:`~veritask.definitions.reader.Reader`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from veritask.core import problems
+from veritask.core.jsontypes import JSONValue
+from veritask.definitions import placeholders, source
+from veritask.definitions.model import PublishSpec, TaskSpec
+from veritask.definitions.parameters import (
+    FIELDS,
+    MARKERS,
+    Parameter,
+    ParameterType,
+    value_problem,
+)
+from veritask.definitions.placeholders import PARAMS, Where
+from veritask.definitions.reader import Reader, entry_line, is_null, kind
+from veritask.definitions.source import Entry, Map, Scalar, Seq, Value
+
+
+def read_parameters(reader: Reader, entry: Entry | None) -> dict[str, Parameter]:
+    """``parameters``: name -> a default (the short form) or a mapping that declares the
+    parameter (``type``, ``default``, ``enum``/``choices``, ``raw``, ``description``)."""
+    if entry is None or is_null(entry):
+        return {}
+    if not isinstance(entry.value, Map):
+        reader.add(
+            "parameters",
+            entry.value.line,
+            problems.EXPECTED_MAPPING.format(kind=kind(entry.value)),
+        )
+        return {}
+    found: dict[str, Parameter] = {}
+    for item in entry.value.entries:
+        value = item.value
+        if isinstance(value, Map) and any(value.get(marker) for marker in MARKERS):
+            declared = _declaration(reader, f"parameters.{item.key}", value, item.key_line)
+            if declared is not None:
+                found[item.key] = declared
+        else:
+            found[item.key] = Parameter(default=_json(source.plain(value)))
+    return found
+
+
+def _declaration(reader: Reader, path: str, value: Map, line: int | None) -> Parameter | None:
+    since = len(reader.problems)
+    f = reader.fields(value, path, FIELDS, line=line)
+    if f is None:
+        return None
+    kind_entry = f.get("type")
+    type_ = None
+    if kind_entry is not None and not is_null(kind_entry):
+        type_ = reader.choice(kind_entry, f"{path}.type", ParameterType, ParameterType.STRING)
+    if "enum" in f and "choices" in f:
+        reader.add(f"{path}.choices", entry_line(f["choices"]), problems.ENUM_AND_CHOICES.format())
+    choices_name = "choices" if "choices" in f else "enum"
+    choices = _choices(reader, f.get(choices_name), f"{path}.{choices_name}")
+    raw = reader.boolean(f.get("raw"), f"{path}.raw", False)
+    description = reader.text(f.get("description"), f"{path}.description") or ""
+    default_entry = f.get("default")
+    has_default = default_entry is not None and not is_null(default_entry)
+    default: JSONValue = None
+    if has_default and default_entry is not None:
+        default = _json(source.plain(default_entry.value))
+    if len(reader.problems) > since:
+        return None
+    parameter = Parameter(default, has_default, type_, choices, raw, description)
+    if has_default:
+        checked = value_problem(parameter, default)
+        if isinstance(checked, str):
+            reader.add(f"{path}.default", entry_line(default_entry), checked)
+            return None
+        parameter = Parameter(checked[0], True, type_, choices, raw, description)
+    return parameter
+
+
+def _choices(reader: Reader, entry: Entry | None, path: str) -> tuple[JSONValue, ...]:
+    if entry is None or is_null(entry):
+        return ()
+    items = reader.items(entry, path)
+    if isinstance(entry.value, Seq) and not items:
+        reader.add(path, entry.value.line, problems.NO_CHOICES.format())
+    choices: list[JSONValue] = []
+    for i, item in enumerate(items):
+        if isinstance(item, Scalar) and item.value is not None:
+            choices.append(item.value)
+        else:
+            reader.add(f"{path}[{i}]", item.line, problems.CHOICE_NOT_PLAIN.format(kind=kind(item)))
+    return tuple(choices)
+
+
+def check_scheduled_defaults(
+    reader: Reader, entry: Entry | None, parameters: Mapping[str, Parameter]
+) -> None:
+    """A scheduled definition gives every parameter a default: nobody triggers its runs."""
+    if entry is None or not isinstance(entry.value, Map):
+        return
+    for item in entry.value.entries:
+        parameter = parameters.get(item.key)
+        if parameter is not None and not parameter.has_default:
+            reader.add(
+                f"parameters.{item.key}", item.key_line, problems.SCHEDULED_NEEDS_DEFAULT.format()
+            )
+
+
+def check_placeholders(
+    reader: Reader,
+    tree: Value,
+    tasks: Mapping[str, TaskSpec],
+    publish: PublishSpec | None,
+    parameters: Mapping[str, Parameter],
+) -> None:
+    """Refuse a placeholder of a value that is not raw where it would not stay data: inside
+    quotes of a command or a statement, or in a statement PostgreSQL cannot prepare."""
+    raw = {f"{PARAMS}{name}" for name, p in parameters.items() if p.raw}
+    for key, task in tasks.items():
+        line = _task_line(tree, key)
+        if task.run is not None:
+            _check_shell(reader, f"tasks.{key}.run", task.run, raw, line("run"))
+        if task.sql is not None:
+            _check_sql(reader, f"tasks.{key}.sql", task.sql, raw, line("sql"))
+    if publish is not None:
+        publish_entry = tree.get("publish") if isinstance(tree, Map) else None
+        at = entry_line(publish_entry)
+        for i, check in enumerate(publish.checks):
+            if check.run is not None:
+                _check_shell(reader, f"publish.checks[{i}].run", check.run, raw, at)
+        if publish.commit.run is not None:
+            _check_shell(reader, "publish.commit.run", publish.commit.run, raw, at)
+
+
+def _check_shell(reader: Reader, path: str, text: str, raw: set[str], line: int | None) -> None:
+    for place in placeholders.shell_places(text):
+        if place.where is Where.QUOTED and place.name not in raw:
+            reader.add(
+                path,
+                _at(line, text, place),
+                problems.PLACEHOLDER_IN_SHELL_QUOTES.format(name=_shown(place.name)),
+            )
+
+
+def _check_sql(reader: Reader, path: str, text: str, raw: set[str], line: int | None) -> None:
+    bound = []
+    for place in placeholders.sql_places(text):
+        if place.name in raw or place.where is Where.COMMENT:
+            continue
+        if place.where is Where.QUOTED:
+            reader.add(
+                path,
+                _at(line, text, place),
+                problems.PLACEHOLDER_IN_SQL_QUOTES.format(name=_shown(place.name)),
+            )
+        else:
+            bound.append(place)
+    if bound and placeholders.first_keyword(text) not in placeholders.PREPARABLE:
+        reader.add(
+            path,
+            _at(line, text, bound[0]),
+            problems.SQL_CANNOT_BIND.format(name=_shown(bound[0].name)),
+        )
+
+
+def _shown(name: str) -> str:
+    return "{{ " + name + " }}"
+
+
+def _at(line: int | None, text: str, place: placeholders.Place) -> int | None:
+    """The line of the placeholder when the text is on the field's own line (a multi-line
+    block starts on the next one)."""
+    if line is None:
+        return None
+    return line + placeholders.line_of(text, place) - 1 + (1 if "\n" in text.rstrip() else 0)
+
+
+def _task_line(tree: Value, key: str) -> _Lines:
+    tasks = tree.get("tasks") if isinstance(tree, Map) else None
+    task: Value | None = None
+    if tasks is not None and isinstance(tasks.value, Map):
+        found = tasks.value.get(key)
+        task = found.value if found else None
+    elif tasks is not None and isinstance(tasks.value, Seq):
+        for item in tasks.value.items:
+            named = item.get("key") if isinstance(item, Map) else None
+            if named is not None and isinstance(named.value, Scalar) and named.value.value == key:
+                task = item
+    return _Lines(task)
+
+
+class _Lines:
+    def __init__(self, task: Value | None) -> None:
+        self.task = task
+
+    def __call__(self, name: str) -> int | None:
+        if isinstance(self.task, Map):
+            return entry_line(self.task.get(name))
+        return None
+
+
+def _json(value: object) -> JSONValue:
+    if isinstance(value, dict):
+        return {str(k): _json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)

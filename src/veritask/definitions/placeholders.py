@@ -1,0 +1,176 @@
+"""Where the ``{{ name }}`` placeholders of a ``run:`` command or a ``sql:`` statement stand:
+in code, inside quotes, or in a comment.
+
+A value substituted in code stays data (one shell word read from an environment variable, a
+bound SQL parameter); inside quotes it could not, so a definition that writes a placeholder
+there is refused at apply, and rendering refuses it again. A placeholder in a comment is left
+as written. Only the names a run defines are placeholders; any other ``{{ }}`` is text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+
+PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\}\}")
+BUILT_INS = ("run_id", "logical_time", "logical_date", "ds")
+PARAMS = "params."
+#: The statements PostgreSQL can prepare, so bind parameters in (a leading ``(`` or ``WITH``
+#: starts one of them).
+PREPARABLE = frozenset({"select", "insert", "update", "delete", "merge", "values", "with", "table"})
+
+
+class Where(StrEnum):
+    CODE = "code"
+    QUOTED = "quoted"
+    COMMENT = "comment"
+
+
+@dataclass(frozen=True)
+class Place:
+    """One placeholder: the name it stands for, its span in the text, and its context."""
+
+    name: str
+    start: int
+    end: int
+    where: Where
+
+
+def is_template_name(name: str) -> bool:
+    return name in BUILT_INS or (name.startswith(PARAMS) and len(name) > len(PARAMS))
+
+
+def line_of(text: str, place: Place) -> int:
+    """The 1-based line of the text on which the placeholder stands."""
+    return text.count("\n", 0, place.start) + 1
+
+
+def shell_places(text: str) -> list[Place]:
+    """The placeholders of a ``/bin/sh`` command, read the way the shell reads quotes."""
+    return list(_places(text, _shell_spans(text)))
+
+
+def sql_places(text: str) -> list[Place]:
+    """The placeholders of a PostgreSQL statement, read the way the server reads quotes."""
+    return list(_places(text, _sql_spans(text)))
+
+
+def first_keyword(statement: str) -> str:
+    """The statement's first word, lowercase, past comments, blanks and ``(``."""
+    position = 0
+    for start, end, where in _sql_spans(statement):
+        if where is Where.COMMENT:
+            if statement[position:start].strip(" \t\r\n("):
+                break
+            position = end
+            continue
+        break
+    match = re.match(r"[\s(]*([A-Za-z_]+)", statement[position:])
+    return match.group(1).lower() if match else ""
+
+
+def _places(text: str, spans: list[tuple[int, int, Where]]) -> Iterator[Place]:
+    for match in PLACEHOLDER.finditer(text):
+        name = match.group(1)
+        if not is_template_name(name):
+            continue
+        where = Where.CODE
+        for start, end, kind in spans:
+            if start <= match.start() < end:
+                where = kind
+                break
+        yield Place(name, match.start(), match.end(), where)
+
+
+def _shell_spans(text: str) -> list[tuple[int, int, Where]]:
+    """Quoted and commented spans of a shell command (a ``$(…)`` inside double quotes counts
+    as quoted: refusing it there is the safe side)."""
+    spans: list[tuple[int, int, Where]] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            i += 2
+        elif c == "'":
+            end = text.find("'", i + 1)
+            end = n if end < 0 else end + 1
+            spans.append((i, end, Where.QUOTED))
+            i = end
+        elif c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            spans.append((i, min(j + 1, n), Where.QUOTED))
+            i = j + 1
+        elif c == "#" and (i == 0 or text[i - 1] in " \t\n;&|()<>"):
+            end = text.find("\n", i)
+            end = n if end < 0 else end
+            spans.append((i, end, Where.COMMENT))
+            i = end
+        else:
+            i += 1
+    return spans
+
+
+_DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+
+
+def _sql_spans(text: str) -> list[tuple[int, int, Where]]:
+    """Strings, quoted names, dollar-quoted bodies and comments of a PostgreSQL statement."""
+    spans: list[tuple[int, int, Where]] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "'":
+            escapes = i > 0 and text[i - 1] in "eE" and (i < 2 or not _word(text[i - 2]))
+            j = i + 1
+            while j < n:
+                if escapes and text[j] == "\\":
+                    j += 2
+                elif text[j] == "'":
+                    if j + 1 < n and text[j + 1] == "'":
+                        j += 2
+                    else:
+                        break
+                else:
+                    j += 1
+            spans.append((i, min(j + 1, n), Where.QUOTED))
+            i = j + 1
+        elif c == '"':
+            j = i + 1
+            while j < n and not (text[j] == '"' and text[j + 1 : j + 2] != '"'):
+                j += 2 if text[j] == '"' else 1
+            spans.append((i, min(j + 1, n), Where.QUOTED))
+            i = j + 1
+        elif c == "$" and (i == 0 or not _word(text[i - 1])) and _DOLLAR_TAG.match(text, i):
+            tag = _DOLLAR_TAG.match(text, i)
+            assert tag is not None
+            close = text.find(tag.group(0), tag.end())
+            end = n if close < 0 else close + len(tag.group(0))
+            spans.append((i, end, Where.QUOTED))
+            i = end
+        elif text.startswith("--", i):
+            end = text.find("\n", i)
+            end = n if end < 0 else end
+            spans.append((i, end, Where.COMMENT))
+            i = end
+        elif text.startswith("/*", i):
+            depth, j = 1, i + 2
+            while j < n and depth:
+                if text.startswith("/*", j):
+                    depth, j = depth + 1, j + 2
+                elif text.startswith("*/", j):
+                    depth, j = depth - 1, j + 2
+                else:
+                    j += 1
+            spans.append((i, j, Where.COMMENT))
+            i = j
+        else:
+            i += 1
+    return spans
+
+
+def _word(c: str) -> bool:
+    return c.isalnum() or c == "_"
