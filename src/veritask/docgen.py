@@ -17,8 +17,10 @@ from collections.abc import Callable, Iterable
 from enum import StrEnum
 from pathlib import Path
 
+from veritask import doctext
 from veritask.core import states, transitions, vocabulary
-from veritask.core.events import KIND_RULES, EventKind
+from veritask.core.durations import Phase
+from veritask.core.events import KIND_RULES, ActorKind, EventKind
 from veritask.core.judge import Verdict
 from veritask.core.policy import RetryPolicy, TaskPolicy
 from veritask.core.states import EngineState
@@ -54,9 +56,23 @@ def _table(head: list[str], rows: Iterable[Iterable[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _states_table(enum: type[StrEnum]) -> str:
+def _states_table(enum: type[StrEnum], head: str = "state") -> str:
     docs = member_docs(enum)
-    return _table(["state", "meaning"], ([f"`{m.value}`", docs.get(m.name, "")] for m in enum))
+    return _table([head, "meaning"], ([f"`{m.value}`", docs.get(m.name, "")] for m in enum))
+
+
+def _names(members: Iterable[StrEnum]) -> str:
+    return ", ".join(f"`{m.value}`" for m in members) or "—"
+
+
+def _common_vocabulary_table() -> str:
+    return _table(
+        ["common name", "instance states", "attempt states", "where it is not one to one"],
+        (
+            [f"`{name}`", _names(instance), _names(attempt), note]
+            for name, instance, attempt, note in doctext.COMMON_VOCABULARY
+        ),
+    )
 
 
 def _mermaid(rules: Iterable[transitions.Rule[states.InstanceState]]) -> str:
@@ -136,28 +152,58 @@ def state_machine_page() -> str:
         "that every recorded history is a path of it, and this page is drawn from it. Why the "
         "rules are what they are, with worked examples, is in "
         "[outcomes-and-fencing.md](outcomes-and-fencing.md).\n\n"
+        + doctext.OBJECTS
         + "## Task instance states\n\n"
         + _states_table(states.InstanceState)
         + "\n## Transitions of an instance\n\n"
         + _mermaid(transitions.INSTANCE_RULES)
         + "\n"
         + _rules_table(transitions.INSTANCE_RULES)
-        + "\n## Attempt states\n\n"
+        + "\n"
+        + doctext.TABLE_RULES
+        + "## Attempt states\n\n"
         + _states_table(states.AttemptState)
         + "\n"
         + _attempt_rules_table()
+        + "\n## Common long-task states, in Veritask's terms\n\n"
+        + "Most systems that run long tasks speak of CREATED, STARTING, RUNNING, SUCCEEDED, "
+        "FAILED, STOPPING, STOPPED, TIMEOUT and START_FAILED. Veritask's states are finer, "
+        "because each one says what evidence it rests on; this is where each common name "
+        "lands.\n\n"
+        + _common_vocabulary_table()
         + "\n## Event kinds, their actors and their evidence\n\n"
         + "Facts come from outside (acknowledgements, worker reports, engine observations); "
         "decisions are the platform's own and are recorded only on the snapshot they saw. "
         "Instance-level events name, in `attempt_no`, the epoch they were taken in (0 before "
-        "any attempt). Worker reports also carry `seq` and the attempt token.\n\n"
+        "any attempt). Worker reports also carry `seq` and the attempt token. There is no "
+        "`retry_scheduled` event: `retry_at` is derived from the attempt's end and the retry "
+        "policy, and stored with the snapshot, so no timer lives in memory.\n\n"
         + _kinds_table()
+        + "\n### Actors\n\n"
+        + _states_table(ActorKind, head="actor")
         + "\n## Runs\n\n"
         + _states_table(states.RunExecutionState)
         + "\n### Publication\n\n"
         + _states_table(states.PublicationState)
+        + "\n### Trigger kinds\n\n"
+        + _states_table(states.TriggerKind, head="kind")
+        + "\n## Definitions\n\n"
+        + "Deleting a definition is a lifecycle, not a row removed: each step is a definition "
+        "event, taken by the scheduler's housekeeping, and resumes after a crash "
+        "([api.md](api.md), 'The delete lifecycle').\n\n"
+        + _states_table(states.DefinitionLifecycle)
+        + "\n## Durations\n\n"
+        + "Where an instance's time went is computed from the `event_time` of its transitions "
+        "(when each thing happened, by the actor's clock), never from a row's create or "
+        "update time (`src/veritask/core/durations.py`). The time between an attempt's "
+        "opening (SCHEDULED) and the engine's acknowledgement (QUEUED) belongs to no phase. "
+        "A phase still going on has no end yet: a timeline draws it up to now, statistics "
+        "leave it out.\n\n"
+        + _states_table(Phase, head="phase")
         + "\n## The `/api/v1` vocabulary\n\n"
-        + "Older clients see four values; `raw_state` always carries the state above.\n\n"
+        + "Older clients see four values; `raw_state` always carries the state above, so "
+        "nothing is lost on the way down. The mapping is one table in the code "
+        "(`src/veritask/core/vocabulary.py`); every state of every object has one value.\n\n"
         + _table(["state", "v1"], v1_rows)
     )
 
@@ -305,7 +351,7 @@ def outcomes_page() -> str:
         ),
     ]
     body = "".join(_example(*example) for example in examples)
-    return HEADER + _OUTCOMES_INTRO + body + _OUTCOMES_RULES
+    return HEADER + _OUTCOMES_INTRO + body + doctext.OUTCOMES_RULES
 
 
 _OUTCOMES_INTRO = """# Outcomes and fencing
@@ -327,8 +373,68 @@ can read.
 The facts about an instance are kept as a *join*: each field keeps the earliest, latest or
 highest of what arrived, or the union. Such merges are commutative, associative and
 idempotent, so any order of the same events, with any duplicates, gives the same facts, and
-the state is derived from the facts by precedence (design.md 3.4). The property tests replay
-thousands of simulated histories in shuffled orders with duplicates to check exactly that.
+the state is derived from the facts by precedence (below, 'The fold's precedence'). The
+property tests replay thousands of simulated histories in shuffled orders with duplicates to
+check exactly that.
+
+## Recording an event
+
+Every change of every object is an event in one append-only table; the rows of runs,
+instances and attempts that the API and the UI read are caches of the fold and can be rebuilt
+from the events at any time (`veritask replay`, [operations.md](operations.md)). An event
+carries an `event_id` chosen by its sender, its subject (a run, an instance, or an instance
+and an `attempt_no`), its kind, its actor, its evidence, and two times that are never merged:
+`event_time` (when it happened, by the actor's clock) and `observed_at` (when the ledger
+recorded it, by the platform's clock, set by the ledger and never by the sender). Durations
+come from the first; lag is the difference.
+
+Recording is one transaction: the event is stored once by its `event_id`, the instance is
+folded, and its snapshot is written with compare-and-set on its `version` (`UPDATE … WHERE
+id = :id AND version = :expected`). Zero rows updated means another event moved it first: the
+ledger reads it again, folds and classifies again; it never overwrites and never retries
+blindly. Both checks are needed: the event id stops duplicates, the version stops lost
+updates. The database refuses UPDATE and DELETE on the event table (a trigger on both SQLite
+and PostgreSQL); the retention purge is the one path that removes events
+([operations.md](operations.md), 'A ledger that grows').
+
+## Facts and decisions
+
+Facts come from outside and cross a network: the executor's acknowledgements, the worker's
+reports, the engine's answers. Decisions are the platform's own conclusions: opening an
+attempt, a lease that expired, a fence, "never received", an unconfirmed stop, a trigger
+rule's skip, an override. A decision is recorded only if the snapshot version it was based
+on is still current; otherwise the decider reads again and decides again. So a recorded
+decision never contradicts a fact recorded before it, and facts that arrive after it are
+judged by the precedence below.
+
+## The fold's precedence
+
+The current **epoch** is the highest attempt number opened. Within it, the strongest evidence
+decides the attempt's state (`src/veritask/core/fold.py`):
+
+1. `fenced` → ABANDONED: the reconciler closed the attempt after its evidence window;
+   whatever arrives for it later is kept on its record and changes nothing else;
+2. completion facts — the worker's `completed` (its token checked) or the engine's answer
+   gathered by the reconciler (`engine_observed`): SUCCESS, FAILED, SKIPPED, START_FAILED,
+   TIMEOUT, or CANCELLED when our own stop killed it. When several disagree the outcome is a
+   conflict, and the strongest wins: the worker's completion with its commit marker, then
+   the worker's completion, then the engine's exit record, then the engine's description;
+   between equals, the lowest `event_id`;
+3. the engine's confirmation of a stop → CANCELLED or TIMEOUT, by the stop's cause;
+4. `never_received` → NOT_RECEIVED; `submit_failed` → START_FAILED, while no worker report is
+   held;
+5. `cancel_unconfirmed` → CANCEL_FAILED; then a `cancel_requested` or `timeout_requested` →
+   CANCELLING;
+6. `lease_expired`, while no report newer than the ones it saw is held → LOST;
+7. `started`, `heartbeat`, `progress` → RUNNING (a completion without `started` implies the
+   start);
+8. `submit_acknowledged` → QUEUED; `attempt_opened` → SCHEDULED.
+
+The instance's state follows from its current attempt and the retry policy (UP_FOR_RETRY
+with its `retry_at`, or the attempt's end state), and from the decisions about the instance
+itself, which come first: an operator's override of the epoch, the task's removal from the
+definition version, a cancel while nothing ran, and the trigger rule's skip or upstream
+failure before any attempt.
 
 ## Fencing
 
@@ -342,24 +448,6 @@ change the instance. Worker reports prove themselves with the attempt token, who
 
 Each table below is produced by running the events through the real core.
 
-"""
-
-_OUTCOMES_RULES = """## Rules that differ from a first reading of design.md
-
-- **A worker report beats `submit_failed`.** design.md ranks `submit_failed` above worker
-  reports. But a worker that reports proves the engine did start the attempt; letting the
-  submit error win would open a retry while the first copy runs. Veritask decides
-  START_FAILED on `submit_failed` only while no worker report is held.
-- **LOST is cleared by sequence, not by arrival time.** Worker reports carry a per-attempt
-  sequence number; `lease_expired` records the highest one it saw. A report with a higher
-  sequence revives the attempt. This is the same as "observed after the LOST decision" but it
-  needs no clock comparison between servers.
-- **A cancel while nothing runs is an instance decision.** Cancelling a CREATED or UP_FOR_RETRY
-  instance has no process to stop, so it takes effect at once (CANCELLED, reason "while it
-  waited to retry"); a cancel of a running attempt waits for the engine's confirmation.
-- **A cancel that loses to a failure does not retry.** The operator wanted it stopped.
-- **Attempts can end SKIPPED.** design.md lists SKIPPED for instances only; a task that exits
-  with its skip code (99) ends its attempt SKIPPED so the record says what the task said.
 """
 
 

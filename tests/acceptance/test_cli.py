@@ -1,4 +1,4 @@
-"""The scripting contract of design.md section 7, with the real CLI and a real ``veritask up``."""
+"""The scripting contract of docs/cli.md, with the real CLI and a real ``veritask up``."""
 
 from __future__ import annotations
 

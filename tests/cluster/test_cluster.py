@@ -4,10 +4,10 @@ Everything is a real process on loopback: ``veritask server`` x2, ``python -m
 veritask.scheduling`` x2 on one PostgreSQL database, ``veritask-celery-worker`` x2 (one per
 "host", each reporting over HTTP to its own API server), RabbitMQ and Redis. Mid-run the
 first host's whole session is SIGKILLed: the Celery worker, its pool, the Veritask workers and
-the tasks. What must follow comes from design.md 5.5: its attempts go LOST, the reconciler finds
-them ``unknown`` in Redis (a claim whose lease lapsed), fences them and opens new attempts,
-which the surviving host runs; nothing runs twice at once, nothing is stuck, and every
-instance succeeds exactly once.
+the tasks. What must follow is the reconciler's table (docs/scheduling.md, 4): its attempts go
+LOST, the reconciler finds them ``unknown`` in Redis (a claim whose lease lapsed), fences them
+and opens new attempts, which the surviving host runs; nothing runs twice at once, nothing is
+stuck, and every instance succeeds exactly once.
 """
 
 from __future__ import annotations

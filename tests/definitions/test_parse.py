@@ -1,4 +1,4 @@
-"""Reading definitions (design.md 1.1): what is accepted, and every refusal with its field and
+"""Reading definitions (docs/definitions.md): what is accepted, and every refusal with its field and
 line."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each story is told through :class:`Story` (so every event passed ``judge`` as the ledger
 would), the way the loops would take their decisions (``decide``). The expectation of each
-story is written here by hand from design.md, NOT read back from the fold: the generator
+story is written here by hand from the documented rules, NOT read back from the fold: the generator
 refuses to write a file whose fold disagrees with its expectation. Retry delays have no jitter
 so that ``retry_at`` can be worked out by hand (end observed + delay).
 
@@ -240,7 +240,7 @@ def lost_fenced_retry_succeeds() -> Built:
     fence = story.verdicts[-1]
     assert fence.event.kind is EventKind.FENCED
     # The next attempt may open as soon as the fence is recorded: the evidence window was
-    # the wait (design.md 5.5 "fence the old attempt, open N+1"; only the count is a retry's).
+    # the wait (on_unknown retry: "fence the old attempt, open N+1"; only the count is a retry's).
     checkpoint = expect(
         InstanceState.UP_FOR_RETRY,
         1,

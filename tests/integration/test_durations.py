@@ -1,5 +1,6 @@
 """Durations over HTTP: a run's phases per instance and a definition's p50/p95, computed from
-the events' times (design.md 5.8), on SQLite and PostgreSQL."""
+the events' times (docs/state-machine.md, Durations), on SQLite and
+PostgreSQL."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pipelines end to end with the real scheduler and local processes (design.md section 4)."""
+"""Pipelines end to end with the real scheduler and local processes (docs/definitions.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The publication state a run's instances imply (design.md 4.3), case by case."""
+"""The publication state a run's instances imply (docs/definitions.md, Publish), case by case."""
 
 from __future__ import annotations
 

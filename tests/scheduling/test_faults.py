@@ -1,6 +1,7 @@
 """Faults with real processes: stopped workers, lost submissions, late news, killed schedulers.
 
-design.md 5.5 and invariants 5, 6 and 10: a silent worker is LOST, not failed; the reconciler
+docs/scheduling.md (sections 4 and 5) and guarantees 5, 6 and 10 of
+docs/outcomes-and-fencing.md: a silent worker is LOST, not failed; the reconciler
 decides on the engine's evidence; an attempt the engine never had is submitted again; news from
 a fenced attempt is kept and changes nothing; a scheduler killed at any point is replaced by
 one that converges to the engine's truth without running anything twice.
@@ -444,7 +445,7 @@ def _count_attempts(db: Ledgers) -> int:
 def test_recovery_takes_the_engines_word_for_attempts_that_ended_unheard(
     make_harness: MakeHarness, tmp_path: Path
 ) -> None:
-    """design.md 5.5, restart table: RUNNING + succeeded -> SUCCESS; RUNNING + failed -> retry.
+    """Restart table (docs/scheduling.md): RUNNING + succeeded -> SUCCESS; + failed -> retry.
 
     The scheduler stops while two tasks run; they end, and their reports are lost (the outbox
     is emptied). A new scheduler starts: its recovery asks the engine, whose exit records
@@ -497,7 +498,7 @@ def _wait_worker_gone(harness: Harness, instance_id: str) -> None:
 def test_a_fenced_attempt_is_stopped_before_its_successor_starts(
     harness: Harness, tmp_path: Path
 ) -> None:
-    """design.md 5.5: only a stop keeps two copies from running side by side."""
+    """Fencing stops a stale commit; only a stop keeps two copies from running side by side."""
     marker = tmp_path / "marker"
     harness.apply(
         f"""\

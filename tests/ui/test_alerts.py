@@ -51,7 +51,7 @@ def test_alerts_are_grouped_by_owner_category_with_links_and_times(ui: Ui) -> No
     viewer.http.cookies.set("veritask_tz", "Asia/Shanghai")
     page = viewer.http.get("/ui/alerts").text
     groups = re.findall(r'<section class="alert-group" data-category="([a-z_]+)"', page)
-    assert groups == ["reconciliation", "deadline"]  # in the order design.md 5.4 names owners
+    assert groups == ["reconciliation", "deadline"]  # in AlertCategory's order
     row = alert_row(page, lost)
     assert f'href="/ui/runs/{run_id}"' in row
     assert f'href="/ui/instances/{instance_id}"' in row

@@ -1,4 +1,4 @@
-"""The platform's own decisions (design.md 3.2, 5.4, 5.5): monitor, reconcile, open, stop.
+"""The platform's own decisions (docs/scheduling.md, 3-5): monitor, reconcile, open, stop.
 
 Each decision is taken on a snapshot, an engine observation and the time, and then recorded
 through ``judge`` as the ledger would: a decision that ``judge`` rejects would be a bug here.

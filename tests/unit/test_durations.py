@@ -1,4 +1,4 @@
-"""Durations from transition times (design.md 5.8), on golden histories: exact values."""
+"""Durations from transition times (docs/state-machine.md), on golden histories: exact values."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Golden histories (tests/histories/*.jsonl): recorded event logs replayed through the fold.
 
 Each file holds a real story's events as the ledger recorded them and, in its last line, what
-design.md says the instance must show at the end (and at checkpoints). A change in what the
-fold makes of a recorded history -- its meaning -- fails here, whatever order the events are
-folded in. The files were written once by ``python -m tests.histories.make_histories``.
+the documented rules say the instance must show at the end (and at checkpoints). A change in
+what the fold makes of a recorded history -- its meaning -- fails here, whatever order the
+events are folded in. The files were written once by ``python -m tests.histories.make_histories``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""How ``judge`` classifies each arriving event, and why (design.md 2 "Outcomes", 3.2, 3.4).
+"""How ``judge`` classifies each arriving event, and why (docs/outcomes-and-fencing.md).
 
 Every outcome comes with a sentence a person can read. Rejections name the field (or the
 state) that made them illegal: that sentence is the contract the API shows.

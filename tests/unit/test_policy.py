@@ -1,4 +1,4 @@
-"""Retry and task policies (design.md 3.2): delays, caps, jitter, validation, storage."""
+"""Retry and task policies (docs/definitions.md): delays, caps, jitter, validation, storage."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Properties of the fold over simulated histories (design.md section 6).
+"""Properties of the fold over simulated histories (the guarantees of
+docs/outcomes-and-fencing.md).
 
 Each property runs the ``ci`` profile's 2,000 examples (``make fuzz`` runs many more). The
 simulator (``simulation.py``) generates true executions, the events each actor would send, and

@@ -1,4 +1,4 @@
-"""The core is pure: no I/O, no clock, no randomness, no drivers (design.md; pyproject's
+"""The core is pure: no I/O, no clock, no randomness, no drivers (pyproject's
 import-linter contract says the same for the package as a whole).
 
 This test reads every module of ``veritask.core`` with :mod:`ast`, so it also catches an import

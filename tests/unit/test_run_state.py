@@ -1,4 +1,4 @@
-"""The run's execution state from its leaves (design.md 4.2)."""
+"""The run's execution state from its leaves (docs/definitions.md)."""
 
 from __future__ import annotations
 

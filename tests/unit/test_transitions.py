@@ -1,4 +1,4 @@
-"""One test per rule of the transition table, named after the rule (design.md 3.2)."""
+"""One test per rule of the transition table, named after the rule (docs/state-machine.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Trigger rules (design.md 4.1), one table per rule, written from Airflow's documented semantics.
+"""Trigger rules, one table per rule, written from Airflow's documented semantics.
 
 Each case lists the direct upstream states and the outcome. Codes: ``S`` success, ``F`` failed,
 ``UF`` upstream_failed, ``K`` skipped, ``U`` unfinished (running). docs/trigger-rules.md has

@@ -1,4 +1,4 @@
-"""The coarse ``/api/v1`` vocabulary (design.md 3.5): four values, always with ``raw_state``."""
+"""The coarse ``/api/v1`` vocabulary: four values, always with ``raw_state``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import pytest
 from veritask.core.states import InstanceState
 from veritask.core.vocabulary import V1_STATE, CoarseState, to_v1
 
-# Written from design.md 3.5, independently of veritask.core.vocabulary.
+# Written by hand from the v1 contract, independently of veritask.core.vocabulary (whose
+# table docs/state-machine.md shows).
 EXPECTED: dict[str, set[str]] = {
     "WAITING": {"CREATED", "SCHEDULED", "QUEUED", "UP_FOR_RETRY"},
     "RUNNING": {"RUNNING", "LOST", "CANCELLING", "CANCEL_FAILED"},

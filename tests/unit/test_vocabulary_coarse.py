@@ -1,4 +1,4 @@
-"""Every state name of every object has one v1 value (design.md 3.5)."""
+"""Every state name of every object has one v1 value (docs/state-machine.md)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from veritask.services.platform import Platform
 TITLE = "Veritask"
 DESCRIPTION = (
     "A task scheduler whose state you can trust. `/api/v2` shows the fine-grained states of "
-    "design.md section 3; `/api/v1` the four coarse values with `raw_state`. Errors are "
+    "docs/state-machine.md; `/api/v1` the four coarse values with `raw_state`. Errors are "
     "`application/problem+json` (RFC 9457). See docs/api.md."
 )
 

@@ -1,6 +1,6 @@
 """The wire shapes of ``/api/v2``: pydantic models read from the services' views by attribute.
 
-Field names are the views' names, which are design.md's: a run has ``id``, ``definition``,
+Field names are the views' names, those of docs/state-machine.md: a run has ``id``, ``definition``,
 ``execution_state``, ``publication_state`` and ``instances`` with ``task``, ``state`` and
 ``attempts``. Request models refuse unknown fields.
 """
@@ -70,7 +70,7 @@ class Problem(Out):
 
 class ApplyDefinition(In):
     source: str = Field(
-        min_length=1, description="The definition, as YAML or JSON text (design.md 1.1)"
+        min_length=1, description="The definition, as YAML or JSON text (docs/definitions.md)"
     )
 
 

@@ -1,4 +1,5 @@
-"""``/api/v1``: the reads of v2 in the four-value vocabulary older clients know (design.md 3.5).
+"""``/api/v1``: the reads of v2 in the four-value vocabulary older clients know
+(docs/state-machine.md, 'The `/api/v1` vocabulary').
 
 Every state is shown as ``state`` (WAITING, RUNNING, SUCCESS, FAILED) with ``raw_state`` beside
 it, so nothing is lost on the way down. The mapping is the core's one table

@@ -1,4 +1,4 @@
-"""How the CLI finds and talks to the API: over HTTP, like any script (design.md section 7).
+"""How the CLI finds and talks to the API: over HTTP, like any script (docs/cli.md).
 
 ``VERITASK_URL`` and ``VERITASK_TOKEN`` win; otherwise the files that ``veritask up`` writes
 into ``VERITASK_HOME`` (``url`` and ``token``) are read, so the CLI on the same machine needs

@@ -1,7 +1,7 @@
 """``veritask db upgrade``: migrate the database to the schema this version of Veritask needs.
 
 The main CLI calls ``upgrade_command``; ``python -m veritask.cli.db upgrade [--url URL]`` does
-the same without it. Exit codes follow design.md section 7: 0 done, 1 failed, 2 bad usage.
+the same without it. Exit codes as in docs/cli.md: 0 done, 1 failed, 2 bad usage.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ def finished(run: JSONObject) -> bool:
 
 
 def succeeded(run: JSONObject) -> bool:
-    """design.md 7: execution SUCCESS and publication, when required, PUBLISHED."""
+    """``--wait`` exits 0 only on execution SUCCESS and, when required, publication PUBLISHED."""
     return run.get("execution_state") == "SUCCESS" and run.get("publication_state") in (
         "NOT_REQUIRED",
         "PUBLISHED",

@@ -1,4 +1,4 @@
-"""The ``veritask`` command (design.md section 7).
+"""The ``veritask`` command, a contract that scripts call (docs/cli.md).
 
 Exit codes: 0 success, 1 the operation failed, 2 bad usage or input, 3 not found, 4 refused
 (a conflict or a permission). The everyday verbs talk to the API over HTTP; ``up``,

@@ -2,7 +2,7 @@
 ``export``, ``replay``, ``purge``. They must work when the API is down.
 
 The database is ``--database-url``, else ``VERITASK_DATABASE_URL``, else the SQLite file in
-``VERITASK_HOME``. Exit codes (design.md section 7): 0 everything held / done, 1 something did
+``VERITASK_HOME``. Exit codes (docs/cli.md): 0 everything held / done, 1 something did
 not hold or the operation failed, 2 bad usage or input, 3 not found, 4 refused.
 """
 

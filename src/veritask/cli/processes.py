@@ -3,7 +3,8 @@
 This is the one part of the CLI that does not talk HTTP: it builds the API and the scheduler
 in this process. Ctrl-C and SIGTERM stop it cleanly: the API finishes its requests, the
 scheduler its tick, the lease is given up. Attempts keep running under the local executor's
-supervisor; the next start recovers them (design.md 5.5).
+supervisor; the next start recovers them (docs/scheduling.md,
+section 5).
 """
 
 from __future__ import annotations

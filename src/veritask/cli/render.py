@@ -1,6 +1,6 @@
 """What the CLI prints: rich tables for people, JSON (``--json``) for scripts.
 
-JSON output is the API's own JSON, with the state names of design.md section 3, so a script
+JSON output is the API's own JSON, with the state names of docs/state-machine.md, so a script
 reads the same fields from the CLI and from the API.
 """
 

@@ -160,7 +160,9 @@ def reconcile(
     next_id: NextId,
     unknown_since: datetime | None = None,
 ) -> Reconciliation:
-    """Decide on the engine's evidence what became of the current attempt (design.md 5.5).
+    """Decide on the engine's evidence what became of the current attempt.
+
+    The decisions are the reconciler's table in docs/scheduling.md, section 4.
 
     ``observation`` is None when the executor could not be asked at all. The evidence window
     runs from ``unknown_since``, by default when the lease decision was recorded.

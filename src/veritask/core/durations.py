@@ -1,4 +1,4 @@
-"""Where an instance's time went, from transition times (design.md 5.8). Pure.
+"""Where an instance's time went, from transition times. Pure.
 
 Every time here is an ``event_time`` (when it happened, by the actor's clock) carried by the
 fold's attempt views, never a row's create or update time:

@@ -2,7 +2,8 @@
 
 An event is a fact (from outside: acknowledgements, worker reports, engine observations) or a
 decision (the platform's own conclusion, recorded only on the snapshot it saw). Each kind names
-the actors that may send it and the evidence it must carry (design.md sections 2 and 3.3).
+the actors that may send it and the evidence it must carry (docs/state-machine.md, 'Event
+kinds, their actors and their evidence').
 """
 
 from __future__ import annotations

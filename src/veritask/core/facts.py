@@ -2,9 +2,10 @@
 
 Every field is merged by a rule that is commutative, associative and idempotent (earliest by
 ``(event_time, event_id)``, latest, maximum, union). So merging a set of events gives the same
-facts in any order, and merging one event twice changes nothing: design.md invariant 1 holds
-by construction, and the snapshot can be folded one event at a time without re-reading the
-instance's whole history (an attempt that heartbeats for hours stays small).
+facts in any order, and merging one event twice changes nothing: convergence (guarantee 1 of
+docs/outcomes-and-fencing.md) holds by construction, and the snapshot can be folded one event
+at a time without re-reading the instance's whole history (an attempt that heartbeats for hours
+stays small).
 
 The state is not stored here; :mod:`veritask.core.fold` derives it from these facts.
 """
@@ -79,7 +80,10 @@ def latest(a: Mark | None, b: Mark | None) -> Mark | None:
 
 
 class CompletionRank:
-    """Which completion evidence is strongest (design.md 3.4, rule 3); lower is stronger."""
+    """Which completion evidence is strongest when several disagree; lower is stronger.
+
+    docs/outcomes-and-fencing.md, 'The fold's precedence', rule 2.
+    """
 
     WORKER_WITH_MARKER = 0
     WORKER = 1

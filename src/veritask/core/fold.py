@@ -1,7 +1,8 @@
-"""The fold: from the facts about an instance to the state a person sees (design.md 3.4).
+"""The fold: from the facts about an instance to the state a person sees.
 
 The snapshot is a pure function of the *set* of events (through :mod:`veritask.core.facts`)
-and the task's policy. Within the current attempt the strongest evidence decides:
+and the task's policy. Within the current attempt the strongest evidence decides
+(docs/outcomes-and-fencing.md, 'The fold's precedence'):
 
 1. an operator override of this epoch;
 2. ``fenced`` (ABANDONED);

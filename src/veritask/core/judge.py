@@ -1,4 +1,4 @@
-"""How an arriving event is classified against the snapshot (design.md section 2, "Outcomes").
+"""How an arriving event is classified against the snapshot (docs/outcomes-and-fencing.md).
 
 ``judge`` is pure: the ledger passes the snapshot it read, the fingerprint of an event already
 recorded under the same id (if any), and gets back the outcome, a sentence a person can read

@@ -1,4 +1,5 @@
-"""A run's execution state, decided from its leaves (design.md 4.2).
+"""A run's execution state, decided from its leaves (docs/definitions.md, "The run's
+execution state").
 
 Pure: the scheduler passes the run's graph, each instance's state and which instances wait for
 a time (a future ``retry_at``); :func:`execution_state` answers RUNNING, SUCCESS or FAILED

@@ -1,4 +1,4 @@
-"""The states of instances, attempts, runs and definitions (design.md section 3).
+"""The states of instances, attempts, runs and definitions (docs/state-machine.md).
 
 Each member's docstring is the meaning a person sees; the names are the contract that the
 API, the CLI and the database store.
@@ -137,7 +137,7 @@ class RunExecutionState(StrEnum):
 
 
 class PublicationState(StrEnum):
-    """Whether a run's output may be used (design.md section 4.3)."""
+    """Whether a run's output may be used (docs/definitions.md, 'Publish')."""
 
     NOT_REQUIRED = "NOT_REQUIRED"
     """The definition has no publish section."""
@@ -156,7 +156,7 @@ class PublicationState(StrEnum):
 
 
 class DefinitionLifecycle(StrEnum):
-    """Where a definition is on its way from creation to purge (design.md 5.7)."""
+    """Where a definition is on its way from creation to purge (docs/api.md, delete lifecycle)."""
 
     ACTIVE = "active"
     """Its schedule fires and it may be triggered."""

@@ -1,9 +1,9 @@
 """The transition table, as data: every edge the fold may produce between two snapshots.
 
-This is the one copy. The docs (``python -m veritask.core.diagram``), the checks in
+This is the one copy. The docs (``python -m veritask.docgen``), the checks in
 :func:`check_instance_edge` and the property tests all read it. Each rule names the events that
 may cause it and who owns the move; an edge the fold produces outside this table is a bug
-(design.md invariant 3).
+(guarantee 3, legal paths, of docs/outcomes-and-fencing.md).
 """
 
 from __future__ import annotations

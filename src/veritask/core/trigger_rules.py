@@ -1,4 +1,4 @@
-"""Trigger rules (design.md 4.1): whether a task runs, is skipped, fails upstream, or waits.
+"""Trigger rules (docs/trigger-rules.md): whether a task runs, is skipped, fails upstream, or waits.
 
 A rule reads the states of a task's *direct* upstream instances and decides one of four things.
 The semantics are the ones Airflow documents (docs/trigger-rules.md has the table, the mapping

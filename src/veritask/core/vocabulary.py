@@ -1,4 +1,6 @@
-"""The coarse vocabulary of ``/api/v1`` (design.md 3.5): four values, always with ``raw_state``.
+"""The coarse vocabulary of ``/api/v1``: four values, always with ``raw_state``.
+
+The table is shown in docs/state-machine.md, 'The `/api/v1` vocabulary'.
 
 Older clients and reports know only these four. The mapping is this one table; the API and
 the docs read it, and a test checks that every instance state has exactly one coarse value.

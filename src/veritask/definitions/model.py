@@ -1,4 +1,4 @@
-"""What a definition says (design.md 1.1): frozen, typed values built by ``parse``.
+"""What a definition says (docs/definitions.md): frozen, typed values built by ``parse``.
 
 Everything here is already resolved: each task carries its full :class:`TaskPolicy`
 (the definition's ``defaults`` merged with the task's own values), durations are
@@ -126,7 +126,7 @@ class PublishCheck:
 
 @dataclass(frozen=True)
 class PublishSpec:
-    """How a run's output becomes usable (design.md 4.3): checks, then the commit step."""
+    """How a run's output becomes usable: checks, then the commit step (docs/definitions.md)."""
 
     commit: Step
     checks: tuple[PublishCheck, ...] = ()

@@ -383,7 +383,7 @@ class LocalExecutor:
                 continue
             try:
                 # Not fsync-ed: after a power cut a lost attempt reads "not found", and the
-                # reconciler submits it again (design.md 5.5).
+                # reconciler submits it again (docs/scheduling.md, section 4).
                 layout.create_exclusively(staging / attempt.spec.name, payload)
                 os.rename(staging, attempt.path)
                 return True

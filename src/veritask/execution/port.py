@@ -1,4 +1,5 @@
-"""The Executor port: what the platform may ask of any execution engine (design.md 5.2).
+"""The Executor port: what the platform may ask of any execution engine (docs/executors.md,
+section 1).
 
 An executor adapts one engine (the embedded local supervisor, later Celery or Kubernetes). It
 submits attempts, describes what the engine knows about them, and asks it to stop or forget

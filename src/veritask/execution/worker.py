@@ -1,4 +1,5 @@
-"""The worker: the one program that runs every attempt on every engine (design.md 5.3).
+"""The worker: the one program that runs every attempt on every engine (docs/executors.md,
+section 3).
 
 ``veritask-worker <attempt dir>/spec.json`` (or ``python -m veritask.execution.worker``) runs
 the attempt whose spec it is given; the local supervisor forks it instead of executing it, and

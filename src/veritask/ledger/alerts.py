@@ -1,4 +1,4 @@
-"""Alerts: one unresolved alert per condition, each with its owner category (design.md 5.4).
+"""Alerts: one unresolved alert per condition, each with its owner category (docs/operations.md).
 
 An alert is routed by the owner of the definition it is about: when the raiser knows only the
 run, the definition and its owner are looked up here, so every alert carries both. Its life is

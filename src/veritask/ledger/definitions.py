@@ -1,4 +1,4 @@
-"""Definitions and their immutable versions (design.md section 1).
+"""Definitions and their immutable versions (docs/definitions.md).
 
 Applying a definition saves a version identified by its content hash: applying the same
 content again returns the version that holds it.

@@ -9,7 +9,7 @@ folded and classified again (bounded) — never overwritten, never retried blind
 
 Decisions pass the version of the snapshot they were based on (``expected_version``); if the
 instance moved since, :class:`StaleDecision` is raised and nothing is recorded, so the decider
-re-reads and decides again (design.md 3.4).
+re-reads and decides again (docs/outcomes-and-fencing.md, 'Facts and decisions').
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The retention purge: the one path that deletes events (design.md sections 2 and 5.7).
+"""The retention purge: the one path that deletes events (docs/operations.md,
+'A ledger that grows').
 
 ``events`` and ``rejected_events`` refuse UPDATE and DELETE in the database itself; this
 module lifts that refusal for deletes only, inside the caller's transaction, and only for the

@@ -1,6 +1,6 @@
 """Runs in the ledger: created with their instances, their state moved with compare-and-set.
 
-A run's execution state is derived from its instances (design.md 4.2); each change the
+A run's execution state is derived from its leaves (docs/definitions.md); each change the
 scheduler derives is recorded as a run event (``run_state_changed``) with the reason, so the
 run's history explains itself like an instance's does. Definition-level events (applied,
 enabled, deleted) go through :func:`record_subject_event` too.
@@ -73,7 +73,7 @@ def create_run(ledger: Ledger, request: NewRun, *, new_id: NewId) -> tuple[str, 
     """Create the run, its instances and their creation events in one transaction.
 
     Idempotent on the key: a second trigger with the same key returns the existing run and
-    creates nothing (design.md section 1).
+    creates nothing (docs/state-machine.md, 'Runs, task instances and attempts').
     """
     now = ledger.clock()
     with ledger.engine.begin() as connection:

@@ -1,4 +1,5 @@
-"""Idempotent creation of runs, task instances and attempts (design.md sections 1 and 6.6).
+"""Idempotent creation of runs, task instances and attempts (guarantee 6 of
+docs/outcomes-and-fencing.md).
 
 Each function takes an open connection inside the caller's transaction and returns whether it
 created the row, so that the caller records the matching ``*_created`` event only once. The

@@ -40,8 +40,8 @@ ID_LENGTH: Final = 64
 #: (0003, ledger/permits.py).
 PURGE_SETTING: Final = "veritask.retention_purge"
 
-#: Attempt states in which a worker holds a lease that the monitor watches (design.md 3.2:
-#: "a lost heartbeat moves RUNNING, or QUEUED with a started worker, to LOST").
+#: Attempt states in which a worker holds a lease that the monitor watches: a lost
+#: heartbeat moves RUNNING, or QUEUED with a started worker, to LOST (docs/state-machine.md).
 LEASED_ATTEMPT_STATES: Final = (states.AttemptState.QUEUED, states.AttemptState.RUNNING)
 
 

@@ -11,7 +11,7 @@ from enum import StrEnum
 
 
 class EventOutcome(StrEnum):
-    """How the ledger classified an event when it arrived (design.md section 2).
+    """How the ledger classified an event when it arrived (docs/outcomes-and-fencing.md).
 
     ``rejected`` is not here: rejected events live in their own table.
     """
@@ -38,7 +38,7 @@ class SubjectType(StrEnum):
 
 
 class AlertCategory(StrEnum):
-    """Who owns the problem an alert describes (design.md section 5.4)."""
+    """Who owns the problem an alert describes (docs/scheduling.md, section 7)."""
 
     QUEUE_QUOTA = "queue_quota"
     """QUEUED too long: the engine's queue or quota."""

@@ -195,7 +195,7 @@ class RunAdvancer:
         report: TickReport,
         advanced: Advanced,
     ) -> None:
-        """Move the run's publication state and open the steps it allows (design.md 4.3)."""
+        """Move the run's publication state and open the steps it allows (docs/definitions.md)."""
         plan = publication.plan(context.definition, execution, run.publication_state, states)
         if plan.state is not run.publication_state:
             with self.ledger.engine.begin() as connection:

@@ -202,7 +202,7 @@ class Dispatcher:
                 # The engine is away for now (a broker restarting, a supervisor starting): the
                 # task did not fail, so none of its retries is spent on it. The reconciler
                 # submits the same attempt again after ``submit_grace``, with an alert for the
-                # scheduler/executor owner (design.md 5.4, 5.5).
+                # scheduler/executor owner (docs/scheduling.md, sections 4 and 7).
                 log.warning(
                     "submitting %s/%s failed, will submit it again: %s",
                     opened.instance_id,
@@ -237,9 +237,9 @@ class Submissions:
     A submission is in flight from :meth:`submit` until its answer is recorded
     (:meth:`settle`); meanwhile the loop holds back that attempt's worker reports, so the
     acknowledgement is recorded before the worker's ``started`` and queue time stays visible
-    (design.md 3.2), and the reconciler does not submit it a second time. Nothing here needs to
-    survive a crash: the attempt was opened (recorded) before it was handed over, and recovery
-    submits every opened attempt again, idempotently.
+    (docs/state-machine.md), and the reconciler does not submit it a second time. Nothing here
+    needs to survive a crash: the attempt was opened (recorded) before it was handed over, and
+    recovery submits every opened attempt again, idempotently.
     """
 
     def __init__(

@@ -2,8 +2,8 @@
 
 Each scheduler keeps a row in ``schedulers`` with a heartbeat. On PostgreSQL any number may
 run: decisions are compare-and-set and submissions idempotent, so they share the work
-without duplicating it. On SQLite one writer process is the supported setup (design.md 5.6):
-a second scheduler refuses to start, saying which process holds the database.
+without duplicating it. On SQLite one writer process is the supported setup (docs/scheduling.md,
+section 6): a second scheduler refuses to start, saying which process holds the database.
 
 On SQLite the proof that a scheduler is alive is an exclusive ``flock`` on a file beside the
 database (``<database>.scheduler.lock``), held for the life of the process. The kernel drops it

@@ -1,4 +1,5 @@
-"""Publication: after execution succeeds, the checks and then the commit step (design.md 4.3).
+"""Publication: after execution succeeds, the checks and then the commit step (docs/definitions.md,
+Publish).
 
 The steps are task instances of the run like any other — the same executor, worker, token
 and fencing — under reserved keys that no definition task can take (task keys are slugs

@@ -1,4 +1,4 @@
-"""Trigger-rule decisions as events, and the choices of branch tasks (design.md 4.1)."""
+"""Trigger-rule decisions as events, and the choices of branch tasks (docs/trigger-rules.md)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from veritask.scheduling.dispatch import new_event_id
 
 
 class BranchChoices:
-    """Which direct downstream tasks a finished branch task chose (design.md 4.1)."""
+    """Which direct downstream tasks a finished branch task chose (docs/trigger-rules.md)."""
 
     def __init__(self, ledger: Ledger, instance_ids: Mapping[str, str]) -> None:
         self.ledger = ledger

@@ -4,7 +4,8 @@ Each ``tick`` loads what is due from the database (the truth about what is activ
 with the pure core, records with compare-and-set, then acts on the engines. It keeps nothing
 in memory that a restart would need: ``retry_at`` is stored, attempts are opened before they
 are submitted, and submitting is idempotent, so a killed scheduler's successor finishes its
-work without duplicating it (design.md 5.5, invariant 10).
+work without duplicating it (docs/scheduling.md, section 5; guarantee 10 of
+docs/outcomes-and-fencing.md).
 
 What it does keep in memory only saves work: which runs had news since they were last
 advanced (a worker report, a decision, a due retry), so that a tick reads just those; every
@@ -227,7 +228,7 @@ class Scheduler:
             waited += _IDLE_POLL_SECONDS
 
     def recover(self) -> int:
-        """At start: every active instance is reconciled with its engine (design.md 5.5)."""
+        """At start: every active instance is reconciled with its engine (docs/scheduling.md, 5)."""
         self._rescan = True
         return self.sweeper.reconcile(self.clock(), self.context_for, everything=True)
 
@@ -356,7 +357,7 @@ class Scheduler:
                 continue
             key = (event.instance_id, event.attempt_no)
             if key not in answered and self.submissions.in_flight(*key):
-                # Its acknowledgement is not back yet: record that first (design.md 3.2).
+                # Its acknowledgement is not back yet: record that first (QUEUED before RUNNING).
                 self._held_back = True
                 continue
             reports.append((path, event))

@@ -1,4 +1,4 @@
-"""The monitor's and the reconciler's sweeps over active instances (design.md 5.4, 5.5).
+"""The monitor's and the reconciler's sweeps over active instances (docs/scheduling.md, 3 and 4).
 
 Each sweep first lists its instances with one light query per page (the instance row joined
 with its current attempt's row: states, times, the cached lease expiry, the policy) and keeps
@@ -166,8 +166,8 @@ class Sweeper:
     def reconcile(self, now: datetime, context_for: ContextFor, *, everything: bool = False) -> int:
         """Ask the engines about instances whose fate is unknown, stopping or stale.
 
-        ``everything`` is the restart recovery of design.md 5.5: every active instance is
-        compared with its engine at once, without waiting for grace periods.
+        ``everything`` is the restart recovery (docs/scheduling.md, section 5): every active
+        instance is compared with its engine at once, without waiting for grace periods.
         """
         done = 0
         contexts = _Contexts(context_for)
@@ -284,7 +284,7 @@ class Sweeper:
 
         A fenced (ABANDONED) attempt may still run: before its successor starts, the engine is
         asked to stop it and, where it can confirm, the successor waits for the confirmation
-        up to the cancel window (design.md 5.5: fencing keeps a stale attempt from committing,
+        up to the cancel window (fencing keeps a stale attempt from committing,
         only a stop keeps two copies from running side by side). Past the window it opens
         anyway, with an alert for the engine's owner.
         """

@@ -1,7 +1,7 @@
 """Attempt tokens: minted from a secret and a nonce, so a restarted scheduler can resubmit.
 
-design.md: the token is given to the worker only and stored hashed. If the scheduler dies
-between opening an attempt and submitting it, recovery must submit it (idempotently) with the
+The token is given to the worker only and stored hashed (docs/state-machine.md). If the scheduler
+dies between opening an attempt and submitting it, recovery must submit it (idempotently) with the
 same token, which the database alone cannot give back. So the token is an HMAC of the
 attempt's identity and a random nonce under a secret kept outside the database
 (``VERITASK_HOME/secret`` or ``VERITASK_SECRET``): the ``attempt_opened`` event carries the

@@ -1,9 +1,9 @@
 """The application's commands and queries: the one place that ``api`` (and later ``ui``) calls.
 
 Each module is a small set of functions over a :class:`~veritask.services.platform.Platform`
-(the ledger and the data folder). Commands validate, record and return at once (design.md
-5.1): nothing here waits for an engine. Errors are the ones of :mod:`veritask.services.errors`;
-the API maps each to one problem document.
+(the ledger and the data folder). Commands validate, record and return at once
+(docs/api.md, Principles): nothing here waits for an engine. Errors are the ones of
+:mod:`veritask.services.errors`; the API maps each to one problem document.
 
 - ``definitions``: apply, list, show, enable/disable, the delete lifecycle.
 - ``runs``: trigger, list, show runs and instances, histories, cancel.

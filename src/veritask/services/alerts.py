@@ -2,7 +2,7 @@
 
 Acknowledging and resolving are operator decisions: the actor (``operator:<name>``) and the
 time are recorded on the alert. An alert is never deleted: resolving it keeps its record and
-lets the same condition be raised again (design.md 5.4).
+lets the same condition be raised again (docs/operations.md, Alerts).
 """
 
 from __future__ import annotations

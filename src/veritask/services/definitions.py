@@ -1,6 +1,6 @@
 """Definitions: apply a version, read them, enable or disable the schedule, and delete them.
 
-Deleting is a lifecycle, not a DELETE (design.md 5.7): ``deleting`` (the schedule stops and the
+Deleting is a lifecycle, not a DELETE (docs/api.md): ``deleting`` (the schedule stops and the
 active runs are asked to stop), then ``deleted`` once every run is terminal (history stays
 readable), then, only when a purge was asked for, ``purged`` (the attempts' directories and
 logs are removed by the executor). Each step is a definition event; :func:`advance_deletions`

@@ -1,4 +1,4 @@
-"""Durations of runs and definitions from their transition times (design.md 5.8).
+"""Durations of runs and definitions from their transition times (docs/state-machine.md, Durations).
 
 ``run_timeline`` gives the phase intervals of every instance of a run (what a Gantt chart
 draws); ``run_durations`` the time per phase of each instance and of the run; and

@@ -320,7 +320,7 @@ def _stored(stored: list[metric_values.Value]) -> Iterator[Metric]:
                 sums[(labels.get("definition", ""), labels.get("phase", ""))] = value.value
     histogram = HistogramMetricFamily(
         f"{PREFIX}_phase_seconds",
-        "Time per phase of instances that finished, per definition (design.md 5.8)",
+        "Time per phase of instances that finished, per definition",
         labels=["definition", "phase"],
     )
     for key, found in sorted(buckets.items()):

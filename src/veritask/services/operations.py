@@ -188,7 +188,7 @@ def purge(
     history: bool = True,
     logs: bool = True,
 ) -> PurgeReport:
-    """The retention purge (design.md 5.7), each part a recorded operation.
+    """The retention purge (docs/operations.md), each part a recorded operation.
 
     ``history``: the runs of deleted and purged definitions whose last event is older than
     ``older_than`` lose their events and their snapshot rows together (so that ``verify``

@@ -1,4 +1,6 @@
-"""Overrides: an operator sets SUCCESS or FAILED on the current attempt epoch (design.md 3.2).
+"""Overrides: an operator sets SUCCESS or FAILED on the current attempt epoch.
+
+What an override may and may not do is in docs/state-machine.md, 'What the table allows'.
 
 An override is an instance-level decision with the operator, the reason and the scope in its
 evidence; it erases no fact (invariant 12). Its scope is the instance, the instance and every

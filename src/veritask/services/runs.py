@@ -2,7 +2,7 @@
 
 A trigger records the run and returns its id; a cancel records the request and returns the
 state it moved to (CANCELLING while the engine has not confirmed). Nothing here calls an
-engine: the scheduler sends the stops and records the confirmations (design.md 5.1).
+engine: the scheduler sends the stops and records the confirmations.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the services return: frozen, typed values with the state names of design.md section 3.
+"""What the services return: frozen, typed values with the state names of docs/state-machine.md.
 
 The API turns them into its response models field by field, so a name here is a name on the
 wire. Times are timezone-aware UTC; ``event_time`` and ``observed_at`` are never merged.
@@ -89,7 +89,7 @@ class Deletion:
 
 @dataclass(frozen=True)
 class DeletionPreview:
-    """What a delete would do now, shown before anyone confirms it (design.md 5.7)."""
+    """What a delete would do now, shown before anyone confirms it (docs/api.md)."""
 
     name: str
     lifecycle: DefinitionLifecycle

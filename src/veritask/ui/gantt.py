@@ -1,8 +1,9 @@
 """The run's timeline as an SVG Gantt chart: one row per instance, one bar per phase.
 
 Geometry only; the phases are ``services.durations.run_timeline``'s, the same intervals the
-durations API returns (design.md 5.8). The scale is shared by all rows so that bars compare;
-a phase still going on is drawn up to now; a phase too short to see still gets one pixel.
+durations API returns (docs/state-machine.md, Durations). The scale is shared by all rows so
+that bars compare; a phase still going on is drawn up to now; a phase too short to see still
+gets one pixel.
 """
 
 from __future__ import annotations

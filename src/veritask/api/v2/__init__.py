@@ -1,1 +1,1 @@
-"""``/api/v2``: the fine-grained states of design.md section 3."""
+"""``/api/v2``: the fine-grained states of docs/state-machine.md."""

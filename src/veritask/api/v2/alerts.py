@@ -21,7 +21,7 @@ class Alert(schemas.Out):
     """One alert: what, whose (owner category and owner), where, and who handled it when."""
 
     id: int
-    category: AlertCategory = Field(description="The owner category of design.md 5.4")
+    category: AlertCategory = Field(description="Who owns the problem (docs/scheduling.md, 7)")
     status: AlertStatus
     message: str
     evidence: dict[str, JsonValue]

@@ -1,5 +1,5 @@
-"""Durations from transition times (design.md 5.8): a run's phases per instance, its timeline,
-and a definition's p50/p95 over its recent runs."""
+"""Durations from transition times: a run's phases per instance, its timeline, and a
+definition's p50/p95 over its recent runs (docs/state-machine.md, 'Durations')."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Alerts: grouped by owner category (design.md 5.4), filtered by status, category and owner;
+"""Alerts: grouped by owner category (docs/scheduling.md, 7), filtered by status, category, owner;
 operators acknowledge and resolve them, and who did it when is shown beside each one."""
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ async def resolve(request: Request, alert_id: int) -> Response:
 
 
 def group_by_category(listed: list[AlertRow]) -> list[tuple[str, list[AlertRow]]]:
-    """The alerts under their owner category, in the order design.md 5.4 names the owners;
+    """The alerts under their owner category, in the order ``AlertCategory`` declares them;
     within a category, newest first (as listed)."""
     grouped: dict[str, list[AlertRow]] = {category.value: [] for category in AlertCategory}
     for alert in listed:

@@ -20,7 +20,7 @@ def run_page(request: Request, run_id: str) -> Response:
     position = activity.latest_position(found.platform, run_id=run_id)
     detail = runs.get_run(found.platform, run_id)
     edges = runs.run_edges(found.platform, run_id)
-    # The same intervals as GET /api/v2/runs/{id}/durations: one computation of design.md 5.8.
+    # The same intervals as GET /api/v2/runs/{id}/durations: one computation of the phases.
     phases = {
         instance.instance_id: instance.phases
         for instance in durations.run_timeline(found.platform, run_id)
