@@ -23,7 +23,7 @@ from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.core.states import DefinitionLifecycle
 from veritask.ledger import audit, dialects, queries, retention, schema
 from veritask.ledger.vocabulary import OperationKind
-from veritask.services import reading
+from veritask.services import logs, reading
 from veritask.services.definitions import ACTIVE_RUN_STATES
 from veritask.services.errors import Conflict, NotFound
 from veritask.services.platform import Platform
@@ -288,15 +288,19 @@ def _purge_history(platform: Platform, cutoff: datetime, *, dry_run: bool) -> tu
 def _remove_logs(platform: Platform, cutoff: datetime, *, dry_run: bool) -> tuple[int, int]:
     a = schema.attempts.c
     with dialects.read_transaction(platform.engine) as connection:
-        locations = connection.execute(
-            sa.select(a.log_location).where(a.ended_at < cutoff, a.log_location.is_not(None))
-        ).scalars()
-        paths = [Path(location) for location in locations if location]
+        ended = connection.execute(
+            sa.select(a.instance_id, a.attempt_no).where(
+                a.ended_at < cutoff, a.log_location.is_not(None)
+            )
+        ).all()
     files = size = 0
-    for path in paths:
-        # Only files inside the data folder: a log location is data, never a command.
-        if not platform.holds(path) or not path.is_file():
+    for instance_id, attempt_no in ended:
+        # The attempt's own log, derived from its identity: a location a report named is
+        # data, never a file to delete.
+        location = logs.own_log_file(platform, instance_id, attempt_no)
+        if location is None:
             continue
+        path = Path(location)
         files += 1
         size += path.stat().st_size
         if not dry_run:
