@@ -122,6 +122,7 @@ BETWEEN = Phrase(
 )
 NOT_NEGATIVE = Phrase("refusal.not_negative", "must not be negative")
 NOT_BLANK = Phrase("refusal.not_blank", "must not be blank")
+NO_NUL = Phrase("refusal.no_nul", "must not contain the NUL character (U+0000)")
 ONE_SCOPE = Phrase("refusal.one_scope", "give exactly one of definition, run or instance")
 OVERRIDE_STATES = Phrase("refusal.override_states", "an override sets SUCCESS or FAILED")
 OVERRIDE_NEEDS_REASON = Phrase("refusal.override_needs_reason", "an override needs a reason")
