@@ -124,6 +124,10 @@ NOT_NEGATIVE = Phrase("refusal.not_negative", "must not be negative")
 NOT_BLANK = Phrase("refusal.not_blank", "must not be blank")
 NO_NUL = Phrase("refusal.no_nul", "must not contain the NUL character (U+0000)")
 ONE_SCOPE = Phrase("refusal.one_scope", "give exactly one of definition, run or instance")
+NOT_IN_GRAPH = Phrase(
+    "refusal.not_in_graph",
+    "{task} is a publication step, outside the task graph: override it with scope instance or run",
+)
 OVERRIDE_STATES = Phrase("refusal.override_states", "an override sets SUCCESS or FAILED")
 OVERRIDE_NEEDS_REASON = Phrase("refusal.override_needs_reason", "an override needs a reason")
 CANCEL_NEEDS_REASON = Phrase("refusal.cancel_needs_reason", "a cancel needs a reason")

@@ -282,7 +282,24 @@ def _purge_history(platform: Platform, cutoff: datetime, *, dry_run: bool) -> tu
             connection.execute(schema.attempts.delete().where(a.instance_id.in_(instances)))
             connection.execute(schema.task_instances.delete().where(t.run_id.in_(chunk)))
             connection.execute(schema.runs.delete().where(schema.runs.c.id.in_(chunk)))
+    rejected += _purge_orphaned_rejections(platform, cutoff, dry_run=dry_run)
     return len(run_ids), events, rejected
+
+
+def _purge_orphaned_rejections(platform: Platform, cutoff: datetime, *, dry_run: bool) -> int:
+    """Refused events older than the cutoff whose run is gone, or that never had one."""
+    if not dry_run:
+        with platform.engine.begin() as connection:
+            return retention.purge_orphaned_rejections(connection, observed_before=cutoff)
+    x, r = schema.rejected_events.c, schema.runs.c
+    existing_run = sa.select(r.id).where(r.id == x.run_id).exists()
+    with dialects.read_transaction(platform.engine) as connection:
+        found: int = connection.execute(
+            sa.select(sa.func.count()).where(
+                x.observed_at < cutoff, sa.or_(x.run_id.is_(None), ~existing_run)
+            )
+        ).scalar_one()
+    return found
 
 
 def _remove_logs(platform: Platform, cutoff: datetime, *, dry_run: bool) -> tuple[int, int]:
