@@ -8,7 +8,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import HELLO, Api, completed, open_attempt, report, started
+from tests.integration.conftest import (
+    HELLO,
+    Api,
+    completed,
+    open_attempt,
+    report,
+    started,
+    worker_event,
+)
 from veritask.core.policy import TaskPolicy
 
 HUGE_ID = "99999999999999999999"
@@ -88,3 +96,24 @@ def test_a_nul_character_is_refused_naming_where_it_is(api: Api) -> None:
     # Nothing was stored by any of them: the run is still the only one.
     listed = api.http.get("/api/v2/runs").json()
     assert [run["id"] for run in listed["items"]] == [run_id]
+
+
+def test_a_report_the_ledger_cannot_hold_is_422_naming_the_field(api: Api) -> None:
+    api.apply(HELLO)
+    instance_id = api.instance_ids(api.trigger("hello"))["greet"]
+    token = "token-" + uuid.uuid4().hex
+    n = open_attempt(api.platform, instance_id, token)
+    huge = 2**70
+    cases = {
+        "body.seq": started(instance_id, n, token) | {"seq": huge},
+        "body.attempt_no": started(instance_id, n, token) | {"attempt_no": huge},
+        "body.event_time": started(instance_id, n, token)
+        | {"event_time": "9999-12-31T23:59:59-23:59"},
+        "body.evidence.exit_code": completed(instance_id, n, token, 2, exit_code=huge),
+        "body.evidence.done": worker_event(
+            instance_id, n, token, 3, "progress", {"phase": "p", "done": huge}
+        ),
+    }
+    for field, body in cases.items():
+        problem = _assert_problem(report(api, body, token), 422)
+        assert field in [e["field"] for e in problem["errors"]], (field, problem)

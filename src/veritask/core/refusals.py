@@ -122,6 +122,9 @@ BETWEEN = Phrase(
 )
 NOT_NEGATIVE = Phrase("refusal.not_negative", "must not be negative")
 NOT_BLANK = Phrase("refusal.not_blank", "must not be blank")
+TIME_OUT_OF_RANGE = Phrase(
+    "refusal.time_out_of_range", "is outside the times the ledger keeps (years 1 to 9999, UTC)"
+)
 NO_NUL = Phrase("refusal.no_nul", "must not contain the NUL character (U+0000)")
 ONE_SCOPE = Phrase("refusal.one_scope", "give exactly one of definition, run or instance")
 NOT_IN_GRAPH = Phrase(

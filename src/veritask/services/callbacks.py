@@ -12,6 +12,7 @@ raises an alert.
 from __future__ import annotations
 
 import uuid
+from datetime import UTC
 from typing import Final
 
 from veritask.core import alert_messages, judge, reasons, refusals
@@ -69,8 +70,9 @@ def record_worker_report(
     try:
         wire.validate(payload)
         event = intake.to_event(payload)
-    except ValueError as exc:  # MalformedReport is a ValueError too
+    except (ValueError, OverflowError) as exc:  # MalformedReport is a ValueError too
         raise InvalidInput(f"not a worker event: {exc}", []) from None
+    _refuse_what_the_ledger_cannot_hold(event)
     if (event.instance_id, event.attempt_no) != (sender.instance_id, sender.attempt_no):
         reason = reasons.OTHER_ATTEMPT.format(
             attempt_no=sender.attempt_no,
@@ -100,6 +102,29 @@ def record_worker_report(
         stop=outcome is judge.Outcome.STALE or _unwanted(after, event.attempt_no),
         duplicate=duplicate,
     )
+
+
+#: Evidence numbers kept in the database's integer columns, and their range.
+_COLUMN_RANGES: Final = {
+    "exit_code": (-(2**31), 2**31 - 1),
+    "signal": (-(2**31), 2**31 - 1),
+    "done": (-(2**63), 2**63 - 1),
+    "total": (-(2**63), 2**63 - 1),
+}
+
+
+def _refuse_what_the_ledger_cannot_hold(event: Event) -> None:
+    """A number or a time the ledger's columns cannot hold is refused here, not a 500 there."""
+    try:
+        event.event_time.astimezone(UTC)
+    except OverflowError:
+        raise InvalidInput.about("body.event_time", refusals.TIME_OUT_OF_RANGE.format()) from None
+    for key, (low, high) in _COLUMN_RANGES.items():
+        value = event.evidence.get(key)
+        if isinstance(value, int) and not low <= value <= high:
+            raise InvalidInput.about(
+                f"body.evidence.{key}", refusals.BETWEEN.format(low=low, high=high)
+            )
 
 
 def _alert_foreign_log(platform: Platform, event: Event) -> None:
