@@ -141,3 +141,34 @@ def test_a_purge_needs_a_subject_and_a_transaction(engine: Engine) -> None:
         connection.rollback()
         with pytest.raises(errors.LedgerError, match="inside a transaction"):
             retention.purge_events(connection, run_ids=["r"])
+
+
+def _rejected(connection: Connection, event_id: str, run_id: str | None, days: int) -> None:
+    connection.execute(
+        schema.rejected_events.insert().values(
+            event_id=event_id,
+            run_id=run_id,
+            observed_at=builders.T0 + timedelta(days=days),
+            payload={"event_id": event_id},
+            reason="refused",
+        )
+    )
+
+
+def test_retention_purges_old_orphaned_rejections_only(engine: Engine) -> None:
+    with engine.begin() as connection:
+        kept_run, _, _ = _two_runs_with_events(connection)
+        _rejected(connection, "no-run-old", None, 0)
+        _rejected(connection, "gone-run-old", "a-run-purged-long-ago", 0)
+        _rejected(connection, "no-run-new", None, 60)
+        _rejected(connection, "live-run-old", kept_run, 0)
+
+    with engine.begin() as connection:
+        deleted = retention.purge_orphaned_rejections(
+            connection, observed_before=builders.T0 + timedelta(days=30)
+        )
+
+    assert deleted == 2
+    with engine.connect() as connection:
+        left = set(connection.execute(sa.select(schema.rejected_events.c.event_id)).scalars())
+    assert left == {"p1", "no-run-new", "live-run-old"}

@@ -3,8 +3,62 @@ tokens. Callbacks accept attempt tokens only."""
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
+import httpx
+
 from tests.integration.conftest import HELLO, Api
 from veritask.services.tokens import TokenRole
+
+MALFORMED = b'{"not json'
+
+
+def _guarded_operations(api: Api) -> list[tuple[str, str, dict[str, Any]]]:
+    """(method, path with invented ids, operation) for every /api/ route that needs a token."""
+    document = api.client(None).get("/openapi.json").json()
+    found = []
+    for template, item in document["paths"].items():
+        for method, operation in item.items():
+            if template.startswith("/api/") and operation.get("security"):
+                path = re.sub(r"\{(\w+)\}", lambda m: _invented(m.group(1)), template)
+                found.append((method.upper(), path, operation))
+    assert len(found) > 20, found
+    return found
+
+
+def _invented(name: str) -> str:
+    return "99999999" if name.endswith("alert_id") else f"no-such-{name}"
+
+
+def _send(client: httpx.Client, method: str, path: str) -> httpx.Response:
+    if method == "GET":
+        return client.get(path)
+    headers = {"Content-Type": "application/json"}
+    return client.request(method, path, content=MALFORMED, headers=headers)
+
+
+def test_every_guarded_route_checks_the_token_before_the_body_or_any_lookup(api: Api) -> None:
+    for token in (None, "garbage", "vt_garbage"):
+        client = api.client(token)
+        for method, path, _ in _guarded_operations(api):
+            response = _send(client, method, path)
+            assert response.status_code == 401, (token, method, path, response.text)
+            assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_a_viewer_on_a_mutating_route_is_403_before_the_body_or_any_lookup(api: Api) -> None:
+    viewer = api.client_with_role(TokenRole.VIEWER)
+    mutating = [
+        (method, path)
+        for method, path, operation in _guarded_operations(api)
+        if method != "GET" and not path.startswith("/api/v2/callbacks/")
+    ]
+    assert len(mutating) >= 10
+    for method, path in mutating:
+        response = _send(viewer, method, path)
+        assert response.status_code == 403, (method, path, response.text)
+        assert response.json()["type"] == "/problems/forbidden"
 
 
 def test_no_token_is_401_with_a_bearer_challenge(api: Api) -> None:
@@ -68,7 +122,7 @@ def test_an_api_token_is_not_an_attempt_token(api: Api) -> None:
         "/api/v2/callbacks/commit",
         json={"instance_id": instance_id, "attempt_no": 1, "marker": "m"},
     )
-    assert response.status_code == 403
+    assert response.status_code == 401  # it names no attempt
 
 
 def test_a_token_request_with_a_bad_role_is_422(api: Api) -> None:

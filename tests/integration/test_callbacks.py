@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import sqlalchemy as sa
 
 from tests.integration.conftest import (
     HELLO,
+    MAX_BODY,
     Api,
     completed,
     now,
@@ -17,7 +19,8 @@ from tests.integration.conftest import (
     worker_event,
 )
 from veritask.core.events import Event, EventKind
-from veritask.ledger import schema
+from veritask.core.jsontypes import JSONObject
+from veritask.ledger import rejections, schema
 
 
 def _attempt(api: Api) -> tuple[str, int, str]:
@@ -88,32 +91,67 @@ def test_a_duplicate_answers_with_the_original_outcome(api: Api) -> None:
     assert count == 1
 
 
-def test_a_wrong_attempt_token_is_403_and_kept_for_audit(api: Api) -> None:
+def _rejected(api: Api, **where: object) -> list[sa.Row[tuple[object, ...]]]:
+    x = schema.rejected_events.c
+    with api.platform.engine.connect() as connection:
+        return list(
+            connection.execute(
+                sa.select(schema.rejected_events).where(
+                    *(getattr(x, name) == value for name, value in where.items())
+                )
+            ).all()
+        )
+
+
+def _rejected_count(api: Api) -> int:
+    with api.platform.engine.connect() as connection:
+        return int(
+            connection.execute(
+                sa.select(sa.func.count()).select_from(schema.rejected_events)
+            ).scalar_one()
+        )
+
+
+def test_a_token_that_names_no_attempt_is_401_and_stores_nothing(api: Api) -> None:
     instance_id, attempt_no, _token = _attempt(api)
     response = report(api, started(instance_id, attempt_no, "stolen"), "stolen")
-    assert response.status_code == 403
-    assert response.json()["type"] == "/problems/forbidden"
+    assert response.status_code == 401
+    assert response.json()["type"] == "/problems/unauthenticated"
     assert api.http.get(f"/api/v2/instances/{instance_id}").json()["state"] == "QUEUED"
-    with api.platform.engine.connect() as connection:
-        reasons = (
-            connection.execute(
-                sa.select(schema.rejected_events.c.reason).where(
-                    schema.rejected_events.c.instance_id == instance_id
-                )
-            )
-            .scalars()
-            .all()
-        )
-    assert any("attempt_token" in reason for reason in reasons)
+    # The disk-filling probe: garbage token, invented instance, a body near the cap.
+    padding: JSONObject = {"note": "x" * (MAX_BODY - 2048)}
+    invented = worker_event(str(uuid.uuid4()), 1, "garbage", 1, "progress", padding)
+    assert report(api, invented, "garbage").status_code == 401
+    assert _rejected_count(api) == 0
 
 
 def test_an_attempt_may_write_only_its_own_events(api: Api) -> None:
     instance_id, attempt_no, token = _attempt(api)
-    # Its token, another instance: refused.
+    # Its token, another instance: refused, and kept as evidence about the sender.
     other, other_attempt, _ = _attempt_of_new_run(api)
     assert report(api, started(other, other_attempt, token), token).status_code == 403
     # Its token, an attempt that does not exist: refused.
     assert report(api, started(instance_id, attempt_no + 1, token), token).status_code == 403
+    kept = _rejected(api, instance_id=instance_id)
+    assert [row.attempt_no for row in kept] == [attempt_no, attempt_no]
+    assert {row.payload["instance_id"] for row in kept} == {other, instance_id}
+    assert all("may not report about" in row.reason for row in kept)
+    assert _rejected(api, instance_id=other) == []
+
+
+def test_what_a_refused_sender_leaves_is_bounded_in_size_and_count(api: Api) -> None:
+    instance_id, attempt_no, token = _attempt(api)
+    big: JSONObject = {"phase": "x", "message": "y" * (MAX_BODY - 4096)}
+    for seq in range(1, rejections.MAX_PER_ATTEMPT + 11):
+        # A stolen-but-real token spraying reports about an attempt not its own.
+        event = worker_event(instance_id, attempt_no + 1, token, seq, "progress", big)
+        assert report(api, event, token).status_code == 403
+    kept = _rejected(api, instance_id=instance_id, attempt_no=attempt_no)
+    assert len(kept) == rejections.MAX_PER_ATTEMPT
+    for row in kept:
+        assert len(json.dumps(row.payload)) <= rejections.MAX_PAYLOAD_BYTES
+        assert row.payload["truncated"] is True
+        assert row.payload["event_id"]
 
 
 #: A definition whose runs may overlap: a second run of ``hello`` (concurrency forbid) is
@@ -142,9 +180,24 @@ def test_a_callback_without_a_token_is_401(api: Api) -> None:
     assert response.status_code == 401
 
 
-def test_a_report_about_an_unknown_instance_is_404(api: Api) -> None:
+def test_a_report_about_an_unknown_instance_with_a_wrong_token_is_401(api: Api) -> None:
+    # 404 here would tell a stranger which instances exist.
     response = report(api, started("no-such-instance", 1, "t"), "t")
-    assert response.status_code == 404
+    assert response.status_code == 401
+    assert _rejected_count(api) == 0
+
+
+def test_a_malformed_report_without_a_valid_token_is_401_before_the_body(api: Api) -> None:
+    for token in (None, "garbage"):
+        client = api.client(token)
+        not_json = client.post(
+            "/api/v2/callbacks/events",
+            content=b"{not json",
+            headers={"Content-Type": "application/json"},
+        )
+        assert not_json.status_code == 401
+        assert client.post("/api/v2/callbacks/events", json={"kind": 3}).status_code == 401
+        assert client.post("/api/v2/callbacks/commit", json=[]).status_code == 401
 
 
 def test_a_malformed_report_is_422(api: Api) -> None:
@@ -222,9 +275,10 @@ def test_a_commit_from_a_stale_attempt_is_409(api: Api) -> None:
     assert "attempt 2 owns the instance" in response.json()["detail"]
 
 
-def test_a_commit_with_a_wrong_token_is_403(api: Api) -> None:
-    instance_id, attempt_no, _ = _attempt(api)
+def test_a_commit_with_a_wrong_token_is_401_and_with_another_attempts_403(api: Api) -> None:
+    instance_id, attempt_no, token = _attempt(api)
     body = {"instance_id": instance_id, "attempt_no": attempt_no, "marker": "m"}
-    assert api.client("wrong").post("/api/v2/callbacks/commit", json=body).status_code == 403
+    assert api.client("wrong").post("/api/v2/callbacks/commit", json=body).status_code == 401
     missing = {"instance_id": "nope", "attempt_no": 1, "marker": "m"}
-    assert api.client("wrong").post("/api/v2/callbacks/commit", json=missing).status_code == 404
+    assert api.client("wrong").post("/api/v2/callbacks/commit", json=missing).status_code == 401
+    assert api.client(token).post("/api/v2/callbacks/commit", json=missing).status_code == 403

@@ -1,21 +1,35 @@
-"""An attempt's log over HTTP: tail, follow by offset, search; only files inside VERITASK_HOME."""
+"""An attempt's log over HTTP: tail, follow by offset, search; only the attempt's own log."""
 
 from __future__ import annotations
 
 import uuid
 from pathlib import Path
 
+import sqlalchemy as sa
+
 from tests.integration.conftest import HELLO, Api, completed, open_attempt, report, started
 from veritask.execution import layout
+from veritask.ledger import schema
+from veritask.services.tokens import TokenRole
 
 LINES = "".join(f"line {n} {'needle' if n % 10 == 0 else 'hay'}\n" for n in range(1, 101))
 
 
-def _finished_with_log(api: Api, log: Path, source: str = HELLO) -> str:
+def _own_log(api: Api, instance_id: str, attempt_no: int) -> Path:
+    """Where the worker writes the attempt's log, below the server's VERITASK_HOME."""
+    executor = layout.ExecutorHome(api.platform.home / "executor")
+    return executor.attempt(instance_id, attempt_no).log
+
+
+def _finished_with_log(api: Api, text: str, source: str = HELLO) -> str:
+    """An instance whose attempt 1 wrote ``text`` to its own log and completed."""
     api.apply(source)
     instance_id = api.instance_ids(api.trigger("hello"))["greet"]
     token = "token-" + uuid.uuid4().hex
     attempt_no = open_attempt(api.platform, instance_id, token)
+    log = _own_log(api, instance_id, attempt_no)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(text)
     report(api, started(instance_id, attempt_no, token), token)
     event = completed(instance_id, attempt_no, token, seq=2, log_path=str(log))
     assert report(api, event, token).status_code == 200
@@ -23,10 +37,8 @@ def _finished_with_log(api: Api, log: Path, source: str = HELLO) -> str:
 
 
 def test_the_tail_of_an_ended_attempt(api: Api) -> None:
-    log = api.platform.home / "logs" / "task.log"
-    log.parent.mkdir()
-    log.write_text(LINES)
-    instance_id = _finished_with_log(api, log)
+    instance_id = _finished_with_log(api, LINES)
+    log = _own_log(api, instance_id, 1)
     chunk = api.http.get(f"/api/v2/instances/{instance_id}/logs", params={"tail": 20}).json()
     assert chunk["text"] == LINES[-20:]
     assert chunk["size"] == len(LINES)
@@ -40,9 +52,7 @@ def test_the_tail_of_an_ended_attempt(api: Api) -> None:
 
 
 def test_following_by_offset_and_searching(api: Api) -> None:
-    log = api.platform.home / "task.log"
-    log.write_text(LINES)
-    instance_id = _finished_with_log(api, log)
+    instance_id = _finished_with_log(api, LINES)
     path = f"/api/v2/instances/{instance_id}/logs"
     first = api.http.get(path, params={"offset": 0, "limit": 100}).json()
     assert first["text"] == LINES[:100]
@@ -78,21 +88,51 @@ def test_an_executor_folder_linked_to_another_file_system_is_served(
     target = tmp_path / "on-tmpfs"
     target.mkdir()
     (api.platform.home / "executor").symlink_to(target, target_is_directory=True)
-    log = api.platform.home / "executor" / "attempts" / "x" / "1" / "task.log"
-    log.parent.mkdir(parents=True)
-    log.write_text(LINES)
-    instance_id = _finished_with_log(api, log)
+    instance_id = _finished_with_log(api, LINES)
+    assert _own_log(api, instance_id, 1).resolve().is_relative_to(target)
     chunk = api.http.get(f"/api/v2/instances/{instance_id}/logs", params={"tail": 10}).json()
     assert chunk["text"] == LINES[-10:]
 
 
-def test_a_log_outside_veritask_home_is_not_served(api: Api, tmp_path: Path) -> None:
-    outside = tmp_path / "elsewhere.log"
-    outside.write_text("secret\n")
-    instance_id = _finished_with_log(api, outside)
-    response = api.http.get(f"/api/v2/instances/{instance_id}/logs")
-    assert response.status_code == 404
-    assert "outside" in response.json()["detail"]
+def test_a_report_naming_another_file_is_refused_alerted_and_never_served(api: Api) -> None:
+    admin_file = api.platform.home / "token"
+    admin_file.write_text(f"{api.admin_token}\n")
+    api.apply(HELLO)
+    instance_id = api.instance_ids(api.trigger("hello"))["greet"]
+    token = "token-" + uuid.uuid4().hex
+    attempt_no = open_attempt(api.platform, instance_id, token)
+    report(api, started(instance_id, attempt_no, token), token)
+    forged = completed(instance_id, attempt_no, token, seq=2, log_path=str(admin_file))
+    refused = report(api, forged, token)
+    assert refused.status_code == 422
+    assert "log_path" in refused.json()["detail"]
+    with api.platform.engine.connect() as connection:
+        kept = connection.execute(
+            sa.select(schema.rejected_events.c.reason).where(
+                schema.rejected_events.c.event_id == forged["event_id"]
+            )
+        ).scalar_one()
+    assert "is not the log of attempt 1" in kept
+    alerts = api.http.get("/api/v2/alerts").json()["items"]
+    assert [a["instance_id"] for a in alerts if "log_path" in a["message"]] == [instance_id]
+    viewer = api.client_with_role(TokenRole.VIEWER)
+    chunk = viewer.get(f"/api/v2/instances/{instance_id}/logs").json()
+    assert api.admin_token not in chunk["text"]
+    searched = viewer.get(
+        "/api/v2/logs/search", params={"text": api.admin_token[:12], "instance": instance_id}
+    ).json()
+    assert searched["matches"] == []
+
+
+def test_a_link_planted_in_the_attempt_directory_is_not_followed(api: Api) -> None:
+    admin_file = api.platform.home / "token"
+    admin_file.write_text(f"{api.admin_token}\n")
+    instance_id = _finished_with_log(api, "")
+    log = _own_log(api, instance_id, 1)
+    log.unlink()
+    log.symlink_to(admin_file)
+    chunk = api.http.get(f"/api/v2/instances/{instance_id}/logs").json()
+    assert (chunk["text"], chunk["log_location"]) == ("", None)
 
 
 def test_logs_of_unknown_things_are_404_and_bad_ranges_422(api: Api) -> None:
@@ -105,12 +145,9 @@ def test_logs_of_unknown_things_are_404_and_bad_ranges_422(api: Api) -> None:
 
 
 def test_a_search_across_a_definition_names_run_task_attempt_and_line(api: Api) -> None:
-    first, second = api.platform.home / "first.log", api.platform.home / "second.log"
-    first.write_text(LINES)
-    second.write_text("nothing here\nthe NEEDLE again\n")
     overlapping = HELLO + "concurrency: allow\n"
-    one = _finished_with_log(api, first, overlapping)
-    two = _finished_with_log(api, second, overlapping)
+    one = _finished_with_log(api, LINES, overlapping)
+    two = _finished_with_log(api, "nothing here\nthe NEEDLE again\n", overlapping)
     found = api.http.get(
         "/api/v2/logs/search", params={"text": "needle", "definition": "hello"}
     ).json()

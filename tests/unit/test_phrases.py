@@ -402,6 +402,11 @@ def written_alerts() -> Iterator[tuple[str, str]]:
         timed_out,
         f"wait_for ingest at {queued}: not PUBLISHED within 2:00:00 (publication PUBLISH_FAILED)",
     )
+    yield (
+        alert_messages.FOREIGN_LOG_PATH.format(attempt_no=n, path="/srv/veritask/token"),
+        f"refused a report of attempt {n} whose log_path names another file "
+        "('/srv/veritask/token'): a forged report or a broken worker",
+    )
 
 
 def test_alert_messages_are_written_as_before() -> None:

@@ -9,7 +9,7 @@ from importlib import metadata
 from fastapi import APIRouter, FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from veritask.api import health, limits, metrics, problems, schemas, v1
+from veritask.api import authentication, health, limits, metrics, problems, schemas, text, v1
 from veritask.api.settings import ApiSettings
 from veritask.api.v2 import alerts, callbacks, definitions, durations, runs, tokens
 from veritask.services.platform import Platform
@@ -46,11 +46,16 @@ def create_app(settings: ApiSettings, *, platform: Platform | None = None) -> Fa
     app.include_router(health.router)
     app.include_router(metrics.router)
     v2 = APIRouter(prefix="/api/v2")
-    for module in (definitions, runs, callbacks, tokens, alerts, durations):
+    modules = (definitions, runs, callbacks, tokens, alerts, durations)
+    for module in modules:
         v2.include_router(module.router)
     app.include_router(v2)
     app.include_router(v1.router)
+    app.add_middleware(text.RefuseNul)
     app.add_middleware(limits.BodySizeLimit, max_bytes=settings.max_body_bytes)
+    # Added last, so it runs first: no body is read for a caller who is not authenticated.
+    guarded = [("/api/v2", module.router) for module in modules] + [("", v1.router)]
+    app.add_middleware(authentication.AuthenticateFirst, routers=guarded)
 
     def openapi() -> dict[str, object]:
         if app.openapi_schema is None:

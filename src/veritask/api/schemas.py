@@ -25,6 +25,9 @@ from veritask.services.tokens import TokenRole
 
 MAX_REASON = 2000
 MAX_KEY = 200
+#: The database's integer columns: a larger number would be a 500 there, not a refusal.
+MAX_INT32 = 2**31 - 1
+MAX_INT64 = 2**63 - 1
 
 
 class Out(BaseModel):
@@ -306,11 +309,11 @@ class WorkerEvent(BaseModel):
 
     event_id: str = Field(min_length=1, max_length=128)
     instance_id: str = Field(min_length=1, max_length=200)
-    attempt_no: int = Field(ge=1)
+    attempt_no: int = Field(ge=1, le=MAX_INT32)
     kind: Literal["started", "heartbeat", "progress", "completed", "output_committed"]
     actor: Literal["worker"]
     event_time: str = Field(description="ISO-8601 with its offset, by the worker's clock")
-    seq: int = Field(ge=1)
+    seq: int = Field(ge=1, le=MAX_INT64)
     evidence: dict[str, JsonValue]
 
 
@@ -323,7 +326,7 @@ class CallbackAnswer(Out):
 
 class CommitRequest(In):
     instance_id: str = Field(min_length=1, max_length=64)
-    attempt_no: int = Field(ge=1)
+    attempt_no: int = Field(ge=1, le=MAX_INT32)
     marker: str = Field(min_length=1, max_length=1000)
 
 

@@ -21,6 +21,12 @@ _N = Slot.NUMBER
 MONITOR_FAILED = Phrase("alert.monitor_failed", "the monitor failed on this instance")
 RECONCILER_FAILED = Phrase("alert.reconciler_failed", "the reconciler failed on this instance")
 ADVANCE_FAILED = Phrase("alert.advance_failed", "the scheduler failed to advance this run")
+FOREIGN_LOG_PATH = Phrase(
+    "alert.foreign_log_path",
+    "refused a report of attempt {attempt_no} whose log_path names another file ({path!r}): "
+    "a forged report or a broken worker",
+    attempt_no=_N,
+)
 CONFLICTING_EVIDENCE = Phrase(
     "alert.conflicting_evidence", "conflicting evidence: {reason}", reason=Slot.SENTENCE
 )

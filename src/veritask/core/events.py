@@ -426,4 +426,40 @@ def _evidence_values_problem(event: Event) -> str | None:
         return reasons.CANCEL_NEEDS_REASON.format()
     if event.kind is EventKind.OVERRIDE and not str(ev["reason"]).strip():
         return reasons.OVERRIDE_NEEDS_REASON.format()
+    if names_a_foreign_log(event):
+        return reasons.FOREIGN_LOG_PATH.format(
+            path=ev["log_path"], attempt_no=event.attempt_no, instance_id=event.instance_id
+        )
     return None
+
+
+#: Where every worker keeps an attempt's log, below its own home: ``…/attempts/<instance id>/
+#: <attempt no>/task.log`` (execution/layout.py spells the same path; a test holds them equal).
+ATTEMPT_LOG_NAME = "task.log"
+ATTEMPTS_FOLDER = "attempts"
+
+
+def own_log_tail(instance_id: str, attempt_no: int) -> tuple[str, ...]:
+    """The last parts of the path of the attempt's own log, whatever host keeps it."""
+    return (ATTEMPTS_FOLDER, instance_id, str(attempt_no), ATTEMPT_LOG_NAME)
+
+
+def names_a_foreign_log(event: Event) -> bool:
+    """Whether a worker's report names a log other than its attempt's own.
+
+    The server never reads the path a report names (it derives the attempt's log from the
+    attempt's identity), but a report that names another file is a forgery or a broken worker:
+    it is refused, and the caller raises an alert. An empty path names nothing.
+    """
+    path = event.evidence.get("log_path")
+    if path is None or path == "":
+        return False
+    if not isinstance(path, str) or "\x00" in path:
+        return True
+    parts = tuple(part for part in path.split("/") if part)
+    tail = own_log_tail(event.instance_id, event.attempt_no)
+    return (
+        not path.startswith("/")
+        or any(part in (".", "..") for part in parts)
+        or parts[-len(tail) :] != tail
+    )

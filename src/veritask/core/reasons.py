@@ -210,6 +210,19 @@ NEVER_OPENED = Phrase(
     "attempt_no: attempt {attempt_no} was never opened",
     attempt_no=Slot.NUMBER,
 )
+OTHER_ATTEMPT = Phrase(
+    "reason.other_attempt",
+    "attempt_token: the token of attempt {attempt_no} of instance {instance_id} may not "
+    "report about attempt {named_attempt} of instance {named_instance}",
+    attempt_no=Slot.NUMBER,
+    named_attempt=Slot.NUMBER,
+)
+FOREIGN_LOG_PATH = Phrase(
+    "reason.foreign_log_path",
+    "evidence.log_path: {path!r} is not the log of attempt {attempt_no} of instance "
+    "{instance_id}; a worker reports only its own attempt's log",
+    attempt_no=Slot.NUMBER,
+)
 TOKEN_MISMATCH = Phrase(
     "reason.token_mismatch",
     "attempt_token: does not match attempt {attempt_no}",

@@ -122,7 +122,15 @@ BETWEEN = Phrase(
 )
 NOT_NEGATIVE = Phrase("refusal.not_negative", "must not be negative")
 NOT_BLANK = Phrase("refusal.not_blank", "must not be blank")
+TIME_OUT_OF_RANGE = Phrase(
+    "refusal.time_out_of_range", "is outside the times the ledger keeps (years 1 to 9999, UTC)"
+)
+NO_NUL = Phrase("refusal.no_nul", "must not contain the NUL character (U+0000)")
 ONE_SCOPE = Phrase("refusal.one_scope", "give exactly one of definition, run or instance")
+NOT_IN_GRAPH = Phrase(
+    "refusal.not_in_graph",
+    "{task} is a publication step, outside the task graph: override it with scope instance or run",
+)
 OVERRIDE_STATES = Phrase("refusal.override_states", "an override sets SUCCESS or FAILED")
 OVERRIDE_NEEDS_REASON = Phrase("refusal.override_needs_reason", "an override needs a reason")
 CANCEL_NEEDS_REASON = Phrase("refusal.cancel_needs_reason", "a cancel needs a reason")

@@ -29,7 +29,15 @@ from veritask.core.fold import AttemptView, InstanceSnapshot, derive, empty
 from veritask.core.judge import Outcome
 from veritask.core.policy import TaskPolicy
 from veritask.core.states import InstanceState
-from veritask.ledger import dialects, errors, metric_values, runs, schema, statements
+from veritask.ledger import (
+    dialects,
+    errors,
+    metric_values,
+    rejections,
+    runs,
+    schema,
+    statements,
+)
 
 Clock = Callable[[], datetime]
 
@@ -552,16 +560,21 @@ class Ledger:
         event: Event,
         reason: str,
         loaded: _Loaded | None = None,
+        *,
+        about: tuple[str, int] | None = None,
     ) -> Applied:
-        connection.execute(
-            schema.rejected_events.insert(),
+        """Keep the refused event as evidence (within ``rejections``' bounds); ``about`` names
+        the attempt to keep it under when that is not the one the event names (its sender)."""
+        instance_id, attempt_no = about or (event.instance_id, event.attempt_no)
+        rejections.store(
+            connection,
             {
                 "event_id": event.event_id,
                 "subject_type": "instance",
-                "subject_id": event.instance_id,
+                "subject_id": instance_id,
                 "run_id": loaded.run_id if loaded else None,
-                "instance_id": event.instance_id,
-                "attempt_no": event.attempt_no,
+                "instance_id": instance_id,
+                "attempt_no": attempt_no,
                 "kind": event.kind.value,
                 "actor": event.actor,
                 "event_time": event.event_time,
@@ -577,6 +590,16 @@ class Ledger:
             loaded.snapshot if loaded else None,
             loaded.version if loaded else None,
         )
+
+    def refuse(self, event: Event, reason: str, *, sender: tuple[str, int]) -> Applied:
+        """Keep ``event`` as refused evidence about its ``sender`` (instance, attempt), without
+        judging it: the sender proved itself, but the event is about another attempt."""
+        with self.engine.begin() as connection:
+            loaded = self._load(connection, sender[0])
+            stamped = replace(event, observed_at=self.clock())
+            applied = self._reject(connection, stamped, reason, loaded, about=sender)
+        _count((event,), (applied,))
+        return applied
 
     def _write_snapshot(self, connection: Connection, instance_id: str, loaded: _Loaded) -> None:
         """Compare-and-set the instance row, then the attempt rows that changed."""

@@ -110,6 +110,15 @@ def instances_of_run(connection: Connection, run_id: str) -> list[InstanceRow]:
     return [InstanceRow.from_row(row) for row in connection.execute(statement)]
 
 
+def attempt_of_token(connection: Connection, token_hash: str) -> tuple[str, int] | None:
+    """The (instance id, attempt number) whose attempt token hashes to ``token_hash``."""
+    a = schema.attempts.c
+    row = connection.execute(
+        sa.select(a.instance_id, a.attempt_no).where(a.token_hash == token_hash).limit(1)
+    ).first()
+    return None if row is None else (str(row.instance_id), int(row.attempt_no))
+
+
 def attempts_of(connection: Connection, instance_id: str) -> list[AttemptRow]:
     """Every attempt of an instance, first to last; earlier ones are never rewritten."""
     statement = (

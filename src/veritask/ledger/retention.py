@@ -67,6 +67,27 @@ def purge_events(
     return PurgeResult(events=events_deleted, rejected_events=rejected_deleted)
 
 
+def purge_orphaned_rejections(connection: Connection, *, observed_before: datetime) -> int:
+    """Delete the rejected events recorded before ``observed_before`` that belong to no run
+    that still exists (no run at all, or one purged since), in the caller's transaction.
+
+    They would otherwise stay for ever: the history purge deletes by run, and refused reports
+    about unknown instances (kept before reports were authenticated first) have none.
+    """
+    x, r = schema.rejected_events.c, schema.runs.c
+    existing_run = sa.select(r.id).where(r.id == x.run_id).exists()
+    with dialects.purge_permitted(
+        connection, permit_table=schema.purge_permit, setting=schema.PURGE_SETTING
+    ):
+        deleted: int = connection.execute(
+            schema.rejected_events.delete().where(
+                x.observed_at < observed_before,
+                sa.or_(x.run_id.is_(None), ~existing_run),
+            )
+        ).rowcount
+    return deleted
+
+
 def _subject_conditions(
     table: sa.Table,
     definition_ids: Collection[str],

@@ -206,6 +206,8 @@ attempts = sa.Table(
     ),
     # The reconciler maps an engine's answer back to its attempt.
     sa.Index("ix_attempts_executor_external_id", "executor", "external_id"),
+    # A worker's report is authenticated by the attempt its token names, before its body.
+    sa.Index("ix_attempts_token_hash", "token_hash"),
 )
 
 events = sa.Table(

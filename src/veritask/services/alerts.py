@@ -32,6 +32,9 @@ __all__ = [
 ]
 
 MAX_PAGE: Final = 500
+#: Alert ids are 64-bit (BIGINT): a larger number names no alert. It is a 404, not a 422:
+#: the path is a well-formed id, and which ids exist is the store's business, not the client's.
+MAX_ALERT_ID: Final = 2**63 - 1
 
 
 def list_alerts(
@@ -88,7 +91,13 @@ def count_alerts(platform: Platform) -> AlertCounts:
     )
 
 
+def _refuse_if_no_such_id(alert_id: int) -> None:
+    if not 1 <= alert_id <= MAX_ALERT_ID:
+        raise NotFound(refusals.NO_ALERT.format(alert_id=alert_id))
+
+
 def get_alert(platform: Platform, alert_id: int) -> AlertRow:
+    _refuse_if_no_such_id(alert_id)
     with dialects.read_transaction(platform.engine) as connection:
         found = alerts.get_alert(connection, alert_id)
     if found is None:
@@ -98,6 +107,7 @@ def get_alert(platform: Platform, alert_id: int) -> AlertRow:
 
 def acknowledge(platform: Platform, alert_id: int, *, actor: str) -> AlertRow:
     """Someone took the alert; it stays unresolved (and still blocks a duplicate)."""
+    _refuse_if_no_such_id(alert_id)
     try:
         return alerts.acknowledge(platform.ledger, alert_id, actor=actor)
     except alerts.AlertNotFound as exc:
@@ -108,6 +118,7 @@ def acknowledge(platform: Platform, alert_id: int, *, actor: str) -> AlertRow:
 
 def resolve(platform: Platform, alert_id: int, *, actor: str) -> AlertRow:
     """The condition is over or handled; the same condition may be raised again later."""
+    _refuse_if_no_such_id(alert_id)
     try:
         return alerts.resolve(platform.ledger, alert_id, actor=actor)
     except alerts.AlertNotFound as exc:

@@ -1,22 +1,28 @@
 """What workers and task code send: reports (``/callbacks/events``) and the commit check.
 
 Both prove themselves with the attempt token from the ``Authorization`` header, never with an
-API token. The token is checked by the core's judge against the hash recorded when the attempt
-opened, and it names one attempt: an attempt may write only its own events. A bad token is
-recorded as a rejected event (kept for audit) and refused.
+API token. The token is authenticated first, before the body is read (:func:`sender_of`): it
+names one attempt by the hash recorded when the attempt opened, and a token that names none is
+refused with nothing stored. An attempt may write only its own events: a report about another
+attempt is refused and kept as evidence about its sender; a report the judge refuses is kept
+too (``ledger/rejections.py`` bounds both), and one that names a log other than its own
+raises an alert.
 """
 
 from __future__ import annotations
 
 import uuid
+from datetime import UTC
 from typing import Final
 
-from veritask.core import judge, refusals
-from veritask.core.events import Event, EventKind
+from veritask.core import alert_messages, judge, reasons, refusals
+from veritask.core.events import Event, EventKind, names_a_foreign_log
 from veritask.core.fold import AttemptView, InstanceSnapshot
 from veritask.core.jsontypes import JSONObject
 from veritask.core.states import AttemptState
 from veritask.execution import wire
+from veritask.ledger import alerts, dialects, queries
+from veritask.ledger.vocabulary import AlertCategory
 from veritask.scheduling import intake
 from veritask.services import views
 from veritask.services.errors import Forbidden, InvalidInput, NotFound, StaleAttempt
@@ -38,10 +44,23 @@ _MAY_COMMIT: Final = frozenset(
 _COMMIT_IDS: Final = uuid.UUID("6f1c2f4e-6a8e-4b59-9d0b-1c3e8f0a7b21")
 
 
+def sender_of(platform: Platform, attempt_token: str) -> views.AttemptSender | None:
+    """The attempt ``attempt_token`` belongs to, or None: it authenticates a callback."""
+    if not attempt_token:
+        return None
+    with dialects.read_transaction(platform.engine) as connection:
+        found = queries.attempt_of_token(connection, judge.hash_token(attempt_token))
+    return None if found is None else views.AttemptSender(*found)
+
+
 def record_worker_report(
-    platform: Platform, payload: JSONObject, *, attempt_token: str
+    platform: Platform,
+    payload: JSONObject,
+    *,
+    attempt_token: str,
+    sender: views.AttemptSender,
 ) -> views.CallbackAnswer:
-    """Record one worker event and tell the worker what became of it.
+    """Record one worker event of ``sender`` and tell the worker what became of it.
 
     The event's token is the header's, whatever the body says. A duplicate answers with the
     outcome the event got the first time; ``stop`` is true when the attempt is no longer the
@@ -51,21 +70,26 @@ def record_worker_report(
     try:
         wire.validate(payload)
         event = intake.to_event(payload)
-    except ValueError as exc:  # MalformedReport is a ValueError too
+    except (ValueError, OverflowError) as exc:  # MalformedReport is a ValueError too
         raise InvalidInput(f"not a worker event: {exc}", []) from None
+    _refuse_what_the_ledger_cannot_hold(event)
+    if (event.instance_id, event.attempt_no) != (sender.instance_id, sender.attempt_no):
+        reason = reasons.OTHER_ATTEMPT.format(
+            attempt_no=sender.attempt_no,
+            instance_id=sender.instance_id,
+            named_attempt=event.attempt_no,
+            named_instance=event.instance_id,
+        )
+        platform.ledger.refuse(event, reason, sender=(sender.instance_id, sender.attempt_no))
+        raise Forbidden(reason)
     loaded = platform.ledger.snapshot(event.instance_id)
-    if loaded is None:
-        platform.ledger.apply(event)  # recorded as rejected, for audit
+    if loaded is None:  # removed since the token was looked up
         raise NotFound(refusals.NO_INSTANCE.format(instance_id=event.instance_id))
     snapshot, _ = loaded
-    if not _token_fits(snapshot.attempt(event.attempt_no), attempt_token):
-        platform.ledger.apply(event)  # the judge rejects it and the ledger keeps the attempt
-        raise Forbidden(
-            f"the attempt token does not belong to attempt {event.attempt_no} of "
-            f"instance {event.instance_id}"
-        )
     applied = platform.ledger.apply(event)
     if applied.outcome is judge.Outcome.REJECTED:
+        if names_a_foreign_log(event):
+            _alert_foreign_log(platform, event)
         raise InvalidInput(f"refused: {applied.reason}", [])
     duplicate = applied.outcome is judge.Outcome.DUPLICATE
     outcome = (
@@ -80,6 +104,48 @@ def record_worker_report(
     )
 
 
+#: Evidence numbers kept in the database's integer columns, and their range.
+_COLUMN_RANGES: Final = {
+    "exit_code": (-(2**31), 2**31 - 1),
+    "signal": (-(2**31), 2**31 - 1),
+    "done": (-(2**63), 2**63 - 1),
+    "total": (-(2**63), 2**63 - 1),
+}
+
+
+def _refuse_what_the_ledger_cannot_hold(event: Event) -> None:
+    """A number or a time the ledger's columns cannot hold is refused here, not a 500 there."""
+    try:
+        event.event_time.astimezone(UTC)
+    except OverflowError:
+        raise InvalidInput.about("body.event_time", refusals.TIME_OUT_OF_RANGE.format()) from None
+    for key, (low, high) in _COLUMN_RANGES.items():
+        value = event.evidence.get(key)
+        if isinstance(value, int) and not low <= value <= high:
+            raise InvalidInput.about(
+                f"body.evidence.{key}", refusals.BETWEEN.format(low=low, high=high)
+            )
+
+
+def _alert_foreign_log(platform: Platform, event: Event) -> None:
+    """A report named a file other than its attempt's log: a forgery or a broken worker."""
+    with dialects.read_transaction(platform.engine) as connection:
+        instance = queries.get_instance(connection, event.instance_id)
+    path = str(event.evidence.get("log_path"))
+    alerts.raise_quietly(
+        platform.ledger,
+        category=AlertCategory.PLATFORM,
+        dedup_key=f"foreign-log:{event.instance_id}:{event.attempt_no}",
+        message=alert_messages.FOREIGN_LOG_PATH.format(
+            attempt_no=event.attempt_no, path=path[:200]
+        ),
+        run_id=instance.run_id if instance is not None else None,
+        instance_id=event.instance_id,
+        attempt_no=event.attempt_no,
+        evidence={"event_id": event.event_id, "kind": event.kind.value, "log_path": path[:1000]},
+    )
+
+
 def commit_output(
     platform: Platform,
     *,
@@ -87,9 +153,19 @@ def commit_output(
     attempt_no: int,
     marker: str,
     attempt_token: str,
+    sender: views.AttemptSender,
 ) -> views.CommitAccepted:
     """Let the attempt publish its output only if it is the current one, neither fenced nor
     stopped (invariant 2); record ``output_committed``. Raises ``StaleAttempt`` otherwise."""
+    if (instance_id, attempt_no) != (sender.instance_id, sender.attempt_no):
+        raise Forbidden(
+            reasons.OTHER_ATTEMPT.format(
+                attempt_no=sender.attempt_no,
+                instance_id=sender.instance_id,
+                named_attempt=attempt_no,
+                named_instance=instance_id,
+            )
+        )
     if not marker.strip():
         raise InvalidInput.about("marker", "a commit names its output with a marker")
     loaded = platform.ledger.snapshot(instance_id)

@@ -16,8 +16,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from veritask.core import refusals
-from veritask.core.jsontypes import JSONObject, JSONValue
+from veritask.core.jsontypes import JSONObject, JSONValue, nul_paths
 from veritask.core.states import DefinitionLifecycle, RunExecutionState
+from veritask.definitions import codec as definition_codec
 from veritask.definitions import model as definition_model
 from veritask.definitions import parse, schedule
 from veritask.definitions.errors import DefinitionError
@@ -44,7 +45,12 @@ _PURGE_ASKED = "definition_purge_requested"
 def apply_definition(platform: Platform, text: str, *, actor: str) -> views.AppliedDefinition:
     """Validate the YAML or JSON ``text`` and save it as a version (same content, same version)."""
     try:
-        name = parse.parse_definition(text).name
+        parsed = parse.parse_definition(text)
+        name = parsed.name
+        # A YAML escape (``"\0"``) makes a NUL the request's text did not hold.
+        where = next(nul_paths(definition_codec.definition_to_json(parsed), ""), None)
+        if where is not None:
+            raise InvalidInput.about(where.lstrip("."), refusals.NO_NUL.format())
         applied = triggers.apply_definition(platform.ledger, text, actor=actor)
     except DefinitionError as exc:
         problems = [FieldProblem(p.field, p.line, p.message) for p in exc.problems]

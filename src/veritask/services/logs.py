@@ -1,9 +1,11 @@
 """An attempt's log: the tail, a byte range to follow it, or the lines that match a search.
 
-Logs are read where the attempt's record says the worker wrote them (``log_location``); for a
-local attempt still running, that is its attempt directory. Only files inside VERITASK_HOME
-are served: the location comes from a worker's report, and a report must not be a way to read
-any file of the server. Every answer is capped.
+The server decides where an attempt's log is, from the attempt's identity alone: its attempt
+directory under ``VERITASK_HOME/executor/attempts/<instance id>/<attempt no>/task.log``, where
+the local executor's worker writes it (and a Celery worker on this host too), or the copy a
+Celery worker shipped to the result backend. The path a worker's report names is never read: a
+report must not be a way to read any other file of the server (the judge refuses a report
+that names another log). Every answer is capped.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from veritask.services.platform import Platform
 #: The most bytes one answer carries.
 MAX_CHUNK: Final = 1024 * 1024
 DEFAULT_TAIL: Final = 64 * 1024
-LOCAL_EXECUTOR: Final = "local"
 #: The most attempts one search reads, newest runs first.
 MAX_SEARCHED_ATTEMPTS: Final = 500
 #: The most matching lines one search returns.
@@ -68,7 +69,7 @@ def read_log(
         shipped = _shipped_log(instance_id, number)
         if shipped is not None:
             return _from_bytes(instance_id, number, shipped, offset, tail, search, limit, ended)
-    location = _location(platform, instance_id, number, attempt.log_location, attempt.executor)
+    location = _location(platform, instance_id, number)
     if location is None:
         return views.LogChunk(instance_id, number, None, 0, 0, 0, "", False, ended)
     path = Path(location)
@@ -106,8 +107,8 @@ def search_logs(
     """The lines containing ``text`` (case-insensitive) in every attempt's log of a
     definition's recent runs, of a run, or of an instance; exactly one scope is needed.
 
-    Logs outside VERITASK_HOME (another host's engine keeps them) are skipped, not refused:
-    one unreadable attempt does not hide the others' matches.
+    Attempts whose log this server does not hold (another host's engine keeps it) are skipped,
+    not refused: one unreadable attempt does not hide the others' matches.
     """
     if not text.strip():
         raise InvalidInput.about("text", refusals.NOT_BLANK.format())
@@ -140,16 +141,7 @@ def search_logs(
     matches: list[views.LogMatch] = []
     budget = MAX_CHUNK
     for attempt in attempts:
-        try:
-            location = _location(
-                platform,
-                attempt.instance_id,
-                attempt.attempt_no,
-                attempt.log_location,
-                attempt.executor,
-            )
-        except NotFound:
-            continue
+        location = _location(platform, attempt.instance_id, attempt.attempt_no)
         if location is None:
             continue
         for line_no, line in _matching_lines(Path(location), text):
@@ -181,30 +173,45 @@ def _matching_lines(path: Path, needle: str) -> Iterator[tuple[int, str]]:
         return
 
 
-def _location(
-    platform: Platform,
-    instance_id: str,
-    attempt_no: int,
-    recorded: str | None,
-    executor: str | None,
-) -> str | None:
-    if recorded is None and executor == LOCAL_EXECUTOR:
-        # The worker names its log in its completion report; while it runs, the local
-        # executor's layout says where it is.
-        home = layout.ExecutorHome(platform.home / "executor")
-        recorded = str(home.attempt(instance_id, attempt_no).log)
-    if recorded is None:
+def attempt_log(platform: Platform, instance_id: str, attempt_no: int) -> Path | None:
+    """The attempt's own log on this server, derived from its identity: the file below the
+    executor's folder, or None when the identity cannot name one (never any other file)."""
+    try:
+        layout.parse_attempt_key(layout.attempt_key(instance_id, attempt_no))
+    except ValueError:
         return None
-    resolved = Path(recorded).resolve()
-    if not platform.holds(resolved):
-        raise NotFound(refusals.LOG_ELSEWHERE.format(attempt_no=attempt_no, path=recorded))
+    executor = layout.ExecutorHome(platform.home / "executor")
+    return executor.attempt(instance_id, attempt_no).log
+
+
+def _location(platform: Platform, instance_id: str, attempt_no: int) -> str | None:
+    """The attempt's log, symlinks resolved, if it is that very file and a regular one.
+
+    The executor's folder may link elsewhere (a tmpfs); nothing below it may: a link planted
+    in an attempt directory does not make another file the attempt's log.
+    """
+    derived = attempt_log(platform, instance_id, attempt_no)
+    if derived is None:
+        return None
+    own = (platform.home / "executor").resolve() / os.path.relpath(
+        derived, platform.home / "executor"
+    )
+    resolved = derived.resolve()
+    if resolved != own or not platform.holds(resolved):
+        return None
     return str(resolved)
+
+
+def own_log_file(platform: Platform, instance_id: str, attempt_no: int) -> str | None:
+    """The attempt's own log file, when this server holds it as a regular file."""
+    location = _location(platform, instance_id, attempt_no)
+    return location if location is not None and Path(location).is_file() else None
 
 
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size if path.is_file() else 0
-    except FileNotFoundError:
+    except OSError:
         return 0
 
 

@@ -32,7 +32,7 @@ from veritask.core import durations
 from veritask.core.fold import fold
 from veritask.core.policy import TaskPolicy
 from veritask.core.states import TERMINAL_INSTANCE_STATES, AttemptState, InstanceState
-from veritask.ledger import dialects, errors, metric_values, schema, timelines
+from veritask.ledger import dialects, errors, metric_values, rejections, schema, timelines
 from veritask.ledger.metric_values import labels_key
 from veritask.ledger.vocabulary import AlertStatus
 from veritask.scheduling.lease import STALE_AFTER
@@ -50,7 +50,7 @@ POSITION: Final = "durations_position"
 #: serializes writers, so there it needs no margin.
 POSTGRES_SETTLE: Final = timedelta(seconds=2)
 
-_COUNTERS: Final = ("events_total", "reconciler_decisions_total")
+_COUNTERS: Final = ("events_total", "reconciler_decisions_total", rejections.DROPPED_METRIC)
 _HISTOGRAM: Final = ("phase_seconds_bucket", "phase_seconds_sum", "phase_seconds_count")
 _GAUGES: Final = ("executor_slots",)
 _TERMINAL = sorted(state.value for state in TERMINAL_INSTANCE_STATES)
@@ -299,6 +299,11 @@ def _stored(stored: list[metric_values.Value]) -> Iterator[Metric]:
         "Decisions the reconciler recorded, by event kind",
         labels=["kind"],
     )
+    dropped = CounterMetricFamily(
+        f"{PREFIX}_rejected_events_dropped",
+        "Refused events counted but not stored: their attempt had its share of rejected_events",
+        labels=["kind"],
+    )
     slots = GaugeMetricFamily(
         f"{PREFIX}_executor_slots", "Slots each executor offers", labels=["executor"]
     )
@@ -311,6 +316,8 @@ def _stored(stored: list[metric_values.Value]) -> Iterator[Metric]:
                 events.add_metric([labels.get("kind", ""), labels.get("outcome", "")], value.value)
             case "reconciler_decisions_total":
                 decisions.add_metric([labels.get("kind", "")], value.value)
+            case rejections.DROPPED_METRIC:
+                dropped.add_metric([labels.get("kind", "")], value.value)
             case "executor_slots":
                 slots.add_metric([labels.get("executor", "")], value.value)
             case "phase_seconds_bucket":
@@ -328,4 +335,4 @@ def _stored(stored: list[metric_values.Value]) -> Iterator[Metric]:
         counts = dict(found)
         ordered = [(_bound(b), counts.get(_bound(b), 0.0)) for b in (*BUCKETS, float("inf"))]
         histogram.add_metric(list(key), ordered, sums.get(key, 0.0))
-    yield from (events, decisions, slots, histogram)
+    yield from (events, decisions, dropped, slots, histogram)

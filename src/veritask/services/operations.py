@@ -23,7 +23,7 @@ from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.core.states import DefinitionLifecycle
 from veritask.ledger import audit, dialects, queries, retention, schema
 from veritask.ledger.vocabulary import OperationKind
-from veritask.services import reading
+from veritask.services import logs, reading
 from veritask.services.definitions import ACTIVE_RUN_STATES
 from veritask.services.errors import Conflict, NotFound
 from veritask.services.platform import Platform
@@ -282,21 +282,42 @@ def _purge_history(platform: Platform, cutoff: datetime, *, dry_run: bool) -> tu
             connection.execute(schema.attempts.delete().where(a.instance_id.in_(instances)))
             connection.execute(schema.task_instances.delete().where(t.run_id.in_(chunk)))
             connection.execute(schema.runs.delete().where(schema.runs.c.id.in_(chunk)))
+    rejected += _purge_orphaned_rejections(platform, cutoff, dry_run=dry_run)
     return len(run_ids), events, rejected
+
+
+def _purge_orphaned_rejections(platform: Platform, cutoff: datetime, *, dry_run: bool) -> int:
+    """Refused events older than the cutoff whose run is gone, or that never had one."""
+    if not dry_run:
+        with platform.engine.begin() as connection:
+            return retention.purge_orphaned_rejections(connection, observed_before=cutoff)
+    x, r = schema.rejected_events.c, schema.runs.c
+    existing_run = sa.select(r.id).where(r.id == x.run_id).exists()
+    with dialects.read_transaction(platform.engine) as connection:
+        found: int = connection.execute(
+            sa.select(sa.func.count()).where(
+                x.observed_at < cutoff, sa.or_(x.run_id.is_(None), ~existing_run)
+            )
+        ).scalar_one()
+    return found
 
 
 def _remove_logs(platform: Platform, cutoff: datetime, *, dry_run: bool) -> tuple[int, int]:
     a = schema.attempts.c
     with dialects.read_transaction(platform.engine) as connection:
-        locations = connection.execute(
-            sa.select(a.log_location).where(a.ended_at < cutoff, a.log_location.is_not(None))
-        ).scalars()
-        paths = [Path(location) for location in locations if location]
+        ended = connection.execute(
+            sa.select(a.instance_id, a.attempt_no).where(
+                a.ended_at < cutoff, a.log_location.is_not(None)
+            )
+        ).all()
     files = size = 0
-    for path in paths:
-        # Only files inside the data folder: a log location is data, never a command.
-        if not platform.holds(path) or not path.is_file():
+    for instance_id, attempt_no in ended:
+        # The attempt's own log, derived from its identity: a location a report named is
+        # data, never a file to delete.
+        location = logs.own_log_file(platform, instance_id, attempt_no)
+        if location is None:
             continue
+        path = Path(location)
         files += 1
         size += path.stat().st_size
         if not dry_run:

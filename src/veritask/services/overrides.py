@@ -61,6 +61,9 @@ def override(
             raise NotFound(refusals.NO_INSTANCE.format(instance_id=instance_id))
         run_id = instance.run_id
         graph, keys_to_ids = _graph(connection, run_id)
+    if scope is OverrideScope.DOWNSTREAM and instance.task_key not in graph.keys:
+        # A publication step is outside the task graph: nothing in it is downstream of one.
+        raise InvalidInput.about("scope", refusals.NOT_IN_GRAPH.format(task=instance.task_key))
     task_keys = _scope(graph, instance.task_key, scope, keys_to_ids)
     evidence_base = {"to_state": to_state.value, "reason": reason.strip(), "scope": scope.value}
     for _ in range(_ROUNDS):

@@ -297,6 +297,14 @@ class Overridden:
 
 
 @dataclass(frozen=True)
+class AttemptSender:
+    """The attempt a callback's token names: the one attempt it may report about."""
+
+    instance_id: str
+    attempt_no: int
+
+
+@dataclass(frozen=True)
 class CallbackAnswer:
     """What the platform tells a worker about one of its events (execution/transports.py)."""
 

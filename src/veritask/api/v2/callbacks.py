@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from veritask.api import problems, schemas
-from veritask.api.security import AttemptToken, PlatformDep
+from veritask.api.security import AttemptSender, AttemptToken, PlatformDep
 from veritask.core.jsontypes import JSONObject
 from veritask.services import callbacks
 
@@ -19,13 +19,17 @@ router = APIRouter(prefix="/callbacks", tags=["callbacks"])
     summary="A worker's report (started, heartbeat, progress, completed, output_committed)",
 )
 def worker_event(
-    body: schemas.WorkerEvent, platform: PlatformDep, token: AttemptToken
+    body: schemas.WorkerEvent,
+    platform: PlatformDep,
+    token: AttemptToken,
+    sender: AttemptSender,
 ) -> schemas.CallbackAnswer:
     """The ``Authorization`` header carries the attempt token, which must belong to the
-    attempt the event names. 200 with the outcome; a duplicate answers with its original
+    attempt the event names (401 when it belongs to none, before the body is read; 403 when
+    it belongs to another). 200 with the outcome; a duplicate answers with its original
     outcome. ``stop: true`` tells the worker to stop its task."""
     payload: JSONObject = body.model_dump(mode="json")
-    answer = callbacks.record_worker_report(platform, payload, attempt_token=token)
+    answer = callbacks.record_worker_report(platform, payload, attempt_token=token, sender=sender)
     return schemas.CallbackAnswer.model_validate(answer)
 
 
@@ -36,7 +40,10 @@ def worker_event(
     summary="May this attempt publish its output?",
 )
 def commit(
-    body: schemas.CommitRequest, platform: PlatformDep, token: AttemptToken
+    body: schemas.CommitRequest,
+    platform: PlatformDep,
+    token: AttemptToken,
+    sender: AttemptSender,
 ) -> schemas.CommitAccepted:
     """200 and ``output_committed`` recorded when the attempt is the current one and neither
     fenced nor stopped; 409 (``stale-attempt``) otherwise: the task must not publish."""
@@ -46,5 +53,6 @@ def commit(
         attempt_no=body.attempt_no,
         marker=body.marker,
         attempt_token=token,
+        sender=sender,
     )
     return schemas.CommitAccepted.model_validate(accepted)
