@@ -4,7 +4,7 @@ read, by the attempt its token names (the API looks the hash up on every callbac
 Frozen like 0001: it does not import the package's metadata or types.
 
 Revision ID: 0004
-Revises: 0002
+Revises: 0003
 Create Date: 2027-01-10
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "0004"
-down_revision: str | Sequence[str] | None = "0002"
+down_revision: str | Sequence[str] | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
