@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -10,7 +11,16 @@ from sqlalchemy.engine import Connection, Engine
 
 from tests.contract import builders
 from veritask.core import states
-from veritask.ledger import dialects, errors, pagination, queries, runs, schema, vocabulary
+from veritask.ledger import (
+    dialects,
+    errors,
+    pagination,
+    queries,
+    run_store,
+    runs,
+    schema,
+    vocabulary,
+)
 
 T0 = builders.T0
 I = states.InstanceState  # noqa: E741
@@ -67,7 +77,7 @@ def test_naive_datetimes_are_refused(engine: Engine) -> None:
             builders.a_run(connection, definition, key="k", created_at=datetime(2024, 5, 1))
 
 
-def test_active_instances_and_due_retries(engine: Engine) -> None:
+def test_sweep_pages_and_late_retries(engine: Engine) -> None:
     with engine.begin() as connection:
         run_id = builders.a_run(connection, builders.a_definition(connection), key="r")
         ids = {
@@ -75,50 +85,55 @@ def test_active_instances_and_due_retries(engine: Engine) -> None:
             for key, state in [
                 ("created", I.CREATED),
                 ("running", I.RUNNING),
+                ("lost", I.LOST),
                 ("done", I.SUCCESS),
+                ("late", I.UP_FOR_RETRY),
                 ("due", I.UP_FOR_RETRY),
-                ("later", I.UP_FOR_RETRY),
                 ("skipped", I.SKIPPED),
             ]
         }
+        _set_instance(connection, ids["late"], retry_at=T0 - timedelta(minutes=5))
         _set_instance(connection, ids["due"], retry_at=T0 + timedelta(minutes=1))
-        _set_instance(connection, ids["later"], retry_at=T0 + timedelta(hours=1))
 
+    wanted = [I.CREATED, I.RUNNING, I.LOST, I.UP_FOR_RETRY]
     with dialects.read_transaction(engine) as connection:
-        active = queries.active_instances(connection)
-        running = queries.active_instances(connection, instance_states=[I.RUNNING])
-        first_page = queries.active_instances(connection, limit=2)
-        rest = queries.active_instances(connection, after_id=first_page[-1].id)
-        due = queries.due_retries(connection, now=T0 + timedelta(minutes=5))
+        running = queries.sweep_page(connection, [I.RUNNING], after="", limit=10)
+        first_page = queries.sweep_page(connection, wanted, after="", limit=2)
+        rest = queries.sweep_page(connection, wanted, after=first_page[-1].id, limit=10)
+        late = queries.late_retries(connection, before=T0, limit=10)
+        none_late = queries.late_retries(connection, before=T0 - timedelta(hours=1), limit=10)
 
-    expected_active = {ids[key] for key in ("created", "running", "due", "later")}
-    assert {row.id for row in active} == expected_active
+    expected = sorted(ids[key] for key in ("created", "running", "lost", "late", "due"))
     assert [row.id for row in running] == [ids["running"]]
-    assert [row.id for row in first_page + rest] == sorted(expected_active)
-    assert [row.id for row in due] == [ids["due"]]
-    assert due[0].retry_at == T0 + timedelta(minutes=1)
-    assert due[0].policy == builders.POLICY
+    assert running[0].state is I.RUNNING
+    assert running[0].run_id == run_id
+    assert running[0].attempt_state is None  # no attempt opened yet
+    assert len(first_page) == 2
+    assert [row.id for row in first_page + rest] == expected
+    assert [row.id for row in late] == [ids["late"]]
+    assert late[0].retry_at == T0 - timedelta(minutes=5)
+    assert late[0].run_id == run_id
+    assert none_late == []
 
 
-def test_expired_leases_only_of_attempts_a_worker_holds(engine: Engine) -> None:
+def test_a_sweep_row_carries_the_current_attempt_only(engine: Engine) -> None:
     with engine.begin() as connection:
         run_id = builders.a_run(connection, builders.a_definition(connection), key="r")
-        expired = builders.an_instance(connection, run_id, "expired")
-        fresh = builders.an_instance(connection, run_id, "fresh")
-        ended = builders.an_instance(connection, run_id, "ended")
-        _open_attempt(connection, expired, 1, A.FAILED, T0 - timedelta(hours=1))
-        _open_attempt(connection, expired, 2, A.RUNNING, T0 - timedelta(seconds=1))
-        _open_attempt(connection, fresh, 1, A.RUNNING, T0 + timedelta(seconds=30))
-        _open_attempt(connection, ended, 1, A.SUCCESS, T0 - timedelta(hours=1))
+        retried = builders.an_instance(connection, run_id, "retried", state=I.RUNNING)
+        _open_attempt(connection, retried, 1, A.FAILED, T0 - timedelta(hours=1))
+        _open_attempt(connection, retried, 2, A.RUNNING, T0 - timedelta(seconds=1))
+        _set_instance(connection, retried, epoch=2)
 
     with dialects.read_transaction(engine) as connection:
-        found = queries.expired_leases(connection, now=T0)
+        (row,) = queries.sweep_page(connection, [I.RUNNING], after="", limit=10)
 
-    assert [(row.instance_id, row.attempt_no) for row in found] == [(expired, 2)]
-    assert found[0].lease_expires_at == T0 - timedelta(seconds=1)
+    assert (row.id, row.epoch) == (retried, 2)
+    assert row.attempt_state is A.RUNNING
+    assert row.lease_expires_at == T0 - timedelta(seconds=1)
+    assert json.loads(row.policy) == builders.POLICY
 
 
-def test_runs_by_logical_time_and_pages(engine: Engine) -> None:
+def test_newest_publication_and_logical_times_and_pages(engine: Engine) -> None:
     with engine.begin() as connection:
         definition = builders.a_definition(connection)
         other = builders.a_definition(connection, "other")
@@ -133,14 +148,31 @@ def test_runs_by_logical_time_and_pages(engine: Engine) -> None:
             for day in range(7)
         ]
         builders.a_run(connection, other, key="other", logical_time=T0)
+        manual = builders.a_run(connection, other, key="manual", created_at=T0 + timedelta(hours=1))
+        for run_id, publication in [
+            (run_ids[2], states.PublicationState.PUBLISHED),
+            (manual, states.PublicationState.PUBLISHING),
+        ]:
+            connection.execute(
+                schema.runs.update()
+                .where(schema.runs.c.id == run_id)
+                .values(publication_state=publication.value)
+            )
 
     with dialects.read_transaction(engine) as connection:
-        window = queries.runs_by_logical_time(
-            connection,
-            definition_id=definition[0],
-            start=T0 + timedelta(days=2),
-            end=T0 + timedelta(days=5),
+        latest = run_store.latest_logical_times(connection)
+        of_day_2 = run_store.latest_publication(
+            connection, "daily_user_sync", T0 + timedelta(days=2)
         )
+        of_day_3 = run_store.latest_publication(
+            connection, "daily_user_sync", T0 + timedelta(days=3)
+        )
+        of_day_9 = run_store.latest_publication(
+            connection, "daily_user_sync", T0 + timedelta(days=9)
+        )
+        newest_other = run_store.latest_publication(connection, "other", None)
+        other_at_t0 = run_store.latest_publication(connection, "other", T0)
+        of_nothing = run_store.latest_publication(connection, "no_such_definition", None)
         pages: list[list[str]] = []
         cursor: pagination.Cursor | None = None
         while True:
@@ -150,7 +182,13 @@ def test_runs_by_logical_time_and_pages(engine: Engine) -> None:
                 break
             cursor = pagination.Cursor.decode(page.next_cursor.encode())
 
-    assert [run.id for run in window] == run_ids[2:5]
+    assert latest == {definition[0]: T0 + timedelta(days=6), other[0]: T0}
+    assert of_day_2 is states.PublicationState.PUBLISHED
+    assert of_day_3 is states.PublicationState.NOT_REQUIRED
+    assert of_day_9 is None
+    assert newest_other is states.PublicationState.PUBLISHING  # the manual run, made last
+    assert other_at_t0 is states.PublicationState.NOT_REQUIRED
+    assert of_nothing is None
     listed = [run_id for page_ids in pages for run_id in page_ids]
     assert sorted(listed) == sorted(run_ids)
     assert len(listed) == len(set(listed))

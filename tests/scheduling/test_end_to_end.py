@@ -17,8 +17,9 @@ import pytest
 from tests.scheduling.conftest import MakeHarness
 from tests.scheduling.harness import FAST, Harness, wait_for
 from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
+from veritask.ledger.active_runs import ActiveRun
 from veritask.scheduling import triggers
-from veritask.scheduling.advance import ActiveRun, Advanced, TickReport
+from veritask.scheduling.advance import Advanced, TickReport
 
 I = InstanceState  # noqa: E741 - a short name for the many states below
 R = RunExecutionState

@@ -7,6 +7,7 @@ content again returns the version that holds it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
@@ -14,12 +15,77 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from veritask.core import states
-from veritask.core.jsontypes import JSONValue
+from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.ledger import dialects, errors, runs, schema
 
 #: Two applies of different content to one definition race for the next version number; the
 #: loser re-reads and takes the one after. More rounds than this means something is wrong.
 _VERSION_RACE_ROUNDS: Final = 8
+
+_definitions = schema.definitions.c
+_versions = schema.definition_versions.c
+
+
+@dataclass(frozen=True)
+class DefinitionHeading:
+    """A definition's name, id, lifecycle and current version, without its spec."""
+
+    id: str
+    current_version: int
+    lifecycle: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ActiveSchedule:
+    """An active definition and its current version's schedule (None: it has none)."""
+
+    id: str
+    name: str
+    created_at: datetime
+    current_version: int
+    schedule: JSONValue
+
+
+def definition_heading(connection: Connection, name: str) -> DefinitionHeading | None:
+    """The definition called ``name``, whatever its lifecycle, without its spec."""
+    d = _definitions
+    row = connection.execute(
+        sa.select(d.id, d.current_version, d.lifecycle, d.name).where(d.name == name)
+    ).first()
+    if row is None:
+        return None
+    return DefinitionHeading(row.id, row.current_version, row.lifecycle, row.name)
+
+
+def version_spec(connection: Connection, definition_id: str, version: int) -> JSONObject:
+    """The stored spec of one version of a definition (it must exist)."""
+    spec: JSONObject = connection.execute(
+        sa.select(_versions.spec).where(
+            _versions.definition_id == definition_id, _versions.version == version
+        )
+    ).scalar_one()
+    return spec
+
+
+def active_schedules(connection: Connection) -> list[ActiveSchedule]:
+    """Every active definition with its current version's schedule.
+
+    Only the schedule is read, for every active definition every second: a whole spec
+    (thousands of tasks) is read and parsed once per process, and only if it has one.
+    """
+    d, v = _definitions, _versions
+    rows = connection.execute(
+        sa.select(
+            d.id, d.name, d.created_at, d.current_version, v.spec["schedule"].label("schedule")
+        )
+        .join(
+            schema.definition_versions,
+            sa.and_(v.definition_id == d.id, v.version == d.current_version),
+        )
+        .where(d.lifecycle == states.DefinitionLifecycle.ACTIVE.value)
+    )
+    return [ActiveSchedule(*row) for row in rows]
 
 
 def save_definition_version(

@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
+from typing import Final, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from veritask.core import states
-from veritask.ledger import pagination, schema, vocabulary
+from veritask.ledger import pagination, schema, statements, vocabulary
 from veritask.ledger.rows import (
     AlertRow,
     AttemptRow,
@@ -29,9 +29,6 @@ from veritask.ledger.rows import (
 )
 
 DEFAULT_LIMIT: Final = 1000
-ACTIVE_INSTANCE_STATES: Final = frozenset(
-    set(states.InstanceState) - states.TERMINAL_INSTANCE_STATES
-)
 
 _instances = schema.task_instances.c
 _attempts = schema.attempts.c
@@ -129,77 +126,107 @@ def attempts_of(connection: Connection, instance_id: str) -> list[AttemptRow]:
     return [AttemptRow.from_row(row) for row in connection.execute(statement)]
 
 
-# -- the scheduler's and the monitor's scans ------------------------------------------------
+# -- the monitor's and the reconciler's sweeps ----------------------------------------------
 
 
-def active_instances(
+@dataclass(frozen=True)
+class SweepRow:
+    """An active instance as a sweep lists it, with its current attempt's cached columns."""
+
+    id: str
+    run_id: str
+    epoch: int
+    state: states.InstanceState
+    #: The policy's JSON text (``statements.POLICY_TEXT``).
+    policy: str
+    updated_observed_at: datetime | None
+    attempt_state: states.AttemptState | None
+    lease_expires_at: datetime | None
+    queued_at: datetime | None
+    started_at: datetime | None
+
+
+class LateRetry(NamedTuple):
+    """An UP_FOR_RETRY instance whose ``retry_at`` passed long ago."""
+
+    id: str
+    run_id: str
+    epoch: int
+    retry_at: datetime
+
+
+# Built once: every sweep (each second) reads its instances page by page with these.
+_SWEEP_PAGE_SELECT = (
+    sa.select(
+        _instances.id,
+        _instances.run_id,
+        _instances.epoch,
+        _instances.state,
+        statements.POLICY_TEXT,
+        _instances.updated_observed_at,
+        _attempts.state.label("attempt_state"),
+        _attempts.lease_expires_at,
+        _attempts.queued_at,
+        _attempts.started_at,
+    )
+    .select_from(
+        schema.task_instances.outerjoin(
+            schema.attempts,
+            sa.and_(
+                _attempts.instance_id == _instances.id, _attempts.attempt_no == _instances.epoch
+            ),
+        )
+    )
+    .where(
+        _instances.state.in_(sa.bindparam("states", expanding=True)),
+        _instances.id > sa.bindparam("after"),
+    )
+    .order_by(_instances.id)
+    .limit(sa.bindparam("limit", type_=sa.Integer))
+)
+_LATE_RETRIES_SELECT = (
+    sa.select(_instances.id, _instances.run_id, _instances.epoch, _instances.retry_at)
+    .where(
+        _instances.state == states.InstanceState.UP_FOR_RETRY.value,
+        _instances.retry_at < sa.bindparam("before", type_=_instances.retry_at.type),
+    )
+    .limit(sa.bindparam("limit", type_=sa.Integer))
+)
+
+
+def sweep_page(
     connection: Connection,
+    instance_states: Collection[states.InstanceState],
     *,
-    instance_states: Collection[states.InstanceState] | None = None,
-    after_id: str | None = None,
-    limit: int = DEFAULT_LIMIT,
-) -> list[InstanceRow]:
-    """Unfinished instances (or those in ``instance_states``), by id, one page at a time."""
-    wanted = ACTIVE_INSTANCE_STATES if instance_states is None else frozenset(instance_states)
-    if not wanted:
-        return []
-    statement = (
-        sa.select(schema.task_instances)
-        .where(_instances.state.in_(_literal_states(wanted)))
-        .order_by(_instances.id)
-        .limit(limit)
+    after: str,
+    limit: int,
+) -> list[SweepRow]:
+    """Up to ``limit`` instances in these states with ids after ``after``, by id."""
+    rows = connection.execute(
+        _SWEEP_PAGE_SELECT,
+        {"states": [state.value for state in instance_states], "after": after, "limit": limit},
     )
-    if after_id is not None:
-        statement = statement.where(_instances.id > after_id)
-    return [InstanceRow.from_row(row) for row in connection.execute(statement)]
+    return [
+        SweepRow(
+            row.id,
+            row.run_id,
+            row.epoch,
+            states.InstanceState(row.state),
+            row.policy,
+            row.updated_observed_at,
+            states.AttemptState(row.attempt_state) if row.attempt_state else None,
+            row.lease_expires_at,
+            row.queued_at,
+            row.started_at,
+        )
+        for row in rows
+    ]
 
 
-def due_retries(
-    connection: Connection, *, now: datetime, limit: int = DEFAULT_LIMIT
-) -> list[InstanceRow]:
-    """UP_FOR_RETRY instances whose ``retry_at`` has come, earliest first."""
-    statement = (
-        sa.select(schema.task_instances)
-        .where(sa.text(schema.DUE_RETRY_PREDICATE), _instances.retry_at <= now)
-        .order_by(_instances.retry_at, _instances.id)
-        .limit(limit)
-    )
-    return [InstanceRow.from_row(row) for row in connection.execute(statement)]
-
-
-def expired_leases(
-    connection: Connection, *, now: datetime, limit: int = DEFAULT_LIMIT
-) -> list[AttemptRow]:
-    """Attempts a worker holds whose lease ran out before ``now``, longest silent first."""
-    statement = (
-        sa.select(schema.attempts)
-        .where(sa.text(schema.LEASED_ATTEMPT_PREDICATE), _attempts.lease_expires_at < now)
-        .order_by(_attempts.lease_expires_at, _attempts.instance_id, _attempts.attempt_no)
-        .limit(limit)
-    )
-    return [AttemptRow.from_row(row) for row in connection.execute(statement)]
-
-
-def runs_by_logical_time(
-    connection: Connection,
-    *,
-    definition_id: str,
-    start: datetime | None = None,
-    end: datetime | None = None,
-    limit: int = DEFAULT_LIMIT,
-) -> list[RunRow]:
-    """Runs of a definition with a logical time in ``[start, end)``, in logical-time order."""
-    statement = (
-        sa.select(schema.runs)
-        .where(_runs.definition_id == definition_id, _runs.logical_time.is_not(None))
-        .order_by(_runs.logical_time, _runs.id)
-        .limit(limit)
-    )
-    if start is not None:
-        statement = statement.where(_runs.logical_time >= start)
-    if end is not None:
-        statement = statement.where(_runs.logical_time < end)
-    return [RunRow.from_row(row) for row in connection.execute(statement)]
+def late_retries(connection: Connection, *, before: datetime, limit: int) -> list[LateRetry]:
+    """Up to ``limit`` UP_FOR_RETRY instances whose ``retry_at`` is earlier than ``before``."""
+    rows = connection.execute(_LATE_RETRIES_SELECT, {"before": before, "limit": limit})
+    return [LateRetry(*row) for row in rows]
 
 
 # -- histories -------------------------------------------------------------------------------

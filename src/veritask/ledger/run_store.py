@@ -142,6 +142,78 @@ def instances_brief(connection: Connection, run_id: str) -> list[InstanceBrief]:
 _STATES = {state.value: state for state in InstanceState}
 
 
+# -- what triggers, queues and dependencies read -----------------------------------------------
+
+_r = schema.runs.c
+
+
+class QueuedRun(NamedTuple):
+    """A run waiting for its definition's active runs to end."""
+
+    id: str
+    definition_id: str
+    version: int
+
+
+def queued_runs(connection: Connection) -> list[QueuedRun]:
+    """Every QUEUED run, oldest first."""
+    rows = connection.execute(
+        sa.select(_r.id, _r.definition_id, _r.version)
+        .where(_r.execution_state == RunExecutionState.QUEUED.value)
+        .order_by(_r.created_at, _r.id)
+    )
+    return [QueuedRun(*row) for row in rows]
+
+
+def active_run_ids(connection: Connection, definition_id: str) -> list[str]:
+    """The definition's runs that execute or are being cancelled."""
+    return list(
+        connection.execute(
+            sa.select(_r.id).where(
+                _r.definition_id == definition_id,
+                _r.execution_state.in_(
+                    [RunExecutionState.RUNNING.value, RunExecutionState.CANCELLING.value]
+                ),
+            )
+        ).scalars()
+    )
+
+
+def execution_of(connection: Connection, run_id: str) -> tuple[RunExecutionState, str]:
+    """The run's execution state and its reason (empty if none was recorded)."""
+    row = connection.execute(
+        sa.select(_r.execution_state, _r.execution_reason).where(_r.id == run_id)
+    ).one()
+    return RunExecutionState(row.execution_state), row.execution_reason or ""
+
+
+def latest_logical_times(connection: Connection) -> dict[str, datetime]:
+    """For each definition with runs of a logical time, the latest such time."""
+    rows = connection.execute(
+        sa.select(_r.definition_id, sa.func.max(_r.logical_time))
+        .where(_r.logical_time.is_not(None))
+        .group_by(_r.definition_id)
+    )
+    return {row.definition_id: row[1] for row in rows}
+
+
+def latest_publication(
+    connection: Connection, definition_name: str, logical_time: datetime | None
+) -> PublicationState | None:
+    """The publication state of the definition's newest run (of ``logical_time``, if given)."""
+    d = schema.definitions.c
+    statement = (
+        sa.select(_r.publication_state)
+        .join(schema.definitions, d.id == _r.definition_id)
+        .where(d.name == definition_name)
+    )
+    if logical_time is not None:
+        statement = statement.where(_r.logical_time == logical_time)
+    statement = statement.order_by(_r.created_at.desc()).limit(1)
+    value = connection.execute(statement).scalar_one_or_none()
+    return None if value is None else PublicationState(value)
+
+
 def set_execution_state(
     connection: Connection,
     *,

@@ -13,14 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-import sqlalchemy as sa
-
 from veritask.core import decide, judge, reasons, run_state, trigger_rules
 from veritask.core.events import Event, EventKind
-from veritask.core.jsontypes import JSONObject
-from veritask.core.states import InstanceState, PublicationState, RunExecutionState
+from veritask.core.states import InstanceState, RunExecutionState
 from veritask.definitions.model import Definition
 from veritask.ledger import alerts, dialects, run_store
+from veritask.ledger.active_runs import ActiveRun
+from veritask.ledger.database import Connection
 from veritask.ledger.ledger import Ledger
 from veritask.ledger.vocabulary import AlertCategory
 from veritask.scheduling import dependencies, publication, rules, sweeps, versions
@@ -30,21 +29,6 @@ from veritask.scheduling.tokens import AttemptTokens
 
 #: How soon an instance whose predecessor is still being stopped is looked at again.
 _REPLACE_POLL = timedelta(milliseconds=250)
-
-
-@dataclass(frozen=True)
-class ActiveRun:
-    """A run the scheduler moves: executing, being cancelled, or publishing."""
-
-    id: str
-    definition_id: str
-    definition_version: int
-    logical_time: datetime | None
-    parameters: JSONObject
-    execution_state: RunExecutionState
-    version: int
-    publication_state: PublicationState
-    created_at: datetime
 
 
 @dataclass
@@ -166,7 +150,7 @@ class RunAdvancer:
         return advanced
 
     def _dependency_gate(
-        self, connection: sa.Connection, run: ActiveRun, definition: Definition, now: datetime
+        self, connection: Connection, run: ActiveRun, definition: Definition, now: datetime
     ) -> dependencies.Verdict | None:
         """Whether the run's roots wait for other pipelines (None: nothing to wait for)."""
         if not definition.wait_for or run.execution_state is not RunExecutionState.RUNNING:

@@ -14,13 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
 from veritask.core import reasons
 from veritask.core.states import PublicationState
 from veritask.definitions.model import Definition
-from veritask.ledger import schema
+from veritask.ledger import run_store
+from veritask.ledger.database import Connection
 
 
 @dataclass(frozen=True)
@@ -44,7 +42,7 @@ def check(
     waiting: list[str] = []
     for dependency in definition.wait_for:
         wanted = None if logical_time is None else logical_time - dependency.lag
-        state = _publication_of(connection, dependency.definition, wanted)
+        state = run_store.latest_publication(connection, dependency.definition, wanted)
         if state is PublicationState.PUBLISHED:
             continue
         name = dependency.definition
@@ -74,19 +72,3 @@ def check(
     if waiting:
         return Verdict(False, False, reasons.WAITING_FOR.format(what="; ".join(waiting)))
     return Verdict(True, False, reasons.EVERY_DEPENDENCY_PUBLISHED.format())
-
-
-def _publication_of(
-    connection: Connection, name: str, logical_time: datetime | None
-) -> PublicationState | None:
-    r, d = schema.runs.c, schema.definitions.c
-    statement = (
-        sa.select(r.publication_state)
-        .join(schema.definitions, d.id == r.definition_id)
-        .where(d.name == name)
-    )
-    if logical_time is not None:
-        statement = statement.where(r.logical_time == logical_time)
-    statement = statement.order_by(r.created_at.desc()).limit(1)
-    value = connection.execute(statement).scalar_one_or_none()
-    return None if value is None else PublicationState(value)

@@ -21,10 +21,9 @@ import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import sqlalchemy as sa
-
 from veritask.core.errors import VeritaskError
-from veritask.ledger import schema
+from veritask.ledger import scheduler_lease
+from veritask.ledger.database import Engine
 from veritask.ledger.ledger import Ledger
 
 #: A scheduler whose heartbeat is older than this is considered dead (PostgreSQL).
@@ -45,19 +44,14 @@ class SchedulerLease:
 
     def acquire(self) -> None:
         """Register this scheduler; on SQLite refuse if another one is alive."""
-        lock_path = _sqlite_lock_path(self.ledger.engine.url)
+        lock_path = _sqlite_lock_path(self.ledger.engine)
         if lock_path is not None:
             self._lock_fd = _try_lock(lock_path)
         now = self.ledger.clock()
-        s = schema.schedulers.c
         try:
             with self.ledger.engine.begin() as connection:
                 if lock_path is not None:
-                    other = connection.execute(
-                        sa.select(s.id, s.host, s.pid, s.heartbeat_at).order_by(
-                            s.heartbeat_at.desc()
-                        )
-                    ).first()
+                    other = scheduler_lease.latest_scheduler(connection)
                     if self._lock_fd is None:
                         holder = (
                             f"process {other.pid} on {other.host}, last seen "
@@ -72,19 +66,15 @@ class SchedulerLease:
                         )
                     # We hold the lock: every row left is a scheduler that died without
                     # releasing it.
-                    connection.execute(schema.schedulers.delete())
+                    scheduler_lease.forget_every_scheduler(connection)
                 else:
-                    connection.execute(
-                        schema.schedulers.delete().where(s.heartbeat_at < now - STALE_AFTER)
-                    )
-                connection.execute(
-                    schema.schedulers.insert().values(
-                        id=self.id,
-                        host=socket.gethostname(),
-                        pid=os.getpid(),
-                        started_at=now,
-                        heartbeat_at=now,
-                    )
+                    scheduler_lease.forget_schedulers_silent_since(connection, now - STALE_AFTER)
+                scheduler_lease.register_scheduler(
+                    connection,
+                    scheduler_id=self.id,
+                    host=socket.gethostname(),
+                    pid=os.getpid(),
+                    now=now,
                 )
         except BaseException:
             self._unlock()
@@ -92,18 +82,12 @@ class SchedulerLease:
 
     def beat(self) -> None:
         with self.ledger.engine.begin() as connection:
-            connection.execute(
-                schema.schedulers.update()
-                .where(schema.schedulers.c.id == self.id)
-                .values(heartbeat_at=self.ledger.clock())
-            )
+            scheduler_lease.beat(connection, self.id, self.ledger.clock())
 
     def release(self) -> None:
         try:
             with self.ledger.engine.begin() as connection:
-                connection.execute(
-                    schema.schedulers.delete().where(schema.schedulers.c.id == self.id)
-                )
+                scheduler_lease.forget_scheduler(connection, self.id)
         finally:
             self._unlock()
 
@@ -113,8 +97,9 @@ class SchedulerLease:
             self._lock_fd = None
 
 
-def _sqlite_lock_path(url: sa.URL) -> Path | None:
+def _sqlite_lock_path(engine: Engine) -> Path | None:
     """The lock file of a SQLite database file; None for other databases."""
+    url = engine.url
     if url.get_backend_name() != "sqlite":
         return None
     database = url.database

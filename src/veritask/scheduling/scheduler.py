@@ -24,19 +24,17 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import sqlalchemy as sa
-
 from veritask.core import alert_messages, judge
 from veritask.core.events import Event, EventKind
-from veritask.core.states import InstanceState, PublicationState, RunExecutionState
+from veritask.core.states import InstanceState
 from veritask.definitions.model import Definition
 from veritask.execution import port, transports
-from veritask.ledger import alerts, dialects, errors, schema
+from veritask.ledger import active_runs, alerts, dialects, errors
+from veritask.ledger.active_runs import ActiveRun
 from veritask.ledger.ledger import Applied, Ledger
 from veritask.ledger.vocabulary import AlertCategory
 from veritask.scheduling import gathering, intake, sweeps, triggers
 from veritask.scheduling.advance import (
-    ActiveRun,
     Advanced,
     Definitions,
     RunAdvancer,
@@ -52,12 +50,6 @@ from veritask.scheduling.tokens import AttemptTokens
 
 log = logging.getLogger(__name__)
 
-_ACTIVE_RUNS = (RunExecutionState.RUNNING.value, RunExecutionState.CANCELLING.value)
-_PUBLISHING = (
-    PublicationState.PENDING.value,
-    PublicationState.CHECKING.value,
-    PublicationState.PUBLISHING.value,
-)
 #: An instance that moves between these tells its run nothing it could act on.
 _ACTIVE = frozenset({InstanceState.QUEUED, InstanceState.RUNNING})
 #: A task nothing waits for that ends so only lets its run end; any other end may fail it.
@@ -69,36 +61,6 @@ _ROUTES_LIMIT = 200_000
 _DISCOVER_EVERY_SECONDS = 0.02
 #: How often the idle loop looks at the outbox while it waits.
 _IDLE_POLL_SECONDS = 0.001
-
-
-_runs = schema.runs.c
-_RUN_COLUMNS = (
-    _runs.id,
-    _runs.definition_id,
-    _runs.definition_version,
-    _runs.logical_time,
-    _runs.parameters,
-    _runs.execution_state,
-    _runs.version,
-    _runs.publication_state,
-    _runs.created_at,
-)
-# A run is active while it executes, and after it succeeded while it publishes.
-_ACTIVE_RUN = sa.or_(
-    _runs.execution_state.in_(_ACTIVE_RUNS),
-    sa.and_(
-        _runs.execution_state == RunExecutionState.SUCCESS.value,
-        _runs.publication_state.in_(_PUBLISHING),
-    ),
-)
-# Built once: the loop reads the active runs up to fifty times a second, and a statement built
-# (and compiled, for a list of ids of another length) for each read cost more than the read.
-_ACTIVE_RUNS_SELECT = sa.select(*_RUN_COLUMNS).where(_ACTIVE_RUN)
-_CREATED_SINCE = _runs.created_at >= sa.bindparam("since", type_=_runs.created_at.type)
-_NEW_RUNS_SELECT = sa.select(*_RUN_COLUMNS).where(_ACTIVE_RUN, _CREATED_SINCE)
-_KNOWN_OR_NEW_RUNS_SELECT = sa.select(*_RUN_COLUMNS).where(
-    _ACTIVE_RUN, sa.or_(_CREATED_SINCE, _runs.id.in_(sa.bindparam("known", expanding=True)))
-)
 
 
 class Scheduler:
@@ -452,36 +414,20 @@ class Scheduler:
         New runs are found by their creation time (indexed), with a margin for clocks and
         commits that land out of order; the full scan catches whatever that misses.
         """
-        statement = _ACTIVE_RUNS_SELECT
-        parameters: dict[str, object] = {}
+        since = None
         if not full and self._newest_run is not None:
-            parameters["since"] = self._newest_run - timedelta(seconds=2)
-            known = list(self._runs)
-            statement = _KNOWN_OR_NEW_RUNS_SELECT if known else _NEW_RUNS_SELECT
-            if known:
-                parameters["known"] = known
+            since = self._newest_run - timedelta(seconds=2)
         self._loaded_at = time.monotonic()
         with dialects.read_transaction(self.ledger.engine) as connection:
-            rows = connection.execute(statement, parameters).all()
+            loaded = active_runs.active_runs(connection, since=since, known=self._runs)
         runs: dict[str, ActiveRun] = {}
-        for row in rows:
-            run = ActiveRun(
-                row.id,
-                row.definition_id,
-                row.definition_version,
-                row.logical_time,
-                row.parameters,
-                RunExecutionState(row.execution_state),
-                row.version,
-                PublicationState(row.publication_state),
-                row.created_at,
-            )
+        for run in loaded:
             previous = self._runs.get(run.id)
             if previous is None or previous.version != run.version:
                 self._dirty.add(run.id)  # new, or moved by someone else (a cancel request)
             runs[run.id] = run
-            if self._newest_run is None or row.created_at > self._newest_run:
-                self._newest_run = row.created_at
+            if self._newest_run is None or run.created_at > self._newest_run:
+                self._newest_run = run.created_at
         if full and self._newest_run is None:
             self._newest_run = self.clock()
         self._runs = runs
@@ -495,15 +441,10 @@ class Scheduler:
         if known is not None:
             definition = self.definition(known.definition_id, known.definition_version)
             return RunContext(run_id, definition, known.logical_time, known.parameters)
-        r = schema.runs.c
         with dialects.read_transaction(self.ledger.engine) as connection:
-            row = connection.execute(
-                sa.select(
-                    r.definition_id, r.definition_version, r.logical_time, r.parameters
-                ).where(r.id == run_id)
-            ).one()
-        definition = self.definition(row.definition_id, row.definition_version)
-        return RunContext(run_id, definition, row.logical_time, row.parameters)
+            origin = active_runs.run_origin(connection, run_id)
+        definition = self.definition(origin.definition_id, origin.definition_version)
+        return RunContext(run_id, definition, origin.logical_time, origin.parameters)
 
     # -- alerts --------------------------------------------------------------------------------
 

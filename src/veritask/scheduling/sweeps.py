@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
-
-import sqlalchemy as sa
 
 from veritask.core import alert_messages, decide
 from veritask.core.events import Event, EventKind
@@ -26,7 +24,7 @@ from veritask.core.policy import TaskPolicy
 from veritask.core.states import AttemptState, EngineState, InstanceState
 from veritask.execution import port
 from veritask.execution.errors import ExecutorError
-from veritask.ledger import alerts, dialects, schema, statements
+from veritask.ledger import alerts, dialects, queries, statements
 from veritask.ledger.ledger import Ledger, StaleDecision
 from veritask.ledger.vocabulary import AlertCategory
 from veritask.scheduling import dispatch
@@ -93,7 +91,7 @@ class Sweeper:
         self._alert_late_retries(now)
         return done
 
-    def _monitor_due(self, row: _Row, now: datetime) -> bool:
+    def _monitor_due(self, row: queries.SweepRow, now: datetime) -> bool:
         """Whether the cheap columns say a lease or a timeout may have run out.
 
         The row's ``lease_expires_at`` is a cache that is never later than the real expiry
@@ -140,16 +138,10 @@ class Sweeper:
         return recorded
 
     def _alert_late_retries(self, now: datetime) -> None:
-        t = schema.task_instances.c
         with dialects.read_transaction(self.ledger.engine) as connection:
-            late = connection.execute(
-                sa.select(t.id, t.run_id, t.epoch, t.retry_at)
-                .where(
-                    t.state == InstanceState.UP_FOR_RETRY.value,
-                    t.retry_at < now - RETRY_LATE_AFTER,
-                )
-                .limit(self.settings.batch)
-            ).all()
+            late = queries.late_retries(
+                connection, before=now - RETRY_LATE_AFTER, limit=self.settings.batch
+            )
         for row in late:
             self._raise(
                 AlertCategory.RETRY_TIMING,
@@ -185,7 +177,7 @@ class Sweeper:
                 self._alert_platform(row.id, row.run_id, alert_messages.RECONCILER_FAILED.format())
         return done
 
-    def _reconcile_due(self, row: _Row, now: datetime, everything: bool) -> bool:
+    def _reconcile_due(self, row: queries.SweepRow, now: datetime, everything: bool) -> bool:
         if row.state is InstanceState.SCHEDULED:
             if self.submissions.in_flight(row.id, row.epoch):
                 return False  # being submitted by this process right now
@@ -461,48 +453,16 @@ class Sweeper:
             recorded += 1
         return recorded
 
-    def _rows(self, wanted: Iterable[InstanceState]) -> Iterator[_Row]:
+    def _rows(self, wanted: Iterable[InstanceState]) -> Iterator[queries.SweepRow]:
         """The instances in these states with their current attempt's row, page by page."""
-        t, a = schema.task_instances.c, schema.attempts.c
-        states = [s.value for s in wanted]
-        joined = schema.task_instances.outerjoin(
-            schema.attempts, sa.and_(a.instance_id == t.id, a.attempt_no == t.epoch)
-        )
+        instance_states = tuple(wanted)
         after = ""
         while True:
-            statement = (
-                sa.select(
-                    t.id,
-                    t.run_id,
-                    t.epoch,
-                    t.state,
-                    statements.POLICY_TEXT,
-                    t.updated_observed_at,
-                    a.state.label("attempt_state"),
-                    a.lease_expires_at,
-                    a.queued_at,
-                    a.started_at,
-                )
-                .select_from(joined)
-                .where(t.state.in_(states), t.id > after)
-                .order_by(t.id)
-                .limit(self.settings.batch)
-            )
             with dialects.read_transaction(self.ledger.engine) as connection:
-                page = connection.execute(statement).all()
-            for row in page:
-                yield _Row(
-                    row.id,
-                    row.run_id,
-                    row.epoch,
-                    InstanceState(row.state),
-                    row.policy,
-                    row.updated_observed_at,
-                    AttemptState(row.attempt_state) if row.attempt_state else None,
-                    row.lease_expires_at,
-                    row.queued_at,
-                    row.started_at,
+                page = queries.sweep_page(
+                    connection, instance_states, after=after, limit=self.settings.batch
                 )
+            yield from page
             if len(page) < self.settings.batch:
                 return
             after = page[-1].id
@@ -551,23 +511,6 @@ class Sweeper:
             attempt_no=attempt_no,
             evidence=evidence,
         )
-
-
-@dataclass(frozen=True)
-class _Row:
-    """An active instance as a sweep lists it, with its current attempt's cached columns."""
-
-    id: str
-    run_id: str
-    epoch: int
-    state: InstanceState
-    #: The policy's JSON text.
-    policy: str
-    updated_observed_at: datetime | None
-    attempt_state: AttemptState | None
-    lease_expires_at: datetime | None
-    queued_at: datetime | None
-    started_at: datetime | None
 
 
 class _Contexts:

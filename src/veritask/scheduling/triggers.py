@@ -13,8 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import sqlalchemy as sa
-
 from veritask.core import decide, reasons, refusals
 from veritask.core.errors import VeritaskError
 from veritask.core.jsontypes import JSONValue
@@ -30,7 +28,8 @@ from veritask.definitions.model import ConcurrencyPolicy, Definition
 from veritask.definitions.parameters import check_values
 from veritask.definitions.parse import parse_definition
 from veritask.ledger import definitions as definition_store
-from veritask.ledger import dialects, run_store, schema
+from veritask.ledger import dialects, run_store
+from veritask.ledger.database import Connection
 from veritask.ledger.ledger import Ledger
 from veritask.ledger.vocabulary import SubjectType
 from veritask.scheduling import publication, versions
@@ -72,7 +71,7 @@ def apply_definition(ledger: Ledger, text: str, *, actor: str = "api") -> Applie
     digest = codec.content_hash(definition)
     now = ledger.clock()
     with ledger.engine.begin() as connection:
-        existing = _definition_row(connection, definition.name)
+        existing = definition_store.definition_heading(connection, definition.name)
         if existing is not None and existing.lifecycle in ("deleting", "deleted", "purged"):
             raise Refused(
                 refusals.DEFINITION_IS.format(name=definition.name, lifecycle=existing.lifecycle)
@@ -123,7 +122,7 @@ def trigger(
         row, definition = _current_definition(connection, name)
         if row.lifecycle not in (DefinitionLifecycle.ACTIVE, DefinitionLifecycle.DISABLED):
             raise Refused(refusals.CANNOT_BE_TRIGGERED.format(name=name, lifecycle=row.lifecycle))
-        active = _active_runs(connection, row.id)
+        active = run_store.active_run_ids(connection, row.id)
     checked = check_values(definition.parameters, parameters or {})
     idempotency_key = _key(name, kind, key, logical_time)
     state, reason = _admission(definition, active, kind)
@@ -160,14 +159,8 @@ def trigger(
             replaced = reasons.REPLACED_BY.format(run_id=run_id)
             request_run_cancel(ledger, other, actor="scheduler", reason=replaced)
     with dialects.read_transaction(ledger.engine) as connection:
-        current = connection.execute(
-            sa.select(schema.runs.c.execution_state, schema.runs.c.execution_reason).where(
-                schema.runs.c.id == run_id
-            )
-        ).one()
-    return Triggered(
-        run_id, created, RunExecutionState(current.execution_state), current.execution_reason or ""
-    )
+        execution_state, execution_reason = run_store.execution_of(connection, run_id)
+    return Triggered(run_id, created, execution_state, execution_reason)
 
 
 def backfill(
@@ -228,21 +221,16 @@ def _admission(
 
 def start_queued_runs(ledger: Ledger) -> int:
     """Start the oldest QUEUED run of each definition that has no active run left."""
-    r = schema.runs.c
     started = 0
     with dialects.read_transaction(ledger.engine) as connection:
-        queued = connection.execute(
-            sa.select(r.id, r.definition_id, r.version)
-            .where(r.execution_state == RunExecutionState.QUEUED.value)
-            .order_by(r.created_at, r.id)
-        ).all()
+        queued = run_store.queued_runs(connection)
     seen: set[str] = set()
     for row in queued:
         if row.definition_id in seen:
             continue
         seen.add(row.definition_id)
         with ledger.engine.begin() as connection:
-            if _active_runs(connection, row.definition_id):
+            if run_store.active_run_ids(connection, row.definition_id):
                 continue
             run_store.set_execution_state(
                 connection,
@@ -324,32 +312,16 @@ def _request_cancel(ledger: Ledger, run_id: str, *, actor: str, reason: str) -> 
 def fire_schedules(ledger: Ledger, now: datetime) -> int:
     """Create the runs that the active definitions' schedules say are due."""
     fired = 0
-    d, v = schema.definitions.c, schema.definition_versions.c
     with dialects.read_transaction(ledger.engine) as connection:
         # Only the schedule is read for every active definition, every second: a whole spec
-        # (thousands of tasks) is read and parsed once per process, and only if it has one.
-        rows = connection.execute(
-            sa.select(
-                d.id, d.name, d.created_at, d.current_version, v.spec["schedule"].label("schedule")
-            )
-            .join(
-                schema.definition_versions,
-                sa.and_(v.definition_id == d.id, v.version == d.current_version),
-            )
-            .where(d.lifecycle == DefinitionLifecycle.ACTIVE.value)
-        ).all()
+        # is read and parsed once per process (``versions``), and only if it has one.
+        rows = definition_store.active_schedules(connection)
         scheduled = [
             (row, versions.read(connection, row.id, row.current_version))
             for row in rows
             if row.schedule
         ]
-        latest = dict(
-            connection.execute(
-                sa.select(schema.runs.c.definition_id, sa.func.max(schema.runs.c.logical_time))
-                .where(schema.runs.c.logical_time.is_not(None))
-                .group_by(schema.runs.c.definition_id)
-            ).all()
-        )
+        latest = run_store.latest_logical_times(connection)
     for row, definition in scheduled:
         if definition.schedule is None:
             continue
@@ -368,41 +340,11 @@ def fire_schedules(ledger: Ledger, now: datetime) -> int:
     return fired
 
 
-@dataclass(frozen=True)
-class _DefinitionRow:
-    id: str
-    current_version: int
-    lifecycle: str
-    name: str
-
-
-def _definition_row(connection: sa.Connection, name: str) -> _DefinitionRow | None:
-    d = schema.definitions.c
-    row = connection.execute(
-        sa.select(d.id, d.current_version, d.lifecycle, d.name).where(d.name == name)
-    ).first()
-    if row is None:
-        return None
-    return _DefinitionRow(row.id, row.current_version, row.lifecycle, row.name)
-
-
-def _current_definition(connection: sa.Connection, name: str) -> tuple[_DefinitionRow, Definition]:
+def _current_definition(
+    connection: Connection, name: str
+) -> tuple[definition_store.DefinitionHeading, Definition]:
     """The definition's row and its current version, or NotFound."""
-    row = _definition_row(connection, name)
+    row = definition_store.definition_heading(connection, name)
     if row is None:
         raise NotFound(refusals.NO_DEFINITION.format(name=name))
     return row, versions.read(connection, row.id, row.current_version)
-
-
-def _active_runs(connection: sa.Connection, definition_id: str) -> list[str]:
-    r = schema.runs.c
-    return list(
-        connection.execute(
-            sa.select(r.id).where(
-                r.definition_id == definition_id,
-                r.execution_state.in_(
-                    [RunExecutionState.RUNNING.value, RunExecutionState.CANCELLING.value]
-                ),
-            )
-        ).scalars()
-    )

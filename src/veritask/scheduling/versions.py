@@ -10,12 +10,11 @@ from __future__ import annotations
 import threading
 from typing import Final
 
-import sqlalchemy as sa
-
 from veritask.core.jsontypes import JSONObject
 from veritask.definitions.model import Definition
 from veritask.definitions.parse import definition_from_json
-from veritask.ledger import schema
+from veritask.ledger import definitions as definition_store
+from veritask.ledger.database import Connection
 
 #: Versions kept; past it the cache starts again empty (the working set is the active ones).
 _LIMIT: Final = 256
@@ -24,16 +23,14 @@ _parsed: dict[tuple[str, int], Definition] = {}
 _lock = threading.Lock()
 
 
-def read(connection: sa.Connection, definition_id: str, version: int) -> Definition:
+def read(connection: Connection, definition_id: str, version: int) -> Definition:
     """The stored version, read and parsed on first use."""
     found = _parsed.get((definition_id, version))
     if found is not None:
         return found
-    v = schema.definition_versions.c
-    spec = connection.execute(
-        sa.select(v.spec).where(v.definition_id == definition_id, v.version == version)
-    ).scalar_one()
-    return parsed(definition_id, version, spec)
+    return parsed(
+        definition_id, version, definition_store.version_spec(connection, definition_id, version)
+    )
 
 
 def parsed(definition_id: str, version: int, spec: JSONObject) -> Definition:
