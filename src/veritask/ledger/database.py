@@ -1,0 +1,3 @@
+from sqlalchemy.engine import Connection, Engine
+
+__all__ = ["Connection", "Engine"]
