@@ -83,6 +83,14 @@ def list_definitions(
     return [DefinitionRow.from_row(row) for row in connection.execute(statement)]
 
 
+def count_definitions(connection: Connection) -> int:
+    """How many definitions there are, whatever their lifecycle."""
+    found: int = connection.execute(
+        sa.select(sa.func.count()).select_from(schema.definitions)
+    ).scalar_one()
+    return found
+
+
 # -- snapshots by id -----------------------------------------------------------------------
 
 
