@@ -206,6 +206,18 @@ def count_by_status(connection: Connection) -> dict[AlertStatus, int]:
     return found
 
 
+def unresolved_by_category(connection: Connection) -> list[tuple[str, str, int]]:
+    """How many unresolved alerts there are of each (category, status), in that order."""
+    a = schema.alerts.c
+    rows = connection.execute(
+        sa.select(a.category, a.status, sa.func.count())
+        .where(a.status != AlertStatus.RESOLVED.value)
+        .group_by(a.category, a.status)
+        .order_by(a.category, a.status)
+    ).all()
+    return [(row[0], row[1], int(row[2])) for row in rows]
+
+
 def get_alert(connection: Connection, alert_id: int) -> AlertRow | None:
     found = connection.execute(_select().where(schema.alerts.c.id == alert_id)).first()
     return None if found is None else _row(found)
@@ -259,3 +271,84 @@ def _current(connection: Connection, alert_id: int) -> AlertRow:
     if found is None:
         raise AlertNotFound(refusals.NO_ALERT.format(alert_id=alert_id))
     return found
+
+
+# -- webhook delivery ---------------------------------------------------------------------------
+
+
+def due_deliveries(
+    connection: Connection, now: datetime, *, limit: int
+) -> list[tuple[int, datetime]]:
+    """(alert id, when its delivery fell due) of the pending deliveries due by ``now``, the
+    longest waiting first."""
+    a = schema.alerts.c
+    rows = connection.execute(
+        sa.select(a.id, a.next_delivery_at)
+        .where(a.delivery_state == DeliveryState.PENDING.value, a.next_delivery_at <= now)
+        .order_by(a.next_delivery_at)
+        .limit(limit)
+    ).all()
+    return [(row.id, row.next_delivery_at) for row in rows]
+
+
+def claim_delivery(
+    connection: Connection, alert_id: int, *, seen: datetime, until: datetime
+) -> bool:
+    """Compare-and-set the pending delivery's due time from ``seen`` to ``until``: whoever
+    moves it sends it; False if another process claimed it first."""
+    a = schema.alerts.c
+    claimed = connection.execute(
+        schema.alerts.update()
+        .where(
+            a.id == alert_id,
+            a.delivery_state == DeliveryState.PENDING.value,
+            a.next_delivery_at == seen,
+        )
+        .values(next_delivery_at=until)
+    ).rowcount
+    return bool(claimed == 1)
+
+
+def count_deliveries(connection: Connection, alert_id: int) -> int:
+    """How many delivery attempts the alert has had."""
+    d = schema.alert_deliveries.c
+    found: int = connection.execute(
+        sa.select(sa.func.count()).where(d.alert_id == alert_id)
+    ).scalar_one()
+    return found
+
+
+def record_delivery(
+    connection: Connection,
+    alert_id: int,
+    *,
+    target: str,
+    attempt_no: int,
+    attempted_at: datetime,
+    delivered: bool,
+    status_code: int | None,
+    error: str | None,
+) -> None:
+    """Record one delivery attempt of the alert."""
+    connection.execute(
+        schema.alert_deliveries.insert().values(
+            alert_id=alert_id,
+            target=target,
+            attempt_no=attempt_no,
+            attempted_at=attempted_at,
+            delivered=delivered,
+            status_code=status_code,
+            error=error,
+        )
+    )
+
+
+def settle_delivery(
+    connection: Connection, alert_id: int, state: DeliveryState, next_at: datetime | None
+) -> None:
+    """Set the alert's delivery state, and when to try again (None: not again)."""
+    connection.execute(
+        schema.alerts.update()
+        .where(schema.alerts.c.id == alert_id)
+        .values(delivery_state=state.value, next_delivery_at=next_at)
+    )

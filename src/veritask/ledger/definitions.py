@@ -6,7 +6,7 @@ content again returns the version that holds it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection
 from veritask.core import states
 from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.ledger import dialects, errors, runs, schema
+from veritask.ledger.rows import DefinitionVersionRow
 
 #: Two applies of different content to one definition race for the next version number; the
 #: loser re-reads and takes the one after. More rounds than this means something is wrong.
@@ -149,6 +150,78 @@ def save_definition_version(
         .values(definition_values)
     )
     return definition_id, version, created
+
+
+def move_lifecycle(
+    connection: Connection, definition_id: str, *, current: str, target: str, now: datetime
+) -> bool:
+    """Compare-and-set the definition's lifecycle from ``current`` to ``target``; False if it
+    was not ``current`` (another writer moved it)."""
+    d = schema.definitions.c
+    moved = connection.execute(
+        schema.definitions.update()
+        .where(d.id == definition_id, d.lifecycle == current)
+        .values(lifecycle=target, updated_at=now)
+    ).rowcount
+    return bool(moved == 1)
+
+
+def versions_of(connection: Connection, definition_id: str) -> list[DefinitionVersionRow]:
+    """Every version of the definition, the first first."""
+    v = schema.definition_versions.c
+    rows = connection.execute(
+        sa.select(schema.definition_versions)
+        .where(v.definition_id == definition_id)
+        .order_by(v.version)
+    )
+    return [DefinitionVersionRow.from_row(row) for row in rows]
+
+
+def current_specs(connection: Connection) -> dict[str, JSONValue]:
+    """The spec of every definition's current version, by definition id."""
+    d, v = schema.definitions.c, schema.definition_versions.c
+    rows = connection.execute(
+        sa.select(d.id, v.spec).join(
+            schema.definition_versions,
+            sa.and_(v.definition_id == d.id, v.version == d.current_version),
+        )
+    ).all()
+    return {row.id: row.spec for row in rows}
+
+
+def count_runs(connection: Connection, definition_id: str) -> int:
+    """How many runs the definition has, whatever their state."""
+    r = schema.runs.c
+    found: int = connection.execute(
+        sa.select(sa.func.count()).where(r.definition_id == definition_id)
+    ).scalar_one()
+    return found
+
+
+def runs_in(
+    connection: Connection, definition_id: str, execution_states: Collection[str]
+) -> list[str]:
+    """The ids of the definition's runs in one of ``execution_states``, oldest first."""
+    r = schema.runs.c
+    statement = (
+        sa.select(r.id)
+        .where(r.definition_id == definition_id, r.execution_state.in_(list(execution_states)))
+        .order_by(r.created_at, r.id)
+    )
+    return list(connection.execute(statement).scalars())
+
+
+def engine_resources(connection: Connection, definition_id: str) -> list[tuple[str | None, str]]:
+    """(executor, external id) of every attempt of the definition's runs that an engine
+    holds resources for."""
+    a, t, r = schema.attempts.c, schema.task_instances.c, schema.runs.c
+    rows = connection.execute(
+        sa.select(a.executor, a.external_id)
+        .join(schema.task_instances, t.id == a.instance_id)
+        .join(schema.runs, r.id == t.run_id)
+        .where(r.definition_id == definition_id, a.external_id.is_not(None))
+    ).all()
+    return [(row.executor, row.external_id) for row in rows]
 
 
 def _ensure_definition(

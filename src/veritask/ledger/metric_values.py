@@ -118,3 +118,33 @@ def read(connection: Connection, names: tuple[str, ...]) -> list[Value]:
         .order_by(m.name, m.labels)
     )
     return [Value(row.name, parse_labels(row.labels), row.value, row.updated_at) for row in rows]
+
+
+def mark(connection: Connection, name: str) -> int:
+    """A high-water mark kept as the unlabelled value ``name``; 0 before the first."""
+    m = schema.metric_values.c
+    value = connection.execute(
+        sa.select(m.value).where(m.name == name, m.labels == "")
+    ).scalar_one_or_none()
+    return 0 if value is None else int(value)
+
+
+def move_mark(connection: Connection, name: str, seen: int, new: int, now: datetime) -> bool:
+    """Compare-and-set the mark ``name`` from ``seen`` to ``new``; False if another process
+    moved it first. The first mark is inserted: a racing first insert raises ``DuplicateKey``."""
+    m = schema.metric_values.c
+    if seen == 0 and mark(connection, name) == 0:
+        exists = connection.execute(sa.select(m.name).where(m.name == name, m.labels == "")).first()
+        if exists is None:
+            connection.execute(
+                schema.metric_values.insert().values(
+                    name=name, labels="", value=float(new), updated_at=now
+                )
+            )
+            return True
+    moved = connection.execute(
+        schema.metric_values.update()
+        .where(m.name == name, m.labels == "", m.value == float(seen))
+        .values(value=float(new), updated_at=now)
+    ).rowcount
+    return bool(moved == 1)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Engine
 
-from veritask.ledger import dialects, permits
+from veritask.ledger import dialects, errors, permits
 
 SCRIPT_LOCATION = "veritask.ledger:migrations"
 
@@ -58,6 +60,17 @@ def current(url: str) -> str | None:
             return MigrationContext.configure(connection).get_current_revision()
     finally:
         engine.dispose()
+
+
+def revision_of(engine: Engine) -> str | None:
+    """The revision the database behind ``engine`` is at, None if it was never migrated;
+    a ``LedgerError`` if it cannot be read (SQLAlchemy's own errors included)."""
+    try:
+        with dialects.read_transaction(engine) as connection:
+            connection.execute(sa.select(1))
+            return MigrationContext.configure(connection).get_current_revision()
+    except sa.exc.SQLAlchemyError as exc:
+        raise errors.LedgerError(str(exc)) from exc
 
 
 def head() -> str:

@@ -7,7 +7,7 @@ predicate verbatim (``schema.*_PREDICATE``): SQLite uses a partial index only th
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, NamedTuple
@@ -80,6 +80,14 @@ def list_definitions(
     return [DefinitionRow.from_row(row) for row in connection.execute(statement)]
 
 
+def count_definitions(connection: Connection) -> int:
+    """How many definitions there are, whatever their lifecycle."""
+    found: int = connection.execute(
+        sa.select(sa.func.count()).select_from(schema.definitions)
+    ).scalar_one()
+    return found
+
+
 # -- snapshots by id -----------------------------------------------------------------------
 
 
@@ -124,6 +132,68 @@ def attempts_of(connection: Connection, instance_id: str) -> list[AttemptRow]:
         .order_by(_attempts.attempt_no)
     )
     return [AttemptRow.from_row(row) for row in connection.execute(statement)]
+
+
+def attempts_by_instance(
+    connection: Connection, instance_ids: Iterable[str]
+) -> dict[str, list[AttemptRow]]:
+    """Every attempt row of these instances, in one query (an instance without any: [])."""
+    ids = list(instance_ids)
+    found: dict[str, list[AttemptRow]] = {instance_id: [] for instance_id in ids}
+    if not ids:
+        return found
+    statement = (
+        sa.select(schema.attempts)
+        .where(_attempts.instance_id.in_(ids))
+        .order_by(_attempts.instance_id, _attempts.attempt_no)
+    )
+    for row in connection.execute(statement):
+        attempt = AttemptRow.from_row(row)
+        found[attempt.instance_id].append(attempt)
+    return found
+
+
+def definition_names(connection: Connection, definition_ids: Iterable[str]) -> dict[str, str]:
+    """Definition names by id."""
+    ids = sorted(set(definition_ids))
+    if not ids:
+        return {}
+    d = schema.definitions.c
+    rows = connection.execute(sa.select(d.id, d.name).where(d.id.in_(ids))).all()
+    return {row.id: row.name for row in rows}
+
+
+# -- the scheduler's and the monitor's scans ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunClock:
+    """When an active run's clock started: its logical time, else its creation."""
+
+    id: str
+    definition_id: str
+    definition_version: int
+    logical_time: datetime | None
+    created_at: datetime
+
+
+def runs_in_states(connection: Connection, execution_states: Collection[str]) -> list[RunClock]:
+    """Every run in one of ``execution_states``, with what its deadline counts from."""
+    rows = connection.execute(
+        sa.select(
+            _runs.id,
+            _runs.logical_time,
+            _runs.created_at,
+            _runs.definition_id,
+            _runs.definition_version,
+        ).where(_runs.execution_state.in_(list(execution_states)))
+    ).all()
+    return [
+        RunClock(
+            row.id, row.definition_id, row.definition_version, row.logical_time, row.created_at
+        )
+        for row in rows
+    ]
 
 
 # -- the monitor's and the reconciler's sweeps ----------------------------------------------

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Final
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from veritask.core.jsontypes import JSONObject
+from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.ledger import metric_values, schema
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,47 @@ def store(connection: Connection, row: dict[str, object]) -> bool:
         stored["reason"] = reason[: MAX_REASON_CHARS - 1] + "…"
     connection.execute(schema.rejected_events.insert(), stored)
     return True
+
+
+@dataclass(frozen=True)
+class RejectedEventRow:
+    """A refused event as kept: what was sent (perhaps truncated, see ``bounded_payload``)
+    and why it was refused."""
+
+    position: int
+    event_id: str | None
+    attempt_no: int | None
+    kind: str | None
+    actor: str | None
+    event_time: datetime | None
+    observed_at: datetime
+    payload: JSONValue
+    reason: str
+
+
+def of_instance(connection: Connection, instance_id: str, *, limit: int) -> list[RejectedEventRow]:
+    """The events refused for this instance, oldest first (at most ``limit``)."""
+    x = schema.rejected_events.c
+    rows = connection.execute(
+        sa.select(schema.rejected_events)
+        .where(x.instance_id == instance_id)
+        .order_by(x.position)
+        .limit(limit)
+    ).all()
+    return [
+        RejectedEventRow(
+            row.position,
+            row.event_id,
+            row.attempt_no,
+            row.kind,
+            row.actor,
+            row.event_time,
+            row.observed_at,
+            row.payload,
+            row.reason,
+        )
+        for row in rows
+    ]
 
 
 def bounded_payload(payload: JSONObject) -> JSONObject:

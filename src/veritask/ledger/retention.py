@@ -18,6 +18,7 @@ from typing import Final
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from veritask.core.states import DefinitionLifecycle
 from veritask.ledger import dialects, schema, vocabulary
 
 #: Ids per DELETE: keeps each statement's parameter list well under SQLite's limit.
@@ -74,18 +75,90 @@ def purge_orphaned_rejections(connection: Connection, *, observed_before: dateti
     They would otherwise stay for ever: the history purge deletes by run, and refused reports
     about unknown instances (kept before reports were authenticated first) have none.
     """
-    x, r = schema.rejected_events.c, schema.runs.c
-    existing_run = sa.select(r.id).where(r.id == x.run_id).exists()
     with dialects.purge_permitted(
         connection, permit_table=schema.purge_permit, setting=schema.PURGE_SETTING
     ):
         deleted: int = connection.execute(
-            schema.rejected_events.delete().where(
-                x.observed_at < observed_before,
-                sa.or_(x.run_id.is_(None), ~existing_run),
-            )
+            schema.rejected_events.delete().where(*_orphaned(observed_before))
         ).rowcount
     return deleted
+
+
+def count_orphaned_rejections(connection: Connection, *, observed_before: datetime) -> int:
+    """How many rejected events :func:`purge_orphaned_rejections` would delete."""
+    found: int = connection.execute(
+        sa.select(sa.func.count()).where(*_orphaned(observed_before))
+    ).scalar_one()
+    return found
+
+
+def _orphaned(observed_before: datetime) -> tuple[sa.ColumnElement[bool], ...]:
+    x, r = schema.rejected_events.c, schema.runs.c
+    existing_run = sa.select(r.id).where(r.id == x.run_id).exists()
+    return (x.observed_at < observed_before, sa.or_(x.run_id.is_(None), ~existing_run))
+
+
+def purgeable_runs(
+    connection: Connection, *, cutoff: datetime, active_states: Collection[str]
+) -> list[str]:
+    """The runs of deleted and purged definitions, in none of ``active_states``, whose newest
+    event (if any) was recorded before ``cutoff``; a run that a kept rerun points at stays
+    (``runs.rerun_of`` is a foreign key)."""
+    d, r, e = schema.definitions.c, schema.runs.c, schema.events.c
+    gone = [DefinitionLifecycle.DELETED.value, DefinitionLifecycle.PURGED.value]
+    newest = sa.select(sa.func.max(e.observed_at)).where(e.run_id == r.id).scalar_subquery()
+    candidates = set(
+        connection.execute(
+            sa.select(r.id)
+            .join(schema.definitions, d.id == r.definition_id)
+            .where(
+                d.lifecycle.in_(gone),
+                r.execution_state.not_in(list(active_states)),
+                sa.or_(newest.is_(None), newest < cutoff),
+            )
+        ).scalars()
+    )
+    kept_originals = set(
+        connection.execute(
+            sa.select(r.rerun_of).where(r.rerun_of.is_not(None), r.id.not_in(candidates))
+        ).scalars()
+    )
+    return sorted(candidates - kept_originals)
+
+
+def count_events_of_runs(connection: Connection, run_ids: Collection[str]) -> PurgeResult:
+    """How many events and rejected events :func:`purge_events` would delete for these runs
+    (a dry run)."""
+    e, x = schema.events.c, schema.rejected_events.c
+    events: int = connection.execute(
+        sa.select(sa.func.count()).where(e.run_id.in_(run_ids))
+    ).scalar_one()
+    rejected: int = connection.execute(
+        sa.select(sa.func.count()).where(x.run_id.in_(run_ids))
+    ).scalar_one()
+    return PurgeResult(events=events, rejected_events=rejected)
+
+
+def delete_run_snapshots(connection: Connection, run_ids: Collection[str]) -> None:
+    """Delete the runs' attempt, instance and run rows (their events go first: see
+    :func:`purge_events`), in the caller's transaction."""
+    t, a = schema.task_instances.c, schema.attempts.c
+    instances = sa.select(t.id).where(t.run_id.in_(run_ids)).scalar_subquery()
+    connection.execute(schema.attempts.delete().where(a.instance_id.in_(instances)))
+    connection.execute(schema.task_instances.delete().where(t.run_id.in_(run_ids)))
+    connection.execute(schema.runs.delete().where(schema.runs.c.id.in_(run_ids)))
+
+
+def logged_attempts_ended_before(connection: Connection, cutoff: datetime) -> list[tuple[str, int]]:
+    """The (instance id, attempt number) of the attempts that ended before ``cutoff`` and have
+    a log."""
+    a = schema.attempts.c
+    rows = connection.execute(
+        sa.select(a.instance_id, a.attempt_no).where(
+            a.ended_at < cutoff, a.log_location.is_not(None)
+        )
+    ).all()
+    return [(row.instance_id, row.attempt_no) for row in rows]
 
 
 def _subject_conditions(

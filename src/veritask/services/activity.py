@@ -11,10 +11,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Final
 
-import sqlalchemy as sa
-
 from veritask.core.states import ACTIVE_ATTEMPT_STATES, InstanceState, RunExecutionState
-from veritask.ledger import dialects, schema
+from veritask.ledger import dialects, observations
 from veritask.scheduling.lease import STALE_AFTER
 from veritask.services import views
 from veritask.services.platform import Platform
@@ -29,33 +27,14 @@ def platform_activity(platform: Platform) -> views.Activity:
     """The schedulers, the executors' load, the queue and the reconciler's recent decisions."""
     now = platform.now()
     since = now - DECISION_WINDOW
-    s, a, t, r, e = (
-        schema.schedulers.c,
-        schema.attempts.c,
-        schema.task_instances.c,
-        schema.runs.c,
-        schema.events.c,
-    )
     with dialects.read_transaction(platform.engine) as connection:
-        schedulers = connection.execute(sa.select(schema.schedulers).order_by(s.started_at)).all()
-        loads = connection.execute(
-            sa.select(a.executor, sa.func.count())
-            .where(a.state.in_(sorted(state.value for state in ACTIVE_ATTEMPT_STATES)))
-            .group_by(a.executor)
-            .order_by(a.executor)
-        ).all()
-        waiting = connection.execute(
-            sa.select(sa.func.count()).where(t.state.in_(_WAITING_TO_START))
-        ).scalar_one()
-        queued_runs = connection.execute(
-            sa.select(sa.func.count()).where(r.execution_state == RunExecutionState.QUEUED.value)
-        ).scalar_one()
-        decisions = connection.execute(
-            sa.select(e.kind, sa.func.count())
-            .where(e.actor == RECONCILER, e.observed_at >= since)
-            .group_by(e.kind)
-            .order_by(e.kind)
-        ).all()
+        schedulers = observations.schedulers(connection)
+        loads = observations.attempts_by_executor(
+            connection, [state.value for state in ACTIVE_ATTEMPT_STATES]
+        )
+        waiting = observations.count_instances_in(connection, _WAITING_TO_START)
+        queued_runs = observations.count_runs_in(connection, RunExecutionState.QUEUED.value)
+        decisions = observations.event_kinds_since(connection, actor=RECONCILER, since=since)
     return views.Activity(
         schedulers=tuple(
             views.SchedulerProcess(
@@ -85,12 +64,5 @@ def latest_position(
     Positions only grow, so a reader that saw position P and now sees more knows that
     something changed, without reading what.
     """
-    e = schema.events.c
-    statement = sa.select(sa.func.max(e.position))
-    if instance_id is not None:
-        statement = statement.where(e.instance_id == instance_id)
-    elif run_id is not None:
-        statement = statement.where(e.run_id == run_id)
     with dialects.read_transaction(platform.engine) as connection:
-        found = connection.execute(statement).scalar_one_or_none()
-    return int(found or 0)
+        return observations.latest_position(connection, run_id=run_id, instance_id=instance_id)

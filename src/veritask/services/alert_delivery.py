@@ -25,10 +25,9 @@ from datetime import datetime, timedelta
 from typing import Final
 
 import httpx
-import sqlalchemy as sa
 
 from veritask.core.jsontypes import JSONObject
-from veritask.ledger import alerts, dialects, schema
+from veritask.ledger import alerts, dialects
 from veritask.ledger.vocabulary import DeliveryState
 from veritask.services.platform import Platform
 
@@ -106,45 +105,26 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
 def deliver_due(platform: Platform, settings: WebhookSettings, http: httpx.Client) -> int:
     """Send every alert whose delivery is due; the number of attempts made."""
     now = platform.now()
-    a = schema.alerts.c
     with dialects.read_transaction(platform.engine) as connection:
-        due = connection.execute(
-            sa.select(a.id, a.next_delivery_at)
-            .where(a.delivery_state == DeliveryState.PENDING.value, a.next_delivery_at <= now)
-            .order_by(a.next_delivery_at)
-            .limit(BATCH)
-        ).all()
+        due = alerts.due_deliveries(connection, now, limit=BATCH)
     attempts = 0
-    for row in due:
-        if _claim(platform, row.id, row.next_delivery_at, now):
-            attempts += _deliver_one(platform, settings, http, row.id)
+    for alert_id, due_at in due:
+        if _claim(platform, alert_id, due_at, now):
+            attempts += _deliver_one(platform, settings, http, alert_id)
     return attempts
 
 
 def _claim(platform: Platform, alert_id: int, seen: datetime, now: datetime) -> bool:
-    a = schema.alerts.c
     with platform.engine.begin() as connection:
-        claimed = connection.execute(
-            schema.alerts.update()
-            .where(
-                a.id == alert_id,
-                a.delivery_state == DeliveryState.PENDING.value,
-                a.next_delivery_at == seen,
-            )
-            .values(next_delivery_at=now + CLAIM)
-        ).rowcount
-    return bool(claimed == 1)
+        return alerts.claim_delivery(connection, alert_id, seen=seen, until=now + CLAIM)
 
 
 def _deliver_one(
     platform: Platform, settings: WebhookSettings, http: httpx.Client, alert_id: int
 ) -> int:
-    d = schema.alert_deliveries.c
     with dialects.read_transaction(platform.engine) as connection:
         alert = alerts.get_alert(connection, alert_id)
-        previous = connection.execute(
-            sa.select(sa.func.count()).where(d.alert_id == alert_id)
-        ).scalar_one()
+        previous = alerts.count_deliveries(connection, alert_id)
     if alert is None:
         return 0
     target = settings.target_for(alert.owner)
@@ -175,16 +155,15 @@ def _deliver_one(
     delivered = error is None
     now = platform.now()
     with platform.engine.begin() as connection:
-        connection.execute(
-            schema.alert_deliveries.insert().values(
-                alert_id=alert_id,
-                target=target,
-                attempt_no=attempt_no,
-                attempted_at=now,
-                delivered=delivered,
-                status_code=status,
-                error=error,
-            )
+        alerts.record_delivery(
+            connection,
+            alert_id,
+            target=target,
+            attempt_no=attempt_no,
+            attempted_at=now,
+            delivered=delivered,
+            status_code=status,
+            error=error,
         )
     if delivered:
         _settle(platform, alert_id, DeliveryState.DELIVERED, None)
@@ -202,11 +181,7 @@ def _settle(
     platform: Platform, alert_id: int, state: DeliveryState, next_at: datetime | None
 ) -> None:
     with platform.engine.begin() as connection:
-        connection.execute(
-            schema.alerts.update()
-            .where(schema.alerts.c.id == alert_id)
-            .values(delivery_state=state.value, next_delivery_at=next_at)
-        )
+        alerts.settle_delivery(connection, alert_id, state, next_at)
 
 
 def payload(alert: alerts.AlertRow, attempt_no: int) -> JSONObject:

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import sqlalchemy as sa
-
 from veritask.core import alert_messages
 from veritask.core.states import RunExecutionState
-from veritask.ledger import alerts, dialects, schema
+from veritask.ledger import alerts, dialects, queries
+from veritask.ledger import definitions as stored_definitions
 from veritask.ledger.vocabulary import AlertCategory
 from veritask.services.platform import Platform
 
@@ -23,21 +22,14 @@ _ACTIVE = (RunExecutionState.QUEUED.value, RunExecutionState.RUNNING.value)
 def alert_late_runs(platform: Platform) -> int:
     """Raise a deadline alert for each active run past its expected finish; how many new."""
     now = platform.now()
-    r, v = schema.runs.c, schema.definition_versions.c
     with dialects.read_transaction(platform.engine) as connection:
-        rows = connection.execute(
-            sa.select(
-                r.id, r.logical_time, r.created_at, r.definition_id, r.definition_version
-            ).where(r.execution_state.in_(_ACTIVE))
-        ).all()
+        rows = queries.runs_in_states(connection, _ACTIVE)
         # Each version's spec once, however many of its runs are active (a spec can be large).
         versions = {(row.definition_id, row.definition_version) for row in rows}
         expected: dict[tuple[str, int], float] = {}
         for definition_id, version in versions:
-            spec = connection.execute(
-                sa.select(v.spec).where(v.definition_id == definition_id, v.version == version)
-            ).scalar_one_or_none()
-            seconds = spec.get("expected_finish") if isinstance(spec, dict) else None
+            spec = stored_definitions.version_spec(connection, definition_id, version)
+            seconds = spec.get("expected_finish")
             if isinstance(seconds, int | float):
                 expected[(definition_id, version)] = seconds
     raised = 0

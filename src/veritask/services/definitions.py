@@ -12,9 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
 from veritask.core import refusals
 from veritask.core.jsontypes import JSONObject, JSONValue, nul_paths
 from veritask.core.states import DefinitionLifecycle, RunExecutionState
@@ -23,7 +20,9 @@ from veritask.definitions import model as definition_model
 from veritask.definitions import parse, schedule
 from veritask.definitions.errors import DefinitionError
 from veritask.execution import port
-from veritask.ledger import dialects, queries, run_store, schema
+from veritask.ledger import definitions as stored_definitions
+from veritask.ledger import dialects, queries, run_store
+from veritask.ledger.database import Connection
 from veritask.ledger.rows import DefinitionRow
 from veritask.ledger.vocabulary import SubjectType
 from veritask.scheduling import triggers
@@ -67,7 +66,7 @@ def list_definitions(platform: Platform) -> list[views.Definition]:
     now = platform.now()
     with dialects.read_transaction(platform.engine) as connection:
         rows = queries.list_definitions(connection)
-        specs = _current_specs(connection)
+        specs = stored_definitions.current_specs(connection)
     return [_view(row, specs.get(row.id), now) for row in rows]
 
 
@@ -75,12 +74,7 @@ def get_definition(platform: Platform, name: str) -> views.DefinitionDetail:
     """A definition with its versions and the source of its current version."""
     with dialects.read_transaction(platform.engine) as connection:
         row = reading.definition_named(connection, name)
-        v = schema.definition_versions.c
-        versions = connection.execute(
-            sa.select(v.version, v.content_hash, v.created_at, v.spec, v.source)
-            .where(v.definition_id == row.id)
-            .order_by(v.version)
-        ).all()
+        versions = stored_definitions.versions_of(connection, row.id)
     current = next(
         (version for version in versions if version.version == row.current_version), None
     )
@@ -104,14 +98,11 @@ def version_source(platform: Platform, name: str, version: int) -> str:
 
 def deletion_preview(platform: Platform, name: str) -> views.DeletionPreview:
     """What :func:`delete_definition` would do now; it changes nothing."""
-    r = schema.runs.c
     with dialects.read_transaction(platform.engine) as connection:
         row = reading.definition_named(connection, name)
         active = _active_runs(connection, row.id)
-        total = connection.execute(
-            sa.select(sa.func.count()).where(r.definition_id == row.id)
-        ).scalar_one()
-        specs = _current_specs(connection)
+        total = stored_definitions.count_runs(connection, row.id)
+        specs = stored_definitions.current_specs(connection)
     lifecycle = DefinitionLifecycle(row.lifecycle)
     view = _view(row, specs.get(row.id), platform.now())
     return views.DeletionPreview(
@@ -249,21 +240,15 @@ def _settle_one(
 def _clean_attempts(
     platform: Platform, definition_id: str, executors: Mapping[str, port.Executor]
 ) -> tuple[int, int]:
-    a, t, r = schema.attempts.c, schema.task_instances.c, schema.runs.c
     with dialects.read_transaction(platform.engine) as connection:
-        rows = connection.execute(
-            sa.select(a.executor, a.external_id)
-            .join(schema.task_instances, t.id == a.instance_id)
-            .join(schema.runs, r.id == t.run_id)
-            .where(r.definition_id == definition_id, a.external_id.is_not(None))
-        ).all()
+        resources = stored_definitions.engine_resources(connection, definition_id)
     cleaned = failed = 0
-    for row in rows:
-        executor = executors.get(row.executor or "")
+    for engine_name, external_id in resources:
+        executor = executors.get(engine_name or "")
         if executor is None:
             continue  # an engine this process does not serve keeps its resources
         try:
-            executor.cleanup(external_id=row.external_id)
+            executor.cleanup(external_id=external_id)
         except Exception:
             failed += 1
             continue
@@ -281,16 +266,9 @@ def _lifecycle_of(platform: Platform, name: str) -> str | None:
 
 
 def _active_runs(connection: Connection, definition_id: str) -> list[str]:
-    r = schema.runs.c
-    statement = (
-        sa.select(r.id)
-        .where(
-            r.definition_id == definition_id,
-            r.execution_state.in_([state.value for state in ACTIVE_RUN_STATES]),
-        )
-        .order_by(r.created_at, r.id)
+    return stored_definitions.runs_in(
+        connection, definition_id, [state.value for state in ACTIVE_RUN_STATES]
     )
-    return list(connection.execute(statement).scalars())
 
 
 def _purge_asked(connection: Connection, definition_id: str) -> bool:
@@ -315,13 +293,9 @@ def _move(
     evidence: JSONObject,
 ) -> None:
     """Compare-and-set the lifecycle (on its current value) and record the step as an event."""
-    d = schema.definitions.c
-    moved = connection.execute(
-        schema.definitions.update()
-        .where(d.id == row.id, d.lifecycle == current.value)
-        .values(lifecycle=target.value, updated_at=now)
-    ).rowcount
-    if moved != 1:
+    if not stored_definitions.move_lifecycle(
+        connection, row.id, current=current.value, target=target.value, now=now
+    ):
         raise Conflict(
             refusals.CHANGED_MEANWHILE.format(name=row.name, lifecycle=current),
             current_state=current,
@@ -361,17 +335,6 @@ def _record(
         evidence=dict(evidence),
         reason=reason,
     )
-
-
-def _current_specs(connection: Connection) -> dict[str, object]:
-    d, v = schema.definitions.c, schema.definition_versions.c
-    rows = connection.execute(
-        sa.select(d.id, v.spec).join(
-            schema.definition_versions,
-            sa.and_(v.definition_id == d.id, v.version == d.current_version),
-        )
-    ).all()
-    return {row.id: row.spec for row in rows}
 
 
 def _view(row: DefinitionRow, spec: object, now: datetime) -> views.Definition:

@@ -15,11 +15,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Final
 
-import sqlalchemy as sa
-
 from veritask.core.jsontypes import JSONObject
 from veritask.execution import local
-from veritask.ledger import dialects, schema
+from veritask.ledger import dialects, observations
 from veritask.scheduling.lease import STALE_AFTER
 from veritask.services import health
 from veritask.services.platform import Platform
@@ -97,11 +95,8 @@ def database(platform: Platform) -> Check:
 def schedulers(platform: Platform) -> Check:
     """At least one scheduler beats its lease, and its loop ticks."""
     now = platform.now()
-    s = schema.schedulers.c
     with dialects.read_transaction(platform.engine) as connection:
-        rows = connection.execute(
-            sa.select(s.id, s.heartbeat_at, s.last_tick_at).order_by(s.heartbeat_at.desc())
-        ).all()
+        rows = observations.schedulers(connection)
     alive = [row for row in rows if now - row.heartbeat_at <= STALE_AFTER]
     figures: JSONObject = {"alive": len(alive), "registered": len(rows)}
     if not alive:
@@ -130,20 +125,8 @@ def clock_skew(platform: Platform) -> Check:
     a clock ahead (nothing arrives before it happens); a large typical delay is a clock behind
     or a slow path. Hosts are told apart by the worker identity (``host:pid``) of the attempt
     the report belongs to, so one host with a bad clock is named, not averaged away."""
-    e, a = schema.events.c, schema.attempts.c
     with dialects.read_transaction(platform.engine) as connection:
-        rows = connection.execute(
-            sa.select(e.event_time, e.observed_at, a.worker)
-            .select_from(
-                schema.events.outerjoin(
-                    schema.attempts,
-                    sa.and_(a.instance_id == e.instance_id, a.attempt_no == e.attempt_no),
-                )
-            )
-            .where(e.actor == "worker")
-            .order_by(e.position.desc())
-            .limit(CLOCK_SAMPLE)
-        ).all()
+        rows = observations.worker_report_clocks(connection, limit=CLOCK_SAMPLE)
     if not rows:
         return Check("clock skew", Status.OK, "no worker reports to compare yet", {"reports": 0})
     by_host: dict[str, list[float]] = {}

@@ -99,7 +99,7 @@ def run_durations(platform: Platform, run_id: str) -> RunDurations:
         run = queries.get_run(connection, run_id)
         if run is None:
             raise NotFound(refusals.NO_RUN.format(run_id=run_id))
-        definition = reading.definition_names(connection, [run.definition_id])
+        definition = queries.definition_names(connection, [run.definition_id])
         histories = timelines.instance_histories(connection, [run_id])
     return RunDurations(
         run_id,

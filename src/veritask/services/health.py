@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import functools
 
-import sqlalchemy as sa
-from alembic.runtime.migration import MigrationContext
-
 from veritask.core.errors import VeritaskError
-from veritask.ledger import dialects, migrate
+from veritask.ledger import migrate
 from veritask.services import views
 from veritask.services.platform import Platform
 
@@ -24,10 +21,8 @@ def readiness(platform: Platform) -> views.Readiness:
     expected = expected_revision()
     backend = platform.database_backend
     try:
-        with dialects.read_transaction(platform.engine) as connection:
-            connection.execute(sa.select(1))
-            revision = MigrationContext.configure(connection).get_current_revision()
-    except (VeritaskError, sa.exc.SQLAlchemyError) as exc:
+        revision = migrate.revision_of(platform.engine)
+    except VeritaskError as exc:
         return views.Readiness(False, backend, None, expected, f"database unreachable: {exc}")
     if revision != expected:
         detail = (

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Final
 
-import sqlalchemy as sa
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -32,9 +31,17 @@ from veritask.core import durations
 from veritask.core.fold import fold
 from veritask.core.policy import TaskPolicy
 from veritask.core.states import TERMINAL_INSTANCE_STATES, AttemptState, InstanceState
-from veritask.ledger import dialects, errors, metric_values, rejections, schema, timelines
+from veritask.ledger import (
+    alerts,
+    dialects,
+    errors,
+    metric_values,
+    observations,
+    rejections,
+    timelines,
+)
+from veritask.ledger.database import Connection
 from veritask.ledger.metric_values import labels_key
-from veritask.ledger.vocabulary import AlertStatus
 from veritask.scheduling.lease import STALE_AFTER
 from veritask.services.platform import Platform
 
@@ -53,7 +60,6 @@ POSTGRES_SETTLE: Final = timedelta(seconds=2)
 _COUNTERS: Final = ("events_total", "reconciler_decisions_total", rejections.DROPPED_METRIC)
 _HISTOGRAM: Final = ("phase_seconds_bucket", "phase_seconds_sum", "phase_seconds_count")
 _GAUGES: Final = ("executor_slots",)
-_TERMINAL = sorted(state.value for state in TERMINAL_INSTANCE_STATES)
 
 
 # -- writing: the histogram pass and the scheduler's figures -----------------------------------
@@ -62,35 +68,23 @@ _TERMINAL = sorted(state.value for state in TERMINAL_INSTANCE_STATES)
 def observe_finished_instances(platform: Platform) -> int:
     """Add the phases of instances that reached a final state since the last pass to the
     histograms; the number of instances observed (0 if another process moved first)."""
-    e = schema.events.c
     now = platform.now()
     settle = POSTGRES_SETTLE if platform.database_backend == "postgresql" else timedelta()
     with dialects.read_transaction(platform.engine) as connection:
-        mark = _position(connection)
-        top = connection.execute(
-            sa.select(sa.func.max(e.position)).where(e.observed_at <= now - settle)
-        ).scalar_one()
+        mark = metric_values.mark(connection, POSITION)
+        top = observations.newest_position_observed_by(connection, now - settle)
         if top is None or top <= mark:
             return 0
-        finished = connection.execute(
-            sa.select(e.position, e.instance_id)
-            .where(
-                e.position > mark,
-                e.position <= top,
-                e.subject_type == "instance",
-                e.to_state.in_(_TERMINAL),
-                sa.or_(e.from_state.is_(None), e.from_state.not_in(_TERMINAL)),
-            )
-            .order_by(e.position)
-            .limit(OBSERVE_BATCH)
-        ).all()
-        new_mark = finished[-1].position if len(finished) == OBSERVE_BATCH else top
-        observations = _observations(connection, [row.instance_id for row in finished])
+        finished = observations.instances_finished_between(
+            connection, after=mark, upto=top, limit=OBSERVE_BATCH
+        )
+        new_mark = finished[-1][0] if len(finished) == OBSERVE_BATCH else top
+        found = _observations(connection, [instance_id for _, instance_id in finished])
     try:
         with platform.engine.begin() as connection:
-            if not _move_position(connection, mark, new_mark, now):
+            if not metric_values.move_mark(connection, POSITION, mark, new_mark, now):
                 return 0
-            for (definition, phase), seconds in observations:
+            for (definition, phase), seconds in found:
                 _observe(connection, definition, phase, seconds, now)
     except errors.DuplicateKey:
         return 0  # another process created the mark first: it does this pass
@@ -98,22 +92,11 @@ def observe_finished_instances(platform: Platform) -> int:
 
 
 def _observations(
-    connection: sa.Connection, instance_ids: list[str]
+    connection: Connection, instance_ids: list[str]
 ) -> list[tuple[tuple[str, str], float]]:
     if not instance_ids:
         return []
-    t, r, d = schema.task_instances.c, schema.runs.c, schema.definitions.c
-    runs = dict(
-        connection.execute(
-            sa.select(t.run_id, d.name)
-            .select_from(
-                schema.task_instances.join(schema.runs, r.id == t.run_id).join(
-                    schema.definitions, d.id == r.definition_id
-                )
-            )
-            .where(t.id.in_(instance_ids))
-        ).all()
-    )
+    runs = observations.definition_names_by_run(connection, instance_ids)
     wanted = set(instance_ids)
     found = []
     for history in timelines.instance_histories(connection, sorted(runs)):
@@ -125,37 +108,8 @@ def _observations(
     return found
 
 
-def _position(connection: sa.Connection) -> int:
-    m = schema.metric_values.c
-    value = connection.execute(
-        sa.select(m.value).where(m.name == POSITION, m.labels == "")
-    ).scalar_one_or_none()
-    return 0 if value is None else int(value)
-
-
-def _move_position(connection: sa.Connection, mark: int, new_mark: int, now: datetime) -> bool:
-    m = schema.metric_values.c
-    if mark == 0 and _position(connection) == 0:
-        exists = connection.execute(
-            sa.select(m.name).where(m.name == POSITION, m.labels == "")
-        ).first()
-        if exists is None:
-            connection.execute(
-                schema.metric_values.insert().values(
-                    name=POSITION, labels="", value=float(new_mark), updated_at=now
-                )
-            )
-            return True
-    moved = connection.execute(
-        schema.metric_values.update()
-        .where(m.name == POSITION, m.labels == "", m.value == float(mark))
-        .values(value=float(new_mark), updated_at=now)
-    ).rowcount
-    return bool(moved == 1)
-
-
 def _observe(
-    connection: sa.Connection, definition: str, phase: str, seconds: float, now: datetime
+    connection: Connection, definition: str, phase: str, seconds: float, now: datetime
 ) -> None:
     base = {"definition": definition, "phase": phase}
     for bound in (*BUCKETS, float("inf")):
@@ -177,11 +131,7 @@ def record_scheduler(
     now = platform.now()
     with platform.engine.begin() as connection:
         if last_tick_at is not None:
-            connection.execute(
-                schema.schedulers.update()
-                .where(schema.schedulers.c.id == scheduler_id)
-                .values(last_tick_at=last_tick_at)
-            )
+            observations.record_last_tick(connection, scheduler_id, last_tick_at)
         for executor, count in sorted(slots.items()):
             metric_values.set_value(
                 connection, "executor_slots", labels_key({"executor": executor}), count, now
@@ -217,15 +167,10 @@ class _DatabaseCollector(Collector):
         yield from _stored(stored)
 
 
-def _instances(connection: sa.Connection) -> Iterator[Metric]:
-    t = schema.task_instances.c
+def _instances(connection: Connection) -> Iterator[Metric]:
     unfinished = sorted(set(InstanceState) - TERMINAL_INSTANCE_STATES)
     counts = dict.fromkeys((state.value for state in unfinished), 0)
-    counts.update(
-        connection.execute(
-            sa.select(t.state, sa.func.count()).where(t.state.in_(list(counts))).group_by(t.state)
-        ).all()
-    )
+    counts.update(observations.instances_by_state(connection, list(counts)))
     family = GaugeMetricFamily(
         f"{PREFIX}_instances",
         "Unfinished task instances by state (finished ones: see veritask_events_total)",
@@ -236,45 +181,32 @@ def _instances(connection: sa.Connection) -> Iterator[Metric]:
     yield family
 
 
-def _alerts(connection: sa.Connection) -> Iterator[Metric]:
-    a = schema.alerts.c
+def _alerts(connection: Connection) -> Iterator[Metric]:
     family = GaugeMetricFamily(
         f"{PREFIX}_alerts_open",
         "Unresolved alerts by owner category and status (open or acknowledged)",
         labels=["category", "status"],
     )
-    rows = connection.execute(
-        sa.select(a.category, a.status, sa.func.count())
-        .where(a.status != AlertStatus.RESOLVED.value)
-        .group_by(a.category, a.status)
-        .order_by(a.category, a.status)
-    ).all()
-    for category, status, count in rows:
+    for category, status, count in alerts.unresolved_by_category(connection):
         family.add_metric([category, status], count)
     yield family
 
 
-def _executors(connection: sa.Connection) -> Iterator[Metric]:
-    a = schema.attempts.c
+def _executors(connection: Connection) -> Iterator[Metric]:
     family = GaugeMetricFamily(
         f"{PREFIX}_executor_slots_in_use",
         "Attempts running (a worker started them) per executor",
         labels=["executor"],
     )
-    rows = connection.execute(
-        sa.select(a.executor, sa.func.count())
-        .where(a.state == AttemptState.RUNNING.value)
-        .group_by(a.executor)
-        .order_by(a.executor)
-    ).all()
-    for executor, count in rows:
+    for executor, count in observations.attempts_by_executor(
+        connection, [AttemptState.RUNNING.value]
+    ):
         family.add_metric([executor or ""], count)
     yield family
 
 
-def _scheduler_lag(connection: sa.Connection, now: datetime) -> Iterator[Metric]:
-    s = schema.schedulers.c
-    rows = connection.execute(sa.select(s.heartbeat_at, s.last_tick_at)).all()
+def _scheduler_lag(connection: Connection, now: datetime) -> Iterator[Metric]:
+    rows = observations.schedulers(connection)
     alive = [row for row in rows if now - row.heartbeat_at <= STALE_AFTER]
     yield GaugeMetricFamily(
         f"{PREFIX}_schedulers_alive", "Schedulers whose lease heartbeat is fresh", value=len(alive)

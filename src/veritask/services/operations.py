@@ -16,12 +16,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Final
 
-import sqlalchemy as sa
-
 from veritask.core import refusals
 from veritask.core.jsontypes import JSONObject, JSONValue
-from veritask.core.states import DefinitionLifecycle
-from veritask.ledger import audit, dialects, queries, retention, schema
+from veritask.ledger import audit, dialects, operations_log, queries, retention
 from veritask.ledger.vocabulary import OperationKind
 from veritask.services import logs, reading
 from veritask.services.definitions import ACTIVE_RUN_STATES
@@ -46,19 +43,15 @@ def recorded(
     platform: Platform, kind: OperationKind, *, actor: str, dry_run: bool, parameters: JSONObject
 ) -> Iterator[Recorded]:
     """Record the operation's start, let it run, record its result (or its error)."""
-    o = schema.operations.c
     with platform.engine.begin() as connection:
-        operation_id = connection.execute(
-            schema.operations.insert()
-            .values(
-                kind=kind.value,
-                actor=actor,
-                started_at=platform.now(),
-                dry_run=dry_run,
-                parameters=parameters,
-            )
-            .returning(o.id)
-        ).scalar_one()
+        operation_id = operations_log.record_start(
+            connection,
+            kind=kind.value,
+            actor=actor,
+            started_at=platform.now(),
+            dry_run=dry_run,
+            parameters=parameters,
+        )
     found = Recorded()
     try:
         yield found
@@ -67,33 +60,28 @@ def recorded(
         raise
     finally:
         with platform.engine.begin() as connection:
-            connection.execute(
-                schema.operations.update()
-                .where(o.id == operation_id)
-                .values(finished_at=platform.now(), result=found.result)
+            operations_log.record_end(
+                connection, operation_id, finished_at=platform.now(), result=found.result
             )
 
 
 def recent_operations(platform: Platform, *, limit: int = 50) -> list[JSONObject]:
     """The newest operations, as plain JSON (for people and ``--json``)."""
-    o = schema.operations.c
     with dialects.read_transaction(platform.engine) as connection:
-        rows = connection.execute(
-            sa.select(schema.operations).order_by(o.id.desc()).limit(limit)
-        ).mappings()
-        return [
-            {
-                "id": row["id"],
-                "kind": row["kind"],
-                "actor": row["actor"],
-                "started_at": row["started_at"].isoformat(),
-                "finished_at": row["finished_at"].isoformat() if row["finished_at"] else None,
-                "dry_run": row["dry_run"],
-                "parameters": row["parameters"],
-                "result": row["result"],
-            }
-            for row in rows
-        ]
+        rows = operations_log.newest(connection, limit=limit)
+    return [
+        {
+            "id": row.id,
+            "kind": row.kind,
+            "actor": row.actor,
+            "started_at": row.started_at.isoformat(),
+            "finished_at": row.finished_at.isoformat() if row.finished_at else None,
+            "dry_run": row.dry_run,
+            "parameters": row.parameters,
+            "result": row.result,
+        }
+        for row in rows
+    ]
 
 
 # -- verify, export, replay --------------------------------------------------------------------
@@ -141,8 +129,7 @@ def replay(platform: Platform, lines: Iterable[JSONObject], *, actor: str) -> li
     events alone rebuild the state, so it starts from nothing.
     """
     with dialects.read_transaction(platform.engine) as connection:
-        existing = connection.execute(sa.select(sa.func.count()).select_from(schema.definitions))
-        if existing.scalar_one():
+        if queries.count_definitions(connection):
             raise Conflict(refusals.NOT_EMPTY.format())
     with recorded(
         platform, OperationKind.REPLAY, actor=actor, dry_run=False, parameters={}
@@ -219,69 +206,35 @@ def purge(
 
 def last_purge_at(platform: Platform, *, actor: str) -> datetime | None:
     """When ``actor`` last started a history purge (housekeeping runs one a day at most)."""
-    o = schema.operations.c
     with dialects.read_transaction(platform.engine) as connection:
-        found: datetime | None = connection.execute(
-            sa.select(sa.func.max(o.started_at)).where(
-                o.kind == OperationKind.PURGE_EVENTS.value, o.actor == actor
-            )
-        ).scalar_one()
-    return found
+        return operations_log.last_started_at(
+            connection, kind=OperationKind.PURGE_EVENTS.value, actor=actor
+        )
 
 
 def _purgeable_runs(platform: Platform, cutoff: datetime) -> list[str]:
-    d, r, e = schema.definitions.c, schema.runs.c, schema.events.c
-    gone = [DefinitionLifecycle.DELETED.value, DefinitionLifecycle.PURGED.value]
-    newest = sa.select(sa.func.max(e.observed_at)).where(e.run_id == r.id).scalar_subquery()
     with dialects.read_transaction(platform.engine) as connection:
-        candidates = set(
-            connection.execute(
-                sa.select(r.id)
-                .join(schema.definitions, d.id == r.definition_id)
-                .where(
-                    d.lifecycle.in_(gone),
-                    r.execution_state.not_in([s.value for s in ACTIVE_RUN_STATES]),
-                    sa.or_(newest.is_(None), newest < cutoff),
-                )
-            ).scalars()
+        return retention.purgeable_runs(
+            connection, cutoff=cutoff, active_states=[s.value for s in ACTIVE_RUN_STATES]
         )
-        # A rerun that stays keeps its original: runs.rerun_of is a foreign key.
-        kept_originals = set(
-            connection.execute(
-                sa.select(r.rerun_of).where(r.rerun_of.is_not(None), r.id.not_in(candidates))
-            ).scalars()
-        )
-    return sorted(candidates - kept_originals)
 
 
 def _purge_history(platform: Platform, cutoff: datetime, *, dry_run: bool) -> tuple[int, int, int]:
     run_ids = _purgeable_runs(platform, cutoff)
     events = rejected = 0
-    t, a, e, x = (
-        schema.task_instances.c,
-        schema.attempts.c,
-        schema.events.c,
-        schema.rejected_events.c,
-    )
     for start in range(0, len(run_ids), _PURGE_CHUNK):
         chunk = run_ids[start : start + _PURGE_CHUNK]
         if dry_run:
             with dialects.read_transaction(platform.engine) as connection:
-                events += connection.execute(
-                    sa.select(sa.func.count()).where(e.run_id.in_(chunk))
-                ).scalar_one()
-                rejected += connection.execute(
-                    sa.select(sa.func.count()).where(x.run_id.in_(chunk))
-                ).scalar_one()
+                counted = retention.count_events_of_runs(connection, chunk)
+            events += counted.events
+            rejected += counted.rejected_events
             continue
         with platform.engine.begin() as connection:
             result = retention.purge_events(connection, run_ids=chunk)
             events += result.events
             rejected += result.rejected_events
-            instances = sa.select(t.id).where(t.run_id.in_(chunk)).scalar_subquery()
-            connection.execute(schema.attempts.delete().where(a.instance_id.in_(instances)))
-            connection.execute(schema.task_instances.delete().where(t.run_id.in_(chunk)))
-            connection.execute(schema.runs.delete().where(schema.runs.c.id.in_(chunk)))
+            retention.delete_run_snapshots(connection, chunk)
     rejected += _purge_orphaned_rejections(platform, cutoff, dry_run=dry_run)
     return len(run_ids), events, rejected
 
@@ -291,25 +244,13 @@ def _purge_orphaned_rejections(platform: Platform, cutoff: datetime, *, dry_run:
     if not dry_run:
         with platform.engine.begin() as connection:
             return retention.purge_orphaned_rejections(connection, observed_before=cutoff)
-    x, r = schema.rejected_events.c, schema.runs.c
-    existing_run = sa.select(r.id).where(r.id == x.run_id).exists()
     with dialects.read_transaction(platform.engine) as connection:
-        found: int = connection.execute(
-            sa.select(sa.func.count()).where(
-                x.observed_at < cutoff, sa.or_(x.run_id.is_(None), ~existing_run)
-            )
-        ).scalar_one()
-    return found
+        return retention.count_orphaned_rejections(connection, observed_before=cutoff)
 
 
 def _remove_logs(platform: Platform, cutoff: datetime, *, dry_run: bool) -> tuple[int, int]:
-    a = schema.attempts.c
     with dialects.read_transaction(platform.engine) as connection:
-        ended = connection.execute(
-            sa.select(a.instance_id, a.attempt_no).where(
-                a.ended_at < cutoff, a.log_location.is_not(None)
-            )
-        ).all()
+        ended = retention.logged_attempts_ended_before(connection, cutoff)
     files = size = 0
     for instance_id, attempt_no in ended:
         # The attempt's own log, derived from its identity: a location a report named is

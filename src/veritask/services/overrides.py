@@ -14,14 +14,13 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from sqlalchemy.engine import Connection
-
 from veritask.core import judge, refusals, run_state
 from veritask.core.events import Event, EventKind, OverrideScope
 from veritask.core.fold import InstanceSnapshot
 from veritask.core.states import InstanceState, RunExecutionState
 from veritask.definitions import parse
 from veritask.ledger import dialects, errors, queries, run_store
+from veritask.ledger.database import Connection
 from veritask.ledger.ledger import StaleDecision
 from veritask.scheduling.dispatch import new_event_id
 from veritask.services import views

@@ -6,9 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy.engine import Engine
-
 from veritask.ledger import dialects
+from veritask.ledger.database import Engine
 from veritask.ledger.ledger import Ledger
 
 

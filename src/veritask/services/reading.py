@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
 from veritask.core import codec, fold, refusals
 from veritask.core.policy import TaskPolicy
 from veritask.core.states import PublicationState, RunExecutionState, TriggerKind
-from veritask.ledger import queries, schema
+from veritask.ledger import queries
+from veritask.ledger.database import Connection
 from veritask.ledger.rows import AttemptRow, DefinitionRow, EventRow, InstanceRow, RunRow
 from veritask.services import views
 from veritask.services.errors import NotFound
@@ -120,33 +118,3 @@ def event_view(row: EventRow) -> views.HistoryEvent:
         from_state=row.from_state,
         to_state=row.to_state,
     )
-
-
-def attempts_by_instance(
-    connection: Connection, instance_ids: Iterable[str]
-) -> dict[str, list[AttemptRow]]:
-    """Every attempt row of these instances, in one query."""
-    ids = list(instance_ids)
-    found: dict[str, list[AttemptRow]] = {instance_id: [] for instance_id in ids}
-    if not ids:
-        return found
-    a = schema.attempts.c
-    statement = (
-        sa.select(schema.attempts)
-        .where(a.instance_id.in_(ids))
-        .order_by(a.instance_id, a.attempt_no)
-    )
-    for row in connection.execute(statement):
-        attempt = AttemptRow.from_row(row)
-        found[attempt.instance_id].append(attempt)
-    return found
-
-
-def definition_names(connection: Connection, definition_ids: Iterable[str]) -> dict[str, str]:
-    """Definition names by id."""
-    ids = sorted(set(definition_ids))
-    if not ids:
-        return {}
-    d = schema.definitions.c
-    rows = connection.execute(sa.select(d.id, d.name).where(d.id.in_(ids))).all()
-    return {row.id: row.name for row in rows}

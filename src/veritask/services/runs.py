@@ -11,16 +11,14 @@ import threading
 from collections.abc import Collection, Mapping
 from typing import Final
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
 from veritask.core import decide, refusals
 from veritask.core.jsontypes import JSONValue
 from veritask.core.judge import Outcome
 from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
 from veritask.definitions import parse
 from veritask.definitions.parameters import InvalidParameters
-from veritask.ledger import dialects, pagination, queries, schema
+from veritask.ledger import dialects, pagination, queries, rejections
+from veritask.ledger.database import Connection
 from veritask.ledger.ledger import StaleDecision
 from veritask.ledger.rows import EventRow, InstanceRow, RunRow
 from veritask.ledger.vocabulary import SubjectType as SubjectType  # re-exported for the API
@@ -127,7 +125,7 @@ def list_runs(
             after=after,
             limit=limit,
         )
-        names = reading.definition_names(connection, (r.definition_id for r in page.items))
+        names = queries.definition_names(connection, (r.definition_id for r in page.items))
     return views.RunPage(
         tuple(reading.run_view(r, names.get(r.definition_id, "")) for r in page.items),
         page.next_cursor.encode() if page.next_cursor else None,
@@ -139,8 +137,8 @@ def get_run(platform: Platform, run_id: str) -> views.RunDetail:
     with dialects.read_transaction(platform.engine) as connection:
         row = _run_row(connection, run_id)
         instances = queries.instances_of_run(connection, run_id)
-        attempts = reading.attempts_by_instance(connection, (i.id for i in instances))
-        names = reading.definition_names(connection, [row.definition_id])
+        attempts = queries.attempts_by_instance(connection, (i.id for i in instances))
+        names = queries.definition_names(connection, [row.definition_id])
     return views.RunDetail(
         reading.run_view(row, names.get(row.definition_id, "")),
         tuple(reading.instance_view(i, attempts[i.id]) for i in instances),
@@ -153,7 +151,7 @@ def get_instance(platform: Platform, instance_id: str) -> views.InstanceDetail:
         row = _instance_row(connection, instance_id)
         attempts = queries.attempts_of(connection, instance_id)
         run = _run_row(connection, row.run_id)
-        names = reading.definition_names(connection, [run.definition_id])
+        names = queries.definition_names(connection, [run.definition_id])
         events = queries.history(
             connection,
             subject_type=SubjectType.INSTANCE,
@@ -242,15 +240,9 @@ def rejected_events(
     """The events refused for this instance, oldest first (at most ``limit``)."""
     if not 1 <= limit <= MAX_HISTORY:
         raise InvalidInput.about("limit", refusals.BETWEEN.format(low=1, high=MAX_HISTORY))
-    x = schema.rejected_events.c
     with dialects.read_transaction(platform.engine) as connection:
         _instance_row(connection, instance_id)
-        rows = connection.execute(
-            sa.select(schema.rejected_events)
-            .where(x.instance_id == instance_id)
-            .order_by(x.position)
-            .limit(limit)
-        ).all()
+        rows = rejections.of_instance(connection, instance_id, limit=limit)
     return tuple(
         views.RejectedEvent(
             position=row.position,

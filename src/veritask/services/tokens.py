@@ -16,13 +16,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
-import sqlalchemy as sa
-
 from veritask.core import refusals
-from veritask.ledger import dialects, runs, schema
+from veritask.ledger import api_tokens, dialects, runs, ui_sessions
 from veritask.ledger.vocabulary import TokenRole as TokenRole  # re-exported for the API
 from veritask.scheduling import tokens as attempt_tokens
-from veritask.services import sessions, views
+from veritask.services import views
 from veritask.services.errors import Conflict, InvalidInput, NotFound
 from veritask.services.platform import Platform
 
@@ -52,25 +50,21 @@ def create_token(platform: Platform, *, role: TokenRole, name: str) -> views.New
     token_id = runs.new_id()
     now = platform.now()
     with platform.engine.begin() as connection:
-        connection.execute(
-            schema.api_tokens.insert().values(
-                id=token_id,
-                name=name,
-                role=role.value,
-                token_hash=hash_api_token(token),
-                created_at=now,
-            )
+        api_tokens.insert_token(
+            connection,
+            token_id=token_id,
+            name=name,
+            role=role.value,
+            token_hash=hash_api_token(token),
+            now=now,
         )
     return views.NewToken(token_id, name, role, token, now)
 
 
 def list_tokens(platform: Platform) -> list[views.TokenInfo]:
     """Every API token, revoked ones included (oldest first); never the tokens themselves."""
-    t = schema.api_tokens.c
     with dialects.read_transaction(platform.engine) as connection:
-        rows = connection.execute(
-            sa.select(t.id, t.name, t.role, t.created_at, t.revoked_at).order_by(t.created_at, t.id)
-        ).all()
+        rows = api_tokens.list_tokens(connection)
     return [_info(row) for row in rows]
 
 
@@ -80,13 +74,8 @@ def revoke_token(platform: Platform, token_id: str) -> views.TokenInfo:
 
     The last admin token that still works is kept: without it nobody could create tokens.
     """
-    t = schema.api_tokens.c
     with platform.engine.begin() as connection:
-        row = connection.execute(
-            sa.select(t.id, t.name, t.role, t.created_at, t.revoked_at)
-            .where(t.id == token_id)
-            .with_for_update()
-        ).first()
+        row = api_tokens.lock_token(connection, token_id)
         if row is None:
             raise NotFound(refusals.NO_TOKEN.format(token_id=token_id))
         if row.revoked_at is not None:
@@ -94,30 +83,18 @@ def revoke_token(platform: Platform, token_id: str) -> views.TokenInfo:
         if row.role == TokenRole.ADMIN.value:
             # Locked, so that two revocations cannot each leave the other as the last admin
             # (SQLite's writers are serialized anyway).
-            admins = connection.execute(
-                sa.select(t.id)
-                .where(t.role == TokenRole.ADMIN.value, t.revoked_at.is_(None))
-                .with_for_update()
-            ).all()
+            admins = api_tokens.lock_working_tokens_of_role(connection, TokenRole.ADMIN.value)
             if len(admins) <= 1:
                 raise Conflict(refusals.LAST_ADMIN.format(token_id=token_id))
         now = platform.now()
-        connection.execute(
-            schema.api_tokens.update().where(t.id == token_id).values(revoked_at=now)
-        )
-        sessions.end_sessions_of_token(connection, token_id, now)
+        api_tokens.mark_revoked(connection, token_id, now)
+        ui_sessions.end_sessions_of_token(connection, token_id, now)
     return replace(_info(row), revoked_at=now)
 
 
-def _info(row: sa.Row[*tuple[object, ...]]) -> views.TokenInfo:
-    found = row._mapping
-    revoked_at = found["revoked_at"]
+def _info(row: api_tokens.TokenRow) -> views.TokenInfo:
     return views.TokenInfo(
-        str(found["id"]),
-        str(found["name"]),
-        TokenRole(found["role"]),
-        found["created_at"],
-        revoked_at,
+        str(row.id), str(row.name), TokenRole(row.role), row.created_at, row.revoked_at
     )
 
 
@@ -125,13 +102,8 @@ def authenticate(platform: Platform, token: str) -> views.Principal | None:
     """Who the token names, or None if it names nobody (unknown or revoked)."""
     if not token.startswith(TOKEN_PREFIX):
         return None
-    t = schema.api_tokens.c
     with dialects.read_transaction(platform.engine) as connection:
-        row = connection.execute(
-            sa.select(t.id, t.name, t.role).where(
-                t.token_hash == hash_api_token(token), t.revoked_at.is_(None)
-            )
-        ).first()
+        row = api_tokens.holder_of_hash(connection, hash_api_token(token))
     return None if row is None else views.Principal(row.id, row.name, TokenRole(row.role))
 
 
@@ -140,11 +112,8 @@ def principal_by_id(platform: Platform, token_id: str) -> views.Principal | None
 
     The web UI's session names the token by id, so that a revoked token ends its sessions.
     """
-    t = schema.api_tokens.c
     with dialects.read_transaction(platform.engine) as connection:
-        row = connection.execute(
-            sa.select(t.id, t.name, t.role).where(t.id == token_id, t.revoked_at.is_(None))
-        ).first()
+        row = api_tokens.holder_of_id(connection, token_id)
     return None if row is None else views.Principal(row.id, row.name, TokenRole(row.role))
 
 
