@@ -120,7 +120,7 @@ def trigger(
     definition does not declare or values that do not fit their declaration.
     """
     with dialects.read_transaction(ledger.engine) as connection:
-        row, definition = _current_definition(connection, name)
+        row, version, definition = _current_definition(connection, name)
         if row.lifecycle not in (DefinitionLifecycle.ACTIVE, DefinitionLifecycle.DISABLED):
             raise Refused(refusals.CANNOT_BE_TRIGGERED.format(name=name, lifecycle=row.lifecycle))
         active = _active_runs(connection, row.id)
@@ -134,7 +134,7 @@ def trigger(
     )
     request = run_store.NewRun(
         definition_id=row.id,
-        definition_version=row.current_version,
+        definition_version=version,
         idempotency_key=idempotency_key,
         trigger_kind=kind,
         tasks=[(key, task.policy) for key, task in publication.all_tasks(definition).items()],
@@ -181,7 +181,7 @@ def backfill(
     cross-pipeline dependencies like scheduled runs do.
     """
     with dialects.read_transaction(ledger.engine) as connection:
-        _, definition = _current_definition(connection, name)
+        _, _, definition = _current_definition(connection, name)
     if definition.schedule is None:
         raise Refused(refusals.NO_SCHEDULE.format(name=name))
     if end < start:
@@ -371,7 +371,7 @@ def fire_schedules(ledger: Ledger, now: datetime) -> int:
 @dataclass(frozen=True)
 class _DefinitionRow:
     id: str
-    current_version: int
+    current_version: int | None
     lifecycle: str
     name: str
 
@@ -386,12 +386,18 @@ def _definition_row(connection: sa.Connection, name: str) -> _DefinitionRow | No
     return _DefinitionRow(row.id, row.current_version, row.lifecycle, row.name)
 
 
-def _current_definition(connection: sa.Connection, name: str) -> tuple[_DefinitionRow, Definition]:
-    """The definition's row and its current version, or NotFound."""
+def _current_definition(
+    connection: sa.Connection, name: str
+) -> tuple[_DefinitionRow, int, Definition]:
+    """The definition's row, its current version's number and the version (parsed once per
+    process, ``versions``); NotFound, or Refused when it has no version yet."""
     row = _definition_row(connection, name)
     if row is None:
         raise NotFound(refusals.NO_DEFINITION.format(name=name))
-    return row, versions.read(connection, row.id, row.current_version)
+    version = row.current_version
+    if version is None:
+        raise Refused(refusals.HAS_NO_VERSION.format(name=name))
+    return row, version, versions.read(connection, row.id, version)
 
 
 def _active_runs(connection: sa.Connection, definition_id: str) -> list[str]:
