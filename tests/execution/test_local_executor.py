@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -16,45 +15,6 @@ import pytest
 
 from tests.execution.conftest import REPO_ROOT, Engine, FakePlatform, engine_on, wait_until
 from veritask.execution import errors, layout, local, port, procfs, records
-
-
-def test_the_same_attempt_submitted_twice_runs_once(engine: Engine) -> None:
-    starts = engine.workspace / "starts"
-    spec = engine.spec(f"echo started >> {starts}")
-    submissions: list[port.Submission] = []
-
-    def submit() -> None:
-        submissions.append(engine.executor.submit(spec=spec))
-
-    threads = [threading.Thread(target=submit) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    engine.wait_ended(submissions[0].external_id)
-    later = engine.executor.submit(spec=spec)
-
-    assert {s.external_id for s in [*submissions, later]} == {"local:" + f"{spec.instance_id}/1"}
-    assert sorted(s.created for s in submissions) == [False, False, False, True]
-    assert later.created is False
-    assert starts.read_text() == "started\n"
-
-
-def test_a_resubmission_with_another_token_is_refused(engine: Engine) -> None:
-    spec = engine.spec("true")
-    engine.run(spec)
-    impostor = port.AttemptSpec(
-        instance_id=spec.instance_id,
-        attempt_no=1,
-        attempt_token="another-token",
-        task=spec.task,
-        callback=spec.callback,
-    )
-
-    with pytest.raises(errors.ExecutorError) as refused:
-        engine.executor.submit(spec=impostor)
-
-    assert refused.value.retryable is False
 
 
 @pytest.fixture
@@ -198,11 +158,8 @@ def test_concurrent_starters_start_one_supervisor(tmp_path: Path) -> None:
         executor.shutdown_supervisor()
 
 
-def test_describe_of_an_unknown_attempt_is_not_found(engine: Engine) -> None:
-    observation = engine.executor.describe(external_id=local.external_id("nobody", 1))
-
-    assert observation.engine_state is port.EngineState.NOT_FOUND
-    assert observation.source is port.ObservationSource.ATTEMPT_DIR
+def test_a_cancel_of_an_unknown_attempt_is_refused(engine: Engine) -> None:
+    # Describing one is the contract's (tests/execution/contract).
     with pytest.raises(errors.AttemptNotFound):
         engine.executor.cancel(external_id=local.external_id("nobody", 1))
 

@@ -23,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from veritask.core import codec, decide, judge
+from veritask.core import codec, judge
 from veritask.core.events import Event, EventKind
 from veritask.core.fold import AttemptView, InstanceSnapshot, derive, empty
 from veritask.core.judge import Outcome
@@ -252,8 +252,10 @@ class Ledger:
         return [statements.event_from_row(row) for row in rows]
 
     def refresh_lease(self, instance_id: str, attempt_no: int, view: AttemptView) -> None:
-        """Write an attempt's live lease and last heartbeat into its row (a cache column)."""
+        """Write an attempt's live lease and last heartbeat into its row (a cache column),
+        as ``statements.attempt_row`` maps them, the one mapping of a view to its row."""
         policy = self.policy_of(instance_id) or TaskPolicy()
+        row = statements.attempt_row(instance_id, view, policy)
         with self.engine.begin() as connection:
             connection.execute(
                 schema.attempts.update()
@@ -262,8 +264,8 @@ class Ledger:
                     schema.attempts.c.attempt_no == attempt_no,
                 )
                 .values(
-                    lease_expires_at=decide.lease_expiry(view, policy) if view.is_active else None,
-                    last_heartbeat_at=view.last_report_at,
+                    lease_expires_at=row["lease_expires_at"],
+                    last_heartbeat_at=row["last_heartbeat_at"],
                 )
             )
 

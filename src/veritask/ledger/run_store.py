@@ -214,6 +214,18 @@ def latest_publication(
     return None if value is None else PublicationState(value)
 
 
+class _Axis(NamedTuple):
+    """One of a run's two states: its columns and the kind of event that moves it."""
+
+    state_column: str
+    reason_column: str
+    kind: str
+
+
+_EXECUTION = _Axis("execution_state", "execution_reason", "run_state_changed")
+_PUBLICATION = _Axis("publication_state", "publication_reason", "publication_changed")
+
+
 def set_execution_state(
     connection: Connection,
     *,
@@ -231,32 +243,19 @@ def set_execution_state(
 
     Raises ``LedgerConflict`` when another writer moved the run first.
     """
-    version = runs.compare_and_set(
+    return _move_run(
         connection,
-        schema.runs,
-        row_id=run_id,
-        expected_version=expected_version,
-        values={
-            "execution_state": state.value,
-            "execution_reason": reason,
-            "updated_observed_at": now,
-        },
-    )
-    record_subject_event(
-        connection,
-        subject_type=SubjectType.RUN,
-        subject_id=run_id,
-        run_id=run_id,
-        kind="run_state_changed",
+        _EXECUTION,
+        run_id,
+        expected_version,
+        state,
+        previous,
+        reason=reason,
         actor=actor,
         event_id=event_id,
         now=now,
-        from_state=previous.value,
-        to_state=state.value,
-        evidence=evidence or {},
-        reason=reason,
+        evidence=evidence,
     )
-    return version
 
 
 def set_publication_state(
@@ -273,14 +272,44 @@ def set_publication_state(
     evidence: JSONObject | None = None,
 ) -> int:
     """Move the run's publication state with compare-and-set; each change is an event."""
+    return _move_run(
+        connection,
+        _PUBLICATION,
+        run_id,
+        expected_version,
+        state,
+        previous,
+        reason=reason,
+        actor=actor,
+        event_id=event_id,
+        now=now,
+        evidence=evidence,
+    )
+
+
+def _move_run(
+    connection: Connection,
+    axis: _Axis,
+    run_id: str,
+    expected_version: int,
+    state: RunExecutionState | PublicationState,
+    previous: RunExecutionState | PublicationState,
+    *,
+    reason: str,
+    actor: str,
+    event_id: str,
+    now: datetime,
+    evidence: JSONObject | None,
+) -> int:
+    """Both states move the same way: the row with compare-and-set, then the event saying why."""
     version = runs.compare_and_set(
         connection,
         schema.runs,
         row_id=run_id,
         expected_version=expected_version,
         values={
-            "publication_state": state.value,
-            "publication_reason": reason,
+            axis.state_column: state.value,
+            axis.reason_column: reason,
             "updated_observed_at": now,
         },
     )
@@ -289,7 +318,7 @@ def set_publication_state(
         subject_type=SubjectType.RUN,
         subject_id=run_id,
         run_id=run_id,
-        kind="publication_changed",
+        kind=axis.kind,
         actor=actor,
         event_id=event_id,
         now=now,

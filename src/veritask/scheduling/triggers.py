@@ -119,7 +119,7 @@ def trigger(
     definition does not declare or values that do not fit their declaration.
     """
     with dialects.read_transaction(ledger.engine) as connection:
-        row, definition = _current_definition(connection, name)
+        row, version, definition = _current_definition(connection, name)
         if row.lifecycle not in (DefinitionLifecycle.ACTIVE, DefinitionLifecycle.DISABLED):
             raise Refused(refusals.CANNOT_BE_TRIGGERED.format(name=name, lifecycle=row.lifecycle))
         active = run_store.active_run_ids(connection, row.id)
@@ -133,7 +133,7 @@ def trigger(
     )
     request = run_store.NewRun(
         definition_id=row.id,
-        definition_version=row.current_version,
+        definition_version=version,
         idempotency_key=idempotency_key,
         trigger_kind=kind,
         tasks=[(key, task.policy) for key, task in publication.all_tasks(definition).items()],
@@ -174,7 +174,7 @@ def backfill(
     cross-pipeline dependencies like scheduled runs do.
     """
     with dialects.read_transaction(ledger.engine) as connection:
-        _, definition = _current_definition(connection, name)
+        _, _, definition = _current_definition(connection, name)
     if definition.schedule is None:
         raise Refused(refusals.NO_SCHEDULE.format(name=name))
     if end < start:
@@ -342,9 +342,13 @@ def fire_schedules(ledger: Ledger, now: datetime) -> int:
 
 def _current_definition(
     connection: Connection, name: str
-) -> tuple[definition_store.DefinitionHeading, Definition]:
-    """The definition's row and its current version, or NotFound."""
+) -> tuple[definition_store.DefinitionHeading, int, Definition]:
+    """The definition's row, its current version's number and the version (parsed once per
+    process, ``versions``); NotFound, or Refused when it has no version yet."""
     row = definition_store.definition_heading(connection, name)
     if row is None:
         raise NotFound(refusals.NO_DEFINITION.format(name=name))
-    return row, versions.read(connection, row.id, row.current_version)
+    version = row.current_version
+    if version is None:
+        raise Refused(refusals.HAS_NO_VERSION.format(name=name))
+    return row, version, versions.read(connection, row.id, version)

@@ -48,11 +48,11 @@ def trigger_run(
     """Create a run of the definition's current version, or return the run with this key.
 
     Parameters must be ones the definition declares (when it declares any), each a value
-    of its declared type; the scheduler's own check (``triggers.trigger``) is the one place.
+    of its declared type. ``triggers.trigger`` reads the definition and checks them, the one
+    place: its refusals become the service's errors here.
     """
     if kind not in (TriggerKind.MANUAL, TriggerKind.API):
         raise InvalidInput.about("trigger_kind", refusals.TRIGGER_KIND.format())
-    _check_has_version(platform, name)
     try:
         result = triggers.trigger(
             platform.ledger,
@@ -80,18 +80,6 @@ def trigger_run(
         result.execution_state,
         result.reason,
     )
-
-
-def _check_has_version(platform: Platform, name: str) -> None:
-    with dialects.read_transaction(platform.engine) as connection:
-        row = reading.definition_named(connection, name)
-        if row.current_version is None:
-            raise Conflict(refusals.HAS_NO_VERSION.format(name=name), current_state=row.lifecycle)
-        version = queries.get_definition_version(
-            connection, definition_id=row.id, version=row.current_version
-        )
-    if version is None:
-        raise Conflict(refusals.HAS_NO_VERSION.format(name=name), current_state=row.lifecycle)
 
 
 # -- reads -------------------------------------------------------------------------------------
