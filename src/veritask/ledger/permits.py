@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 from pathlib import Path
 from typing import Final
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from veritask import secret_files
 from veritask.ledger import errors
 
 PERMIT_ENV: Final = "VERITASK_LEDGER_PERMIT"
@@ -41,16 +41,7 @@ def load_permit(home: Path) -> str:
     if from_env:
         return from_env
     path = home / PERMIT_FILE
-    if not path.exists():
-        home.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass  # another process created it meanwhile: read theirs
-        else:
-            with os.fdopen(fd, "w") as handle:
-                handle.write(secrets.token_hex(32))
-    permit = path.read_text().strip()
+    permit = secret_files.read_or_create(path)
     if not permit:
         raise errors.LedgerError(f"the ledger's purge permit {path} is empty")
     return permit

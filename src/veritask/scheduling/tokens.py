@@ -16,6 +16,7 @@ import os
 import secrets
 from pathlib import Path
 
+from veritask import secret_files
 from veritask.core import judge
 
 SECRET_ENV = "VERITASK_SECRET"
@@ -55,14 +56,4 @@ def load_secret(home: Path) -> bytes:
     from_env = os.environ.get(SECRET_ENV)
     if from_env:
         return from_env.encode()
-    path = home / "secret"
-    if not path.exists():
-        home.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass  # another process created it meanwhile: read theirs
-        else:
-            with os.fdopen(fd, "w") as handle:
-                handle.write(secrets.token_hex(32))
-    return path.read_text().strip().encode()
+    return secret_files.read_or_create(home / "secret").encode()
