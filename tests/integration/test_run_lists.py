@@ -17,7 +17,7 @@ import pytest
 from tests.integration.conftest import HELLO, PIPELINE, Api
 from veritask.core.jsontypes import JSONObject
 from veritask.core.states import PublicationState, RunExecutionState, TriggerKind
-from veritask.ledger import dialects, queries
+from veritask.ledger import queries
 from veritask.ledger import runs as ledger_runs
 
 T0 = datetime(2024, 3, 1, tzinfo=UTC)
