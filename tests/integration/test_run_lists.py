@@ -19,6 +19,7 @@ from veritask.core.jsontypes import JSONObject
 from veritask.core.states import PublicationState, RunExecutionState, TriggerKind
 from veritask.ledger import queries
 from veritask.ledger import runs as ledger_runs
+from veritask.services.platform import Platform
 
 T0 = datetime(2024, 3, 1, tzinfo=UTC)
 
@@ -32,7 +33,7 @@ class Seeded:
 
 
 def _run(
-    api: Api,
+    platform: Platform,
     definition: str,
     *,
     key: str,
@@ -43,7 +44,7 @@ def _run(
     logical_time: datetime | None = None,
     parameters: JSONObject | None = None,
 ) -> str:
-    with api.platform.engine.begin() as connection:
+    with platform.engine.begin() as connection:
         found = queries.get_definition(connection, name=definition)
         assert found is not None and found.current_version is not None
         run_id, created = ledger_runs.create_run(
@@ -68,7 +69,7 @@ def seeded(api: Api) -> Seeded:
     api.apply(PIPELINE)
     return Seeded(
         scheduled=_run(
-            api,
+            api.platform,
             "hello",
             key="hello:2024-01-01",
             kind=TriggerKind.SCHEDULE,
@@ -78,7 +79,7 @@ def seeded(api: Api) -> Seeded:
             logical_time=datetime(2024, 1, 1, tzinfo=UTC),
         ),
         backfilled=_run(
-            api,
+            api.platform,
             "hello",
             key="hello:2024-01-02",
             kind=TriggerKind.BACKFILL,
@@ -88,7 +89,7 @@ def seeded(api: Api) -> Seeded:
             logical_time=datetime(2024, 1, 2, tzinfo=UTC),
         ),
         manual=_run(
-            api,
+            api.platform,
             "pipeline",
             key="Nightly-Orders",
             kind=TriggerKind.MANUAL,
@@ -98,7 +99,7 @@ def seeded(api: Api) -> Seeded:
             parameters={"table": "orders_100%"},
         ),
         api_run=_run(
-            api,
+            api.platform,
             "pipeline",
             key="pipeline:2024-01-03",
             kind=TriggerKind.API,
@@ -111,7 +112,7 @@ def seeded(api: Api) -> Seeded:
     )
 
 
-def _listed(api: Api, params: list[tuple[str, str]] | dict[str, Any]) -> list[str]:
+def _listed(api: Api, params: Any) -> list[str]:
     response = api.http.get("/api/v2/runs", params=params)
     assert response.status_code == 200, response.text
     return [item["id"] for item in response.json()["items"]]

@@ -132,7 +132,6 @@ AT_MOST_CHARACTERS = Phrase(
 NOT_A_MOMENT = Phrase(
     "refusal.not_a_moment", "expected a date and time such as 2024-05-01T06:00, got {value!r}"
 )
-NOT_ONE_OF = Phrase("refusal.not_one_of", "expected one of {known}, got {value!r}")
 NO_NUL = Phrase("refusal.no_nul", "must not contain the NUL character (U+0000)")
 ONE_SCOPE = Phrase("refusal.one_scope", "give exactly one of definition, run or instance")
 NOT_IN_GRAPH = Phrase(
