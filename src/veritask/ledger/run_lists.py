@@ -5,9 +5,11 @@
 keyset walk stays on ``ix_runs_created_at_id`` (or ``ix_runs_definition_id_created_at_id`` with
 a definition) and stops after one page of matches, so no filter makes the read sort.
 
-``grid_cells`` is two statements whatever the number of runs: the newest runs of a definition
-(its ``(definition_id, created_at, id)`` index), then the instances of all of them at once
-(the ``(run_id, task_key, map_index)`` unique index).
+The grid is two statements whatever the number of runs: the newest runs of a definition
+(``newest_runs``, its ``(definition_id, created_at, id)`` index), then the instances of all of
+them at once (``grid_cells``, the ``(run_id, task_key, map_index)`` unique index), without
+their folds. ``instance_folds`` reads the folds of the instances whose reason the caller has
+not folded yet at their current snapshot version.
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ def _escaped(text: str) -> str:
 
 @dataclass(frozen=True)
 class GridCell:
-    """What a grid cell shows of one instance (its reason is folded from ``fold``)."""
+    """What a grid cell needs of one instance; its reason is folded from ``InstanceFold``."""
 
     instance_id: str
     run_id: str
@@ -143,8 +145,20 @@ class GridCell:
     map_index: int
     state: str
     version: int
+
+
+@dataclass(frozen=True)
+class InstanceFold:
+    """An instance's folded facts and policy at one snapshot version."""
+
+    instance_id: str
+    version: int
     fold: JSONValue
     policy: JSONObject
+
+
+#: Ids per statement when reading folds: well under every database's limit of parameters.
+FOLD_CHUNK: Final = 2000
 
 
 def newest_runs(connection: Connection, *, definition_id: str, count: int) -> list[RunRow]:
@@ -159,7 +173,7 @@ def newest_runs(connection: Connection, *, definition_id: str, count: int) -> li
 
 
 def grid_cells(connection: Connection, run_ids: Sequence[str]) -> list[GridCell]:
-    """Every instance of the runs, in one statement (only the columns a cell needs)."""
+    """Every instance of the runs, in one statement, without their folds (JSON to decode)."""
     if not run_ids:
         return []
     statement = sa.select(
@@ -169,8 +183,6 @@ def grid_cells(connection: Connection, run_ids: Sequence[str]) -> list[GridCell]
         _instances.map_index,
         _instances.state,
         _instances.version,
-        _instances.fold,
-        _instances.policy,
     ).where(_instances.run_id.in_(list(run_ids)))
     return [
         GridCell(
@@ -180,11 +192,29 @@ def grid_cells(connection: Connection, run_ids: Sequence[str]) -> list[GridCell]
             map_index=int(row.map_index),
             state=str(row.state),
             version=int(row.version),
-            fold=row.fold,
-            policy=dict(row.policy) if isinstance(row.policy, dict) else {},
         )
         for row in connection.execute(statement)
     ]
+
+
+def instance_folds(connection: Connection, instance_ids: Sequence[str]) -> list[InstanceFold]:
+    """The folds and policies of these instances, ``FOLD_CHUNK`` ids per statement."""
+    found: list[InstanceFold] = []
+    for start in range(0, len(instance_ids), FOLD_CHUNK):
+        chunk = list(instance_ids[start : start + FOLD_CHUNK])
+        statement = sa.select(
+            _instances.id, _instances.version, _instances.fold, _instances.policy
+        ).where(_instances.id.in_(chunk))
+        found += [
+            InstanceFold(
+                instance_id=str(row.id),
+                version=int(row.version),
+                fold=row.fold,
+                policy=dict(row.policy) if isinstance(row.policy, dict) else {},
+            )
+            for row in connection.execute(statement)
+        ]
+    return found
 
 
 def definition_versions(

@@ -1,8 +1,12 @@
 """A definition's grid: its recent runs (oldest at the left, newest at the right) by its tasks
 (in pipeline order), each cell one task's instance in one run, with its state and reason.
 
-The read is two statements whatever the number of runs (``ledger.run_lists``); a stored
-version's pipeline order is kept in memory once computed, since a version never changes.
+The read is two statements whatever the number of runs (``ledger.run_lists``): the newest
+runs, then all their instances without their folds. Decoding 20,000 folds costs more than the
+rest of the page, so an instance's (state, reason) is kept per snapshot version, which never
+changes once written; only the instances that moved since the last read are read again with
+their folds (a third statement, for those alone). A stored version's pipeline order is kept
+too, since a version never changes.
 """
 
 from __future__ import annotations
@@ -63,6 +67,12 @@ def definition_grid(platform: Platform, name: str, *, runs: int = DEFAULT_RUNS) 
         definition = reading.definition_named(connection, name)
         newest = run_lists.newest_runs(connection, definition_id=definition.id, count=runs)
         cells = run_lists.grid_cells(connection, [run.id for run in newest])
+        with _LOCK:
+            unseen = [c.instance_id for c in cells if (c.instance_id, c.version) not in _REASONS]
+        folded = {
+            found.instance_id: _folded(found)
+            for found in run_lists.instance_folds(connection, unseen)
+        }
         wanted = {run.definition_version for run in newest}
         if definition.current_version is not None:
             wanted.add(definition.current_version)
@@ -83,7 +93,7 @@ def definition_grid(platform: Platform, name: str, *, runs: int = DEFAULT_RUNS) 
     rows = tuple(
         Row(
             task,
-            tuple(_cell(by_run_and_task.get((run.id, task), ())) for run in columns),
+            tuple(_cell(by_run_and_task.get((run.id, task), ()), folded) for run in columns),
         )
         for task in (*task_order, *extra)
     )
@@ -147,43 +157,55 @@ def _attention(state: InstanceState) -> int:
     return _ATTENTION["waiting"]
 
 
-def _cell(found: Iterable[run_lists.GridCell]) -> Cell | None:
+def _cell(
+    found: Iterable[run_lists.GridCell], folded: dict[str, tuple[InstanceState, str]]
+) -> Cell | None:
     instances = sorted(found, key=lambda c: c.map_index)
     if not instances:
         return None
-    shown = [(_state_and_reason(c), c) for c in instances]
+    shown = [(_state_and_reason(c, folded), c) for c in instances]
     (state, reason), chosen = min(shown, key=lambda pair: _attention(pair[0][0]))
     return Cell(chosen.instance_id, state, reason, len(instances))
 
 
-def _state_and_reason(cell: run_lists.GridCell) -> tuple[InstanceState, str]:
-    """The instance's state and reason, folded once per version of its snapshot."""
-    key = (cell.instance_id, cell.version)
+def _state_and_reason(
+    cell: run_lists.GridCell, folded: dict[str, tuple[InstanceState, str]]
+) -> tuple[InstanceState, str]:
+    """The instance's state and reason: folded just now, or kept from an earlier read of the
+    same snapshot version."""
+    just_now = folded.get(cell.instance_id)
+    if just_now is not None:
+        return just_now
     with _LOCK:
-        known = _REASONS.get(key)
+        known = _REASONS.get((cell.instance_id, cell.version))
     if known is not None:
         return known
+    state = InstanceState(cell.state)  # forgotten meanwhile: the stored state, no reason yet
+    return state, ""
+
+
+def _folded(found: run_lists.InstanceFold) -> tuple[InstanceState, str]:
     snapshot = reading.snapshot_of(
         InstanceRow(
-            id=cell.instance_id,
-            run_id=cell.run_id,
-            task_key=cell.task_key,
-            map_index=cell.map_index,
-            state=cell.state,
+            id=found.instance_id,
+            run_id="",
+            task_key="",
+            map_index=-1,
+            state="",
             epoch=0,
             retry_at=None,
-            policy=cell.policy,
-            version=cell.version,
-            fold=cell.fold,
+            policy=found.policy,
+            version=found.version,
+            fold=found.fold,
             updated_observed_at=None,
         )
     )
-    found = (snapshot.state, snapshot.reason)
+    result = (snapshot.state, snapshot.reason)
     with _LOCK:
         if len(_REASONS) >= _REASONS_KEPT:
             _REASONS.clear()
-        _REASONS[key] = found
-    return found
+        _REASONS[(found.instance_id, found.version)] = result
+    return result
 
 
 def _merged(orders: Iterable[tuple[str, ...]]) -> tuple[str, ...]:

@@ -22,7 +22,8 @@ from veritask.core import problems, refusals
 from veritask.core.states import PublicationState, RunExecutionState, TriggerKind
 from veritask.services import activity, definitions, grid, run_lists
 from veritask.services.errors import InvalidInput
-from veritask.ui import context
+from veritask.ui import context, rendering
+from veritask.ui import grid as ui_grid
 from veritask.ui.pages.routing import UiRoute
 
 router = APIRouter(route_class=UiRoute, include_in_schema=False)
@@ -92,6 +93,7 @@ def grid_page(request: Request, name: str, runs: Annotated[str, Query()] = "") -
         found,
         "grid.html",
         grid=shown,
+        cells=ui_grid.row_writer(found.t, rendering.sentence_in(found.t, found.zone)),
         count=count,
         counts=sorted({10, grid.DEFAULT_RUNS, 50, grid.MAX_RUNS, count}),
         live=f"/ui/live?since={position}",
