@@ -7,8 +7,15 @@ Then serves the API with the UI from a thread, signs in, and times ``GET /ui/run
 (services, graph layout, timeline, Gantt and the template, over HTTP) ``--repeat`` times.
 The target is under one second.
 
+Then the grid: a definition of ``--grid-tasks`` tasks (200) with ``--grid-runs`` runs (100)
+written through the ledger as the scheduler and the workers would (each instance opened,
+acknowledged, started and completed, one in ten failed, in batches), and
+``GET /ui/definitions/<name>/grid?runs=100`` timed the same way: services, folds, the
+template, over HTTP. The target is under one second too.
+
     python -m bench.ui
     python -m bench.ui --tasks 1000 --layers 20 --repeat 5
+    python -m bench.ui --grid-only --grid-tasks 200 --grid-runs 100
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ import re
 import statistics
 import tempfile
 import time
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -25,9 +34,12 @@ from tests.integration.conftest import ServerThread
 
 from veritask.api.app import create_app
 from veritask.api.settings import ApiSettings
+from veritask.core import decide, judge
+from veritask.core.events import Event, EventKind
 from veritask.core.states import RunExecutionState, TriggerKind
 from veritask.execution import local
 from veritask.ledger import migrate
+from veritask.scheduling import intake
 from veritask.services import definitions, runs, tokens
 from veritask.services.platform import Platform
 from veritask.services.runtime import SchedulerRuntime
@@ -71,6 +83,164 @@ def run_to_the_end(platform: Platform, tasks: int, layers: int) -> str:
     return run_id
 
 
+def grid_definition(tasks: int, layers: int) -> str:
+    """``layered_definition`` named ``wide_grid``, whose runs may overlap."""
+    return layered_definition(tasks, layers).replace(
+        "name: wide_run\n", "name: wide_grid\nconcurrency: allow\n", 1
+    )
+
+
+def _worker_event(
+    instance_id: str, attempt_no: int, token: str, seq: int, kind: str, evidence: dict[str, object]
+) -> Event:
+    return intake.to_event(
+        {
+            "event_id": str(uuid.uuid4()),
+            "instance_id": instance_id,
+            "attempt_no": attempt_no,
+            "kind": kind,
+            "actor": "worker",
+            "event_time": datetime.now(UTC).isoformat(),
+            "seq": seq,
+            "attempt_token": token,
+            "evidence": evidence,  # type: ignore[dict-item]
+        }
+    )
+
+
+def finish_every_instance(platform: Platform, run_id: str, *, failing_every: int = 10) -> None:
+    """Open, acknowledge, start and complete each instance of the run, in four batches."""
+    instances = runs.get_run(platform, run_id).instances
+    tokens_of = {i.id: f"bench-{uuid.uuid4().hex}" for i in instances}
+    opened = []
+    for instance in instances:
+        loaded = platform.ledger.snapshot(instance.id)
+        assert loaded is not None
+        event = decide.open_attempt(
+            loaded[0],
+            token_hash=judge.hash_token(tokens_of[instance.id]),
+            now=datetime.now(UTC),
+            event_id=str(uuid.uuid4()),
+        )
+        assert event is not None
+        opened.append(event)
+    platform.ledger.apply_batch(opened)
+    platform.ledger.apply_batch(
+        [
+            Event(
+                str(uuid.uuid4()),
+                e.instance_id,
+                e.attempt_no,
+                EventKind.SUBMIT_ACKNOWLEDGED,
+                "executor",
+                datetime.now(UTC),
+                {"external_id": f"bench:{e.instance_id}/{e.attempt_no}", "executor": "bench"},
+            )
+            for e in opened
+        ]
+    )
+    started = {"worker": "bench:1", "host": "bench", "pid": 1, "pid_start_time": 1, "pgid": 1}
+    platform.ledger.apply_batch(
+        [
+            _worker_event(
+                e.instance_id, e.attempt_no, tokens_of[e.instance_id], 1, "started", started
+            )
+            for e in opened
+        ]
+    )
+    completions = []
+    for index, e in enumerate(opened):
+        failed = index % failing_every == failing_every - 1
+        evidence: dict[str, object] = {
+            "exit_code": 1 if failed else 0,
+            "signal": None,
+            "error_category": "task_error" if failed else "none",
+            "commit_marker": None,
+            "log_path": "",
+            "output": None,
+        }
+        completions.append(
+            _worker_event(
+                e.instance_id, e.attempt_no, tokens_of[e.instance_id], 2, "completed", evidence
+            )
+        )
+    platform.ledger.apply_batch(completions)
+
+
+def build_grid(platform: Platform, tasks: int, runs_count: int) -> None:
+    definitions.apply_definition(platform, grid_definition(tasks, 10), actor="bench")
+    for _ in range(runs_count):
+        run_id = runs.trigger_run(
+            platform, "wide_grid", actor="bench", kind=TriggerKind.MANUAL
+        ).run_id
+        finish_every_instance(platform, run_id)
+
+
+def time_pages(
+    http: httpx.Client, path: str, repeat: int
+) -> tuple[dict[str, list[float]], dict[str, float], int]:
+    """Each language's first render apart (templates compile, reasons are read once), then
+    ``repeat`` renders; and the size of the last page."""
+    timings: dict[str, list[float]] = {}
+    first: dict[str, float] = {}
+    size = 0
+    for language in LANGUAGES:
+        http.cookies.set(LANGUAGE_COOKIE, language)
+        began = time.perf_counter()
+        http.get(path).raise_for_status()
+        first[language] = time.perf_counter() - began
+        timings[language] = []
+        for _ in range(repeat):
+            began = time.perf_counter()
+            page = http.get(path)
+            timings[language].append(time.perf_counter() - began)
+            page.raise_for_status()
+            size = len(page.content)
+    return timings, first, size
+
+
+def report(label: str, timings: dict[str, list[float]], first: dict[str, float], size: int) -> None:
+    for language, measured in timings.items():
+        median, worst = statistics.median(measured), max(measured)
+        verdict = "under" if worst < TARGET_SECONDS else "OVER"
+        print(
+            f"{label} ({language}), {size // 1024} KiB: "
+            f"median {median * 1000:.0f} ms, worst {worst * 1000:.0f} ms of {len(measured)} "
+            f"({verdict} the {TARGET_SECONDS:.0f} s target); "
+            f"first page {first[language] * 1000:.0f} ms"
+        )
+
+
+def bench_grid(options: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="veritask-bench-grid-") as folder:
+        home = Path(folder) / "home"
+        home.mkdir()
+        url = f"sqlite:///{folder}/veritask.db"
+        migrate.upgrade(url)
+        platform = Platform.open(url, home)
+        started = time.monotonic()
+        build_grid(platform, options.grid_tasks, options.grid_runs)
+        print(
+            f"{options.grid_runs} runs of {options.grid_tasks} tasks written "
+            f"in {time.monotonic() - started:.1f}s"
+        )
+        token = tokens.create_token(platform, role=TokenRole.VIEWER, name="bench").token
+        app = create_app(ApiSettings(url, home), platform=platform)
+        ui_app.install(app)
+        path = f"/ui/definitions/wide_grid/grid?runs={options.grid_runs}"
+        with ServerThread(app) as server:
+            http = signed_in(server.url, token)
+            timings, first, size = time_pages(http, path, options.repeat)
+            http.close()
+        platform.close()
+    report(
+        f"GET {path.split('?')[0]} with {options.grid_runs} runs x {options.grid_tasks} tasks",
+        timings,
+        first,
+        size,
+    )
+
+
 def signed_in(url: str, token: str) -> httpx.Client:
     http = httpx.Client(base_url=url, timeout=60)
     csrf = re.search(r'name="csrf" value="([^"]+)"', http.get("/ui/sign-in").text)
@@ -86,7 +256,16 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--layers", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--grid-tasks", type=int, default=200)
+    parser.add_argument("--grid-runs", type=int, default=100)
+    parser.add_argument("--grid-only", action="store_true", help="Only the grid's page.")
     options = parser.parse_args()
+    if not options.grid_only:
+        bench_run_page(options)
+    bench_grid(options)
+
+
+def bench_run_page(options: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="veritask-bench-ui-") as folder:
         home = Path(folder) / "home"
         home.mkdir()

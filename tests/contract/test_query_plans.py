@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from tests.contract import builders
 from veritask.core import states
-from veritask.ledger import active_runs, queries, run_store, vocabulary
+from veritask.ledger import active_runs, queries, run_lists, run_store, vocabulary
 
 Captured = list[tuple[str, Any]]
 
@@ -101,6 +101,35 @@ READS: dict[str, tuple[Callable[[Connection], object], Indexes]] = {
     "dependency_publication": (
         lambda c: run_store.latest_publication(c, "upstream", builders.T0),
         ("ix_runs_definition_id_logical_time", "ix_runs_definition_id_created_at_id"),
+    ),
+    "filtered_runs": (
+        lambda c: run_lists.filtered_runs(
+            c,
+            run_lists.RunFilter(
+                execution_states=[states.RunExecutionState.FAILED],
+                trigger_kinds=[states.TriggerKind.SCHEDULE],
+                created_from=builders.T0,
+                text="orders",
+            ),
+        ),
+        "ix_runs_created_at_id",
+    ),
+    "filtered_runs_of_a_definition": (
+        lambda c: run_lists.filtered_runs(
+            c,
+            run_lists.RunFilter(
+                definition_id="d",
+                publication_states=[states.PublicationState.PUBLISHED],
+                logical_from=builders.T0,
+            ),
+        ),
+        # Either of the definition's indexes: by creation (the keyset walk) or, with a
+        # logical range, by logical time (SQLite reads the range and sorts just that).
+        "ix_runs_definition_id_",
+    ),
+    "newest_runs_of_a_grid": (
+        lambda c: run_lists.newest_runs(c, definition_id="d", count=100),
+        "ix_runs_definition_id_created_at_id",
     ),
     "history_of_instance": (
         lambda c: queries.history(c, subject_type=SubjectType.INSTANCE, subject_id="i"),

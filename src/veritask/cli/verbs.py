@@ -129,19 +129,66 @@ def trigger_command(
 
 @click.command("runs")
 @click.argument("name", required=False)
-@click.option("--state", "states", multiple=True, help="Only runs in this execution state.")
+@click.option(
+    "--state",
+    "--execution-state",
+    "states",
+    multiple=True,
+    help="Only runs in this execution state (repeat for any of several).",
+)
+@click.option("--publication-state", "publication_states", multiple=True, metavar="STATE")
+@click.option("--trigger-kind", "trigger_kinds", multiple=True, metavar="KIND")
+@click.option("--logical-from", metavar="TIME", help="Logical time at or after TIME (ISO 8601).")
+@click.option("--logical-to", metavar="TIME", help="Logical time before TIME.")
+@click.option("--created-from", metavar="TIME", help="Created at or after TIME.")
+@click.option("--created-to", metavar="TIME", help="Created before TIME.")
+@click.option(
+    "-q", "--search", metavar="TEXT", help="Part of the run id, idempotency key or parameters."
+)
+@click.option("--cursor", metavar="CURSOR", help="The next page (its cursor is on stderr).")
 @click.option("--limit", type=click.IntRange(1, 200), default=50, show_default=True)
 @JSON_OPTION
-def runs_command(name: str | None, states: tuple[str, ...], limit: int, as_json: bool) -> None:
-    """List runs, newest first (of definition NAME if given)."""
+def runs_command(
+    name: str | None,
+    states: tuple[str, ...],
+    publication_states: tuple[str, ...],
+    trigger_kinds: tuple[str, ...],
+    logical_from: str | None,
+    logical_to: str | None,
+    created_from: str | None,
+    created_to: str | None,
+    search: str | None,
+    cursor: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List runs, newest first (of definition NAME if given), filtered."""
     params: dict[str, str | int | list[str]] = {"limit": limit}
     if name:
         params["definition"] = name
-    if states:
-        params["state"] = [s.upper() for s in states]
+    for key, values in (
+        ("execution_state", [s.upper() for s in states]),
+        ("publication_state", [s.upper() for s in publication_states]),
+        ("trigger_kind", [k.lower() for k in trigger_kinds]),
+    ):
+        if values:
+            params[key] = values
+    for key, value in (
+        ("logical_from", logical_from),
+        ("logical_to", logical_to),
+        ("created_from", created_from),
+        ("created_to", created_to),
+        ("q", search),
+        ("cursor", cursor),
+    ):
+        if value is not None:
+            params[key] = value
     with api_client() as api:
-        found = render.items(api.get("/runs", params).get("items"))
-    render.listing(found, as_json=as_json, table=render.runs_table)
+        page = api.get("/runs", params)
+    render.listing(render.items(page.get("items")), as_json=as_json, table=render.runs_table)
+    following = page.get("next_cursor")
+    if isinstance(following, str):
+        render.err.print(f"more: --cursor {following}")
 
 
 @click.command("show")

@@ -125,6 +125,13 @@ NOT_BLANK = Phrase("refusal.not_blank", "must not be blank")
 TIME_OUT_OF_RANGE = Phrase(
     "refusal.time_out_of_range", "is outside the times the ledger keeps (years 1 to 9999, UTC)"
 )
+LATER_THAN = Phrase("refusal.later_than", "must be later than {other}", other=Slot.FIELD)
+AT_MOST_CHARACTERS = Phrase(
+    "refusal.at_most_characters", "must be at most {n} characters", n=Slot.NUMBER
+)
+NOT_A_MOMENT = Phrase(
+    "refusal.not_a_moment", "expected a date and time such as 2024-05-01T06:00, got {value!r}"
+)
 NO_NUL = Phrase("refusal.no_nul", "must not contain the NUL character (U+0000)")
 ONE_SCOPE = Phrase("refusal.one_scope", "give exactly one of definition, run or instance")
 NOT_IN_GRAPH = Phrase(

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query, status
 from veritask.api import convert, problems, schemas
 from veritask.api.security import Operator, PlatformDep, Viewer
 from veritask.core.events import OverrideScope
-from veritask.core.states import InstanceState, RunExecutionState
+from veritask.core.states import InstanceState
 from veritask.services import logs, overrides, runs
 from veritask.services.runs import SubjectType
 
@@ -18,24 +18,6 @@ router = APIRouter(tags=["runs"])
 
 After = Annotated[int | None, Query(ge=0, le=2**62, description="Continue after this position")]
 Limit = Annotated[int, Query(ge=1, le=runs.MAX_HISTORY)]
-
-
-@router.get(
-    "/runs",
-    response_model=schemas.RunPage,
-    responses=problems.documented(404, 422),
-    summary="List runs, newest first",
-)
-def list_runs(
-    platform: PlatformDep,
-    _: Viewer,
-    definition: Annotated[str | None, Query(max_length=128)] = None,
-    state: Annotated[list[RunExecutionState] | None, Query()] = None,
-    cursor: Annotated[str | None, Query(max_length=512)] = None,
-    limit: Annotated[int, Query(ge=1, le=runs.MAX_PAGE)] = 50,
-) -> schemas.RunPage:
-    page = runs.list_runs(platform, definition=definition, states=state, cursor=cursor, limit=limit)
-    return schemas.RunPage.model_validate(page)
 
 
 @router.get(

@@ -1,0 +1,315 @@
+"""``/ui/runs`` (filters, pages, links, live) and a definition's grid (order, cells, ``?runs=``),
+served with the API as ``veritask up`` serves them, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from tests.integration.conftest import ServerThread
+from tests.integration.test_run_lists import T0, Seeded, _run
+from tests.ui.conftest import Ui
+from veritask.api.app import create_app
+from veritask.api.settings import ApiSettings
+from veritask.core.events import OverrideScope
+from veritask.core.states import InstanceState, PublicationState, RunExecutionState, TriggerKind
+from veritask.services import definitions, overrides, runs, tokens
+from veritask.services.grid import pipeline_order
+from veritask.services.platform import Platform
+from veritask.services.tokens import TokenRole
+from veritask.ui import app as ui_app
+
+#: Definition order zeta, load, alpha, transform, report; alphabetical order differs, and
+#: so does every order that ignores the edges or the definition's order of ready tasks.
+BRANCHY = """\
+name: branchy
+tasks:
+  zeta: {run: "true"}
+  load: {run: "true", after: [transform]}
+  alpha: {run: "true"}
+  transform: {run: "true", after: [zeta, alpha]}
+  report: {run: "true", after: [zeta]}
+"""
+PIPELINE_ORDER = ["zeta", "alpha", "transform", "load", "report"]
+HELLO = "name: hello\ntasks:\n  greet: {run: 'echo hello'}\n"
+CELL = re.compile(
+    r'<a href="/ui/instances/([^"]+)" class="cell tone-[a-z]+" data-state="([A-Z_]+)" '
+    r'title="([^"]*)"'
+)
+
+
+@pytest.fixture
+def served(database_url: str, tmp_path: Path) -> Iterator[Ui]:
+    home = tmp_path / "home"
+    home.mkdir()
+    platform = Platform.open(database_url, home)
+    made = {
+        role: tokens.create_token(platform, role=role, name=f"{role.value}-user").token
+        for role in TokenRole
+    }
+    definitions.apply_definition(platform, BRANCHY, actor="test")
+    definitions.apply_definition(platform, HELLO, actor="test")
+    app = create_app(ApiSettings(database_url, home), platform=platform)
+    ui_app.install(app)
+    found = Ui("", platform, made)
+    try:
+        with ServerThread(app) as server:
+            found.url = server.url
+            yield found
+    finally:
+        for client in found._clients:
+            client.close()
+        platform.close()
+
+
+def _trigger(ui: Ui, name: str) -> str:
+    return runs.trigger_run(ui.platform, name, actor="operator:test").run_id
+
+
+# -- the runs list --------------------------------------------------------------------------
+
+
+def test_the_runs_list_filters_by_every_field_of_its_form(served: Ui) -> None:
+    seeded = Seeded(
+        scheduled=_run(
+            served.platform,
+            "hello",
+            key="hello:a",
+            kind=TriggerKind.SCHEDULE,
+            execution=RunExecutionState.SUCCESS,
+            publication=PublicationState.NOT_REQUIRED,
+            created_at=T0,
+            logical_time=T0 - timedelta(days=1),
+        ),
+        backfilled=_run(
+            served.platform,
+            "hello",
+            key="hello:b",
+            kind=TriggerKind.BACKFILL,
+            execution=RunExecutionState.FAILED,
+            publication=PublicationState.NOT_REQUIRED,
+            created_at=T0 + timedelta(hours=1),
+            logical_time=T0 - timedelta(days=2),
+        ),
+        manual=_trigger(served, "branchy"),
+        api_run=_trigger(served, "hello"),
+    )
+    http = served.signed_in(TokenRole.VIEWER).http
+    every = http.get("/ui/runs")
+    assert every.status_code == 200
+    assert _listed(every.text) == [
+        seeded.api_run,
+        seeded.manual,
+        seeded.backfilled,
+        seeded.scheduled,
+    ]
+    assert 'data-live id="run-list"' in every.text
+    assert 'data-live-stream="/ui/live?since=' in every.text
+    assert f'href="/ui/runs/{seeded.manual}"' in every.text
+    assert 'href="/ui/definitions/branchy"' in every.text
+    assert 'href="/ui/definitions/branchy/grid"' in every.text
+    cases = {
+        "definition=hello&execution_state=FAILED": [seeded.backfilled],
+        "trigger_kind=schedule": [seeded.scheduled],
+        "publication_state=NOT_REQUIRED&definition=branchy": [seeded.manual],
+        # The form's times are in the viewer's zone (UTC here, no zone cookie).
+        "logical_from=2024-02-28T00:00&logical_to=2024-02-29T00:00": [seeded.backfilled],
+        "created_from=2024-03-01T00:00&created_to=2024-03-01T01:00:00": [seeded.scheduled],
+        "q=HELLO:B": [seeded.backfilled],
+        "execution_state=&publication_state=&q=": [
+            seeded.api_run,
+            seeded.manual,
+            seeded.backfilled,
+            seeded.scheduled,
+        ],
+    }
+    for query, expected in cases.items():
+        page = http.get(f"/ui/runs?{query}")
+        assert page.status_code == 200, (query, page.text)
+        assert _listed(page.text) == expected, query
+
+
+def test_the_form_keeps_the_times_in_the_viewers_zone(served: Ui) -> None:
+    run_id = _run(
+        served.platform,
+        "hello",
+        key="hello:zone",
+        kind=TriggerKind.SCHEDULE,
+        execution=RunExecutionState.SUCCESS,
+        publication=PublicationState.NOT_REQUIRED,
+        created_at=T0,  # 08:00 in Shanghai
+    )
+    http = served.signed_in(TokenRole.VIEWER).http
+    http.cookies.set("veritask_tz", "Asia%2FShanghai")  # as the page's script writes it
+    assert _listed(http.get("/ui/runs?created_from=2024-03-01T08:00").text) == [run_id]
+    assert _listed(http.get("/ui/runs?created_to=2024-03-01T08:00").text) == []
+
+
+def test_pages_go_older_and_back_newer_by_cursor(served: Ui) -> None:
+    made = [_trigger(served, "hello") for _ in range(53)]
+    newest_first = made[::-1]
+    http = served.signed_in(TokenRole.VIEWER).http
+    first = http.get("/ui/runs?definition=hello")
+    assert _listed(first.text) == newest_first[:50]
+    assert 'id="newer-runs"' not in first.text
+    older = _link(first.text, "older-runs")
+    assert parse_qs(urlparse(older).query)["definition"] == ["hello"]  # the filters stay
+    second = http.get(older)
+    assert _listed(second.text) == newest_first[50:]
+    assert 'id="older-runs"' not in second.text
+    back = http.get(_link(second.text, "newer-runs"))
+    assert _listed(back.text) == newest_first[:50]
+    assert 'id="newer-runs"' not in back.text
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("execution_state=DONE", "execution_state"),
+        ("publication_state=shipped", "publication_state"),
+        ("trigger_kind=cron", "trigger_kind"),
+        ("logical_from=yesterday", "logical_from"),
+        ("created_from=2024-03-02T00:00&created_to=2024-03-01T00:00", "created_to"),
+        ("cursor=garbage", "cursor"),
+    ],
+)
+def test_a_bad_filter_is_a_422_page_naming_it(served: Ui, query: str, field: str) -> None:
+    http = served.signed_in(TokenRole.VIEWER).http
+    page = http.get(f"/ui/runs?{query}")
+    assert page.status_code == 422
+    assert field in html.unescape(page.text)
+
+
+def test_an_unknown_definition_is_a_404_page(served: Ui) -> None:
+    http = served.signed_in(TokenRole.VIEWER).http
+    assert http.get("/ui/runs?definition=nope").status_code == 404
+
+
+def test_the_nav_leads_to_the_runs_list_and_it_needs_a_sign_in(served: Ui) -> None:
+    http = served.signed_in(TokenRole.VIEWER).http
+    assert 'href="/ui/runs" id="nav-runs"' in http.get("/ui/definitions").text
+    anonymous = served.client().get("/ui/runs")
+    assert anonymous.status_code == 303
+    assert anonymous.headers["location"].startswith("/ui/sign-in")
+
+
+# -- the grid ---------------------------------------------------------------------------------
+
+
+def test_pipeline_order_is_topological_with_ties_in_definition_order() -> None:
+    from veritask.definitions import parse
+
+    graph = parse.parse_definition(BRANCHY).run_graph()
+    assert list(pipeline_order(graph)) == PIPELINE_ORDER
+
+
+def test_the_grid_puts_tasks_in_pipeline_order_and_the_newest_run_at_the_right(
+    served: Ui,
+) -> None:
+    made = [_trigger(served, "branchy") for _ in range(3)]
+    detail = runs.get_run(served.platform, made[1])
+    failed = next(i for i in detail.instances if i.task == "transform")
+    overrides.override(
+        served.platform,
+        failed.id,
+        to_state=InstanceState.FAILED,
+        scope=OverrideScope.INSTANCE,
+        reason="bad <input> data",
+        actor="operator:test",
+    )
+    http = served.signed_in(TokenRole.VIEWER).http
+    definition_page = http.get("/ui/definitions/branchy")
+    assert 'href="/ui/definitions/branchy/grid"' in definition_page.text
+    page = http.get("/ui/definitions/branchy/grid")
+    assert page.status_code == 200
+    assert re.findall(r'<tr data-task="([^"]+)">', page.text) == PIPELINE_ORDER
+    assert re.findall(r'<th class="run"><a href="/ui/runs/([^"]+)"', page.text) == made
+    cells = CELL.findall(page.text)
+    assert len(cells) == 3 * len(PIPELINE_ORDER)
+    by_instance = {instance: (state, title) for instance, state, title in cells}
+    state, title = by_instance[failed.id]
+    assert state == "FAILED"
+    # The reason is on hover, escaped: a person's words are never markup.
+    assert "bad &lt;input&gt; data" in title
+    # Every cell shows its instance's state, as the run page does.
+    for run_id in made:
+        for instance in runs.get_run(served.platform, run_id).instances:
+            assert by_instance[instance.id][0] == instance.state.value
+    # Row "transform", column 2 (the middle run) is the instance overridden.
+    rows = page.text.split('<tr data-task="')[1:]
+    transform_row = next(row for row in rows if row.startswith("transform"))
+    assert [instance for instance, _, _ in CELL.findall(transform_row)][1] == failed.id
+    assert 'data-live id="grid"' in page.text
+    assert 'data-live-stream="/ui/live?since=' in page.text
+    assert http.get(f"/ui/instances/{failed.id}").status_code == 200
+
+
+def test_runs_picks_how_many_newest_runs_the_grid_shows(served: Ui) -> None:
+    made = [_trigger(served, "hello") for _ in range(4)]
+    http = served.signed_in(TokenRole.VIEWER).http
+    page = http.get("/ui/definitions/hello/grid?runs=2")
+    assert re.findall(r'<th class="run"><a href="/ui/runs/([^"]+)"', page.text) == made[-2:]
+    assert http.get("/ui/definitions/hello/grid?runs=100").status_code == 200
+    assert http.get("/ui/definitions/hello/grid?runs=1").status_code == 200
+
+
+@pytest.mark.parametrize("runs_given", ["0", "101", "-3", "many"])
+def test_runs_out_of_range_is_a_422_page(served: Ui, runs_given: str) -> None:
+    http = served.signed_in(TokenRole.VIEWER).http
+    page = http.get(f"/ui/definitions/hello/grid?runs={runs_given}")
+    assert page.status_code == 422
+    assert "runs" in page.text
+    assert "100" in page.text
+
+
+def test_the_grid_of_an_unknown_definition_is_a_404_page(served: Ui) -> None:
+    http = served.signed_in(TokenRole.VIEWER).http
+    assert http.get("/ui/definitions/nope/grid").status_code == 404
+
+
+def test_the_grid_reads_with_two_statements_whatever_the_number_of_runs(served: Ui) -> None:
+    import sqlalchemy as sa
+
+    from veritask.services import grid
+
+    for _ in range(6):
+        _trigger(served, "branchy")
+    grid.definition_grid(served.platform, "branchy", runs=6)  # the versions' orders cached
+    statements: list[str] = []
+
+    def count(*args: object) -> None:
+        statements.append(str(args[2]))
+
+    sa.event.listen(served.platform.engine, "before_cursor_execute", count)
+    try:
+        grid.definition_grid(served.platform, "branchy", runs=6)
+        six = len(statements)
+        statements.clear()
+        grid.definition_grid(served.platform, "branchy", runs=2)
+        two = len(statements)
+    finally:
+        sa.event.remove(served.platform.engine, "before_cursor_execute", count)
+    assert six == two
+    # The definition by name, the newest runs, and their instances at once.
+    assert six <= 3 + _transaction_statements(served)
+
+
+def _transaction_statements(ui: Ui) -> int:
+    # SQLite's read transaction may add a BEGIN of its own.
+    return 1 if ui.platform.engine.dialect.name == "sqlite" else 0
+
+
+def _listed(page: str) -> list[str]:
+    return re.findall(r'<tr data-run="([^"]+)"', page)
+
+
+def _link(page: str, link_id: str) -> str:
+    found = re.search(rf'<a href="([^"]+)" id="{link_id}"', page)
+    assert found is not None, f"no link {link_id}"
+    return html.unescape(found.group(1))
