@@ -15,7 +15,7 @@ from typing import Final
 
 from veritask.core import refusals
 from veritask.core.states import PublicationState, RunExecutionState, TriggerKind
-from veritask.ledger import dialects, pagination, run_lists
+from veritask.ledger import dialects, pagination, queries, run_lists
 from veritask.ledger.rows import RunRow
 from veritask.services import reading, views
 from veritask.services.errors import InvalidInput
@@ -81,7 +81,7 @@ def list_runs(
             before=before_position,
             limit=limit,
         )
-        names = reading.definition_names(connection, (r.definition_id for r in page.items))
+        names = queries.definition_names(connection, (r.definition_id for r in page.items))
     items = tuple(reading.run_view(r, names.get(r.definition_id, "")) for r in page.items)
     first, last = (page.items[0], page.items[-1]) if page.items else (None, None)
     came_back = after_position is not None or (before_position is not None and page.more_before)
