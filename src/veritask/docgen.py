@@ -148,8 +148,11 @@ def state_machine_page() -> str:
         + "Veritask keeps no status column that several writers overwrite. Every change is an "
         "event; an instance's state is derived from the set of its events (the fold), and the "
         "table below lists every edge the fold may produce between two successive snapshots. "
-        "The table is data in `src/veritask/core/transitions.py`; the property tests check "
-        "that every recorded history is a path of it, and this page is drawn from it. Why the "
+        "The table is data in `src/veritask/core/transitions.py`, and it is law at run time: "
+        "an event whose fold would move the instance or its attempt along an edge the table "
+        "does not hold is refused (kept among the rejected events, its reason naming the move "
+        "and the rules of its kind), and nothing changes. The property tests check that every "
+        "recorded history is a path of it, and this page is drawn from it. Why the "
         "rules are what they are, with worked examples, is in "
         "[outcomes-and-fencing.md](outcomes-and-fencing.md).\n\n"
         + doctext.OBJECTS

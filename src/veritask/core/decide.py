@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from veritask.core import judge, reasons
-from veritask.core.events import Event, EventKind
+from veritask.core import judge, new_events, reasons
+from veritask.core.events import Event
 from veritask.core.fold import AttemptView, InstanceSnapshot
 from veritask.core.jsontypes import JSONObject
 from veritask.core.policy import OnUnknown, TaskPolicy
@@ -59,12 +59,17 @@ class Reconciliation:
 
 
 def open_attempt(
-    snapshot: InstanceSnapshot, *, token_hash: str, now: datetime, event_id: str
+    snapshot: InstanceSnapshot,
+    *,
+    token_hash: str,
+    now: datetime,
+    event_id: str,
+    nonce: str | None = None,
 ) -> Event | None:
     """The scheduler's ``attempt_opened`` if the instance may open its next attempt now.
 
     Dependencies and concurrency are the caller's to check; this checks the state and
-    ``retry_at``.
+    ``retry_at``. ``nonce`` is kept in the evidence when the caller rebuilds tokens from it.
     """
     opening = judge.next_opening(snapshot)
     if opening is None:
@@ -72,19 +77,16 @@ def open_attempt(
     if snapshot.retry_at is not None and now < snapshot.retry_at:
         return None
     reason, retry_index, resubmit_index = opening
-    return Event(
+    return new_events.attempt_opened(
         event_id=event_id,
         instance_id=snapshot.instance_id,
         attempt_no=snapshot.epoch + 1,
-        kind=EventKind.ATTEMPT_OPENED,
-        actor="scheduler",
         event_time=now,
-        evidence={
-            "token_hash": token_hash,
-            "reason": reason.value,
-            "retry_index": retry_index,
-            "resubmit_index": resubmit_index,
-        },
+        token_hash=token_hash,
+        reason=reason,
+        retry_index=retry_index,
+        resubmit_index=resubmit_index,
+        nonce=nonce,
     )
 
 
@@ -100,18 +102,15 @@ def monitor(
         expires = lease_expiry(current, policy)
         if expires is not None and now >= expires:
             events.append(
-                _decision(
-                    snapshot,
-                    EventKind.LEASE_EXPIRED,
-                    "monitor",
-                    now,
-                    next_id,
-                    {
-                        "last_report_seq": current.max_report_seq,
-                        "lease_expires_at": expires.isoformat(),
-                        "last_report_at": _iso(current.last_report_at),
-                        "lease_seconds": policy.lease.total_seconds(),
-                    },
+                new_events.lease_expired(
+                    event_id=next_id(),
+                    instance_id=snapshot.instance_id,
+                    attempt_no=snapshot.epoch,
+                    event_time=now,
+                    last_report_seq=current.max_report_seq,
+                    lease_expires_at=expires,
+                    last_report_at=current.last_report_at,
+                    lease_seconds=policy.lease.total_seconds(),
                 )
             )
     deadline = timeout_deadline(current, policy)
@@ -119,17 +118,14 @@ def monitor(
     timeout = policy.timeout
     if deadline and timeout and running and now >= deadline and current.stop_cause is None:
         events.append(
-            _decision(
-                snapshot,
-                EventKind.TIMEOUT_REQUESTED,
-                "monitor",
-                now,
-                next_id,
-                {
-                    "timeout_seconds": timeout.total_seconds(),
-                    "started_at": _iso(current.started_at),
-                    "reason": reasons.RAN_PAST_TIMEOUT.format(),
-                },
+            new_events.timeout_requested(
+                event_id=next_id(),
+                instance_id=snapshot.instance_id,
+                attempt_no=snapshot.epoch,
+                event_time=now,
+                timeout_seconds=timeout.total_seconds(),
+                started_at=current.started_at,
+                reason=reasons.RAN_PAST_TIMEOUT.format(),
             )
         )
         # A timeout stops the attempt; a lease decision on the same snapshot would be moot.
@@ -174,32 +170,32 @@ def reconcile(
     engine = observation.engine_state if observation else None
     ended = engine in (EngineState.SUCCEEDED, EngineState.FAILED)
 
-    def record(kind: EventKind, evidence: JSONObject) -> Event:
-        return _decision(snapshot, kind, "reconciler", now, next_id, evidence)
+    def about() -> new_events.Subject:
+        return _about(snapshot, now, next_id)
 
     if observation is not None and ended and state in _WATCHED:
-        return Reconciliation((record(EventKind.ENGINE_OBSERVED, observation.evidence()),))
+        return Reconciliation((new_events.engine_observed(**about(), observation=observation),))
     if state is AttemptState.SCHEDULED:
         if engine is EngineState.NOT_FOUND:
             return Reconciliation(submit=True)
         return Reconciliation()
     never_had_it = engine is EngineState.NOT_FOUND and current.max_report_seq == 0
     if state is AttemptState.QUEUED and never_had_it and observation:
-        return Reconciliation((record(EventKind.NEVER_RECEIVED, observation.evidence()),))
+        return Reconciliation((new_events.never_received(**about(), observation=observation),))
     if state is AttemptState.QUEUED and engine is EngineState.UNKNOWN:
         # The engine took it and cannot tell what became of it: the process that took it died
         # before the worker's first report (a host lost between its claim and `started`). No
         # lease will ever lapse for it, so it is judged as a LOST one is, with the evidence
         # window running from the acknowledgement.
         since = unknown_since or current.queued_at or now
-        return _reconcile_lost(policy, current, observation, now, since, record)
+        return _reconcile_lost(policy, current, observation, now, since, about)
     if state in (AttemptState.CANCELLING, AttemptState.CANCEL_FAILED):
-        return _reconcile_stop(snapshot, policy, current, observation, now, record)
+        return _reconcile_stop(snapshot, policy, current, observation, now, about)
     if state is AttemptState.LOST:
         facts = snapshot.facts.attempt(current.attempt_no)
         lease = facts.lease_expired if facts else None
         since = unknown_since or (lease.platform_time if lease else now)
-        return _reconcile_lost(policy, current, observation, now, since, record)
+        return _reconcile_lost(policy, current, observation, now, since, about)
     return Reconciliation()
 
 
@@ -220,19 +216,20 @@ def _reconcile_stop(
     current: AttemptView,
     observation: Observation | None,
     now: datetime,
-    record: Callable[[EventKind, JSONObject], Event],
+    about: Callable[[], new_events.Subject],
 ) -> Reconciliation:
     if observation is not None and observation.engine_state is EngineState.NOT_FOUND:
-        return Reconciliation((record(EventKind.CANCEL_CONFIRMED, observation.evidence()),))
+        return Reconciliation((new_events.cancel_confirmed(**about(), observation=observation),))
     stop = snapshot.facts.attempt(current.attempt_no)
     requested = stop.stop_requested if stop else None
     window_closed = requested is not None and now >= requested.platform_time + policy.cancel_window
     if current.state is AttemptState.CANCELLING and window_closed:
-        evidence: JSONObject = {
-            "engine_state": observation.engine_state.value if observation else "unreachable",
-            "window_seconds": policy.cancel_window.total_seconds(),
-        }
-        return Reconciliation((record(EventKind.CANCEL_UNCONFIRMED, evidence),), True)
+        unconfirmed = new_events.cancel_unconfirmed(
+            **about(),
+            engine_state=observation.engine_state.value if observation else "unreachable",
+            window_seconds=policy.cancel_window.total_seconds(),
+        )
+        return Reconciliation((unconfirmed,), True)
     return Reconciliation(stop_engine=True)
 
 
@@ -242,7 +239,7 @@ def _reconcile_lost(
     observation: Observation | None,
     now: datetime,
     since: datetime,
-    record: Callable[[EventKind, JSONObject], Event],
+    about: Callable[[], new_events.Subject],
 ) -> Reconciliation:
     if now < since + policy.evidence_window:
         return Reconciliation()
@@ -255,14 +252,15 @@ def _reconcile_lost(
     }
     if policy.on_unknown is OnUnknown.WAIT:
         return Reconciliation(alert=reasons.INCONCLUSIVE.format(attempt_no=current.attempt_no))
-    evidence: JSONObject = {
-        "reason": reasons.FATE_UNKNOWN.format(window=policy.evidence_window),
-        "on_unknown": policy.on_unknown.value,
-        "gathered": gathered,
-    }
+    fenced = new_events.fenced(
+        **about(),
+        reason=reasons.FATE_UNKNOWN.format(window=policy.evidence_window),
+        on_unknown=policy.on_unknown,
+        gathered=gathered,
+    )
     # Fencing keeps a stale attempt from committing; only a stop keeps two copies from
     # running side by side, so the shell stops the old one first.
-    return Reconciliation((record(EventKind.FENCED, evidence),), stop_engine=True)
+    return Reconciliation((fenced,), stop_engine=True)
 
 
 def request_stop(
@@ -284,14 +282,14 @@ def request_stop(
     current = snapshot.current
     if not nothing_running and (current is None or current.state not in _STOPPABLE):
         return None
-    return Event(
+    return new_events.cancel_requested(
         event_id=event_id,
         instance_id=snapshot.instance_id,
         attempt_no=snapshot.epoch,
-        kind=EventKind.CANCEL_REQUESTED,
-        actor=actor,
         event_time=now,
-        evidence={"reason": reason, "nothing_running": nothing_running},
+        actor=actor,
+        reason=reason,
+        nothing_running=nothing_running,
     )
 
 
@@ -300,23 +298,14 @@ _STOPPABLE = frozenset(
 )
 
 
-def _decision(
-    snapshot: InstanceSnapshot,
-    kind: EventKind,
-    actor: str,
-    now: datetime,
-    next_id: NextId,
-    evidence: JSONObject,
-) -> Event:
-    return Event(
-        event_id=next_id(),
-        instance_id=snapshot.instance_id,
-        attempt_no=snapshot.epoch,
-        kind=kind,
-        actor=actor,
-        event_time=now,
-        evidence=evidence,
-    )
+def _about(snapshot: InstanceSnapshot, now: datetime, next_id: NextId) -> new_events.Subject:
+    """A decision on ``snapshot``: about its epoch, taken now, under a fresh id."""
+    return {
+        "event_id": next_id(),
+        "instance_id": snapshot.instance_id,
+        "attempt_no": snapshot.epoch,
+        "event_time": now,
+    }
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -12,7 +12,7 @@ The state is not stored here; :mod:`veritask.core.fold` derives it from these fa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import TypeVar
 
@@ -25,9 +25,17 @@ _Record = TypeVar("_Record")
 
 def _revised(record: _Record, **changes: object) -> _Record:
     """``dataclasses.replace`` for this module's frozen records, which have neither
-    ``__post_init__`` nor slots: a copy of the fields with ``changes``, in a seventh of the
-    time (4.7 against 0.65 µs). The fold merges nearly every event with it, and a scheduler
-    merges thousands a second."""
+    ``__post_init__`` nor slots: a copy of the fields with ``changes``, several times faster.
+    The fold merges nearly every event with it, and a scheduler merges thousands a second.
+
+    A name that is not one of the record's fields raises ``TypeError`` (as ``replace`` would),
+    so a misspelled field cannot pass silently: the check is one subset test on a set built
+    once per record type.
+    """
+    names = _FIELDS[type(record)]
+    if not names.issuperset(changes):
+        unknown = ", ".join(sorted(set(changes) - names))
+        raise TypeError(f"{type(record).__name__} has no field {unknown}")
     revised = object.__new__(type(record))
     revised.__dict__.update(record.__dict__, **changes)
     return revised
@@ -201,6 +209,12 @@ class InstanceFacts:
             if e == epoch and mark.kind is kind:
                 return mark
         return None
+
+
+#: The field names of the records ``_revised`` copies.
+_FIELDS: dict[type, frozenset[str]] = {
+    kind: frozenset(f.name for f in fields(kind)) for kind in (AttemptFacts, InstanceFacts)
+}
 
 
 def merge(facts: InstanceFacts, event: Event) -> InstanceFacts:

@@ -11,9 +11,10 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import assert_never
 
 from veritask.core import fold as folding
-from veritask.core import reasons
+from veritask.core import reasons, transitions
 from veritask.core.events import (
     Event,
     EventKind,
@@ -94,6 +95,9 @@ def judge(
     if problem is not None:
         return verdict(Outcome.REJECTED, problem)
     after = folding.step(snapshot, event, policy)
+    off_the_table = _off_the_table(snapshot, after, event)
+    if off_the_table is not None:
+        return verdict(Outcome.REJECTED, off_the_table)
     stale = _staleness(snapshot, event)
     if stale is not None:
         return verdict(Outcome.STALE, stale, after)
@@ -194,8 +198,20 @@ def _decision_problem(snapshot: InstanceSnapshot, event: Event) -> str | None:
         case EventKind.REMOVED:
             if attempt_state is not None and not attempt_state.is_terminal:
                 return reasons.STILL_ACTIVE.format(state=state, epoch=epoch)
+        case (
+            EventKind.SUBMIT_ACKNOWLEDGED
+            | EventKind.SUBMIT_FAILED
+            | EventKind.STARTED
+            | EventKind.HEARTBEAT
+            | EventKind.PROGRESS
+            | EventKind.OUTPUT_COMMITTED
+            | EventKind.COMPLETED
+            | EventKind.CANCEL_CONFIRMED
+            | EventKind.ENGINE_OBSERVED
+        ):
+            return None  # facts, not decisions: no snapshot has to justify them
         case _:
-            return None
+            assert_never(kind)
     return None
 
 
@@ -257,6 +273,42 @@ def next_opening(snapshot: InstanceSnapshot) -> tuple[OpenReason, int, int] | No
     reason = _retry_reason(previous)
     retry_index, resubmit_index = _next_counters(previous, reason)
     return reason, retry_index, resubmit_index
+
+
+def _off_the_table(before: InstanceSnapshot, after: InstanceSnapshot, event: Event) -> str | None:
+    """Why folding ``event`` would make a move the transition table does not hold, or None.
+
+    The table is law at run time: one dict lookup per state that changed (the instance's, and
+    that of the attempt the event names), so the ledger's hot path stays as it was.
+    """
+    kind = event.kind
+    if (
+        before.state is not after.state
+        and (before.state, after.state, kind) not in transitions.INSTANCE_EDGES
+    ):
+        return reasons.OFF_THE_TABLE.format(
+            source=before.state,
+            target=after.state,
+            kind=kind,
+            rules=transitions.rules_for(kind, transitions.INSTANCE_RULES),
+        )
+    if event.attempt_no < 1:
+        return None
+    was, now = before.attempt(event.attempt_no), after.attempt(event.attempt_no)
+    if (
+        was is not None
+        and now is not None
+        and was.state is not now.state
+        and (was.state, now.state, kind) not in transitions.ATTEMPT_EDGES
+    ):
+        return reasons.ATTEMPT_OFF_THE_TABLE.format(
+            attempt_no=event.attempt_no,
+            source=was.state,
+            target=now.state,
+            kind=kind,
+            rules=transitions.rules_for(kind, transitions.ATTEMPT_RULES),
+        )
+    return None
 
 
 def _staleness(snapshot: InstanceSnapshot, event: Event) -> str | None:

@@ -354,6 +354,23 @@ COMPLETIONS_DISAGREE = Phrase(
     state=Slot.STATE,
     reason=_S,
 )
+OFF_THE_TABLE = Phrase(
+    "reason.off_the_table",
+    "refused by the transition table: no rule moves the instance from {source} to {target} "
+    "on {kind} (the rules of that kind: {rules})",
+    source=Slot.STATE,
+    target=Slot.STATE,
+    kind=Slot.EVENT_KIND,
+)
+ATTEMPT_OFF_THE_TABLE = Phrase(
+    "reason.attempt_off_the_table",
+    "refused by the transition table: no rule moves attempt {attempt_no} from {source} to "
+    "{target} on {kind} (the rules of that kind: {rules})",
+    attempt_no=Slot.NUMBER,
+    source=Slot.STATE,
+    target=Slot.STATE,
+    kind=Slot.EVENT_KIND,
+)
 STAYS = Phrase(
     "reason.stays",
     "recorded {kind}; the instance stays {state}",

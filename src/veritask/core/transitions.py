@@ -1,14 +1,16 @@
 """The transition table, as data: every edge the fold may produce between two snapshots.
 
-This is the one copy. The docs (``python -m veritask.docgen``), the checks in
-:func:`check_instance_edge` and the property tests all read it. Each rule names the events that
-may cause it and who owns the move; an edge the fold produces outside this table is a bug
-(guarantee 3, legal paths, of docs/outcomes-and-fencing.md).
+This is the one copy, and it is law at run time: ``judge`` looks every move of an instance and
+of the attempt an event names up in :data:`INSTANCE_EDGES` and :data:`ATTEMPT_EDGES` (one dict
+lookup each), and refuses an event whose fold would make a move they lack, naming it and the
+rules of its kind. The docs (``python -m veritask.docgen``), :func:`check_instance_edge` and
+the property tests read it too. Each rule names the events that may cause it and who owns the
+move (guarantee 3, legal paths, of docs/outcomes-and-fencing.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -124,7 +126,7 @@ INSTANCE_RULES: tuple[Rule[InstanceState], ...] = (
     ),
     _rule(
         "engine_cannot_start_it",
-        [I.SCHEDULED, I.QUEUED, I.CANCELLING],
+        [I.SCHEDULED, I.QUEUED, I.CANCELLING, I.CANCEL_FAILED, I.UP_FOR_RETRY],
         [I.START_FAILED, I.UP_FOR_RETRY],
         [K.SUBMIT_FAILED],
         "executor",
@@ -237,10 +239,11 @@ INSTANCE_RULES: tuple[Rule[InstanceState], ...] = (
     _rule(
         "worker_report_beats_a_submit_failure",
         [I.START_FAILED, I.UP_FOR_RETRY],
-        [I.RUNNING],
+        [I.RUNNING, I.CANCELLING],
         REPORTS,
         "worker",
-        "a worker that reports proves the engine did start the attempt",
+        "a worker that reports proves the engine did start the attempt (CANCELLING if a stop "
+        "was asked meanwhile)",
     ),
 )
 
@@ -259,7 +262,7 @@ ATTEMPT_RULES: tuple[Rule[AttemptState], ...] = (
     ),
     _rule(
         "start_failed",
-        [A.SCHEDULED, A.QUEUED, A.CANCELLING],
+        [A.SCHEDULED, A.QUEUED, A.CANCELLING, A.CANCEL_FAILED],
         [A.START_FAILED],
         [K.SUBMIT_FAILED],
         "executor",
@@ -271,6 +274,14 @@ ATTEMPT_RULES: tuple[Rule[AttemptState], ...] = (
         _A_BY_COMPLETION,
         COMPLETIONS,
         "worker / reconciler",
+        "",
+    ),
+    _rule(
+        "started_while_stopping",
+        [A.START_FAILED],
+        [A.CANCELLING],
+        REPORTS,
+        "worker",
         "",
     ),
     _rule("late_commit_marker", [A.FAILED], [A.SUCCESS], [K.OUTPUT_COMMITTED], "worker", ""),
@@ -303,6 +314,32 @@ ATTEMPT_RULES: tuple[Rule[AttemptState], ...] = (
     ),
     _rule("fenced", [A.LOST, A.QUEUED], [A.ABANDONED], [K.FENCED], "reconciler", ""),
 )
+
+
+def _edges(rules: Iterable[Rule[S]]) -> Mapping[tuple[S, S, EventKind], Rule[S]]:
+    """Every move the rules allow, keyed for one lookup; the first rule that allows it names it."""
+    edges: dict[tuple[S, S, EventKind], Rule[S]] = {}
+    for rule in rules:
+        for source in rule.sources:
+            for target in rule.targets:
+                for cause in rule.causes:
+                    if source is not target:
+                        edges.setdefault((source, target, cause), rule)
+    return edges
+
+
+#: (source, target, cause) -> the rule allowing it: what ``judge`` checks every move against.
+INSTANCE_EDGES: Mapping[tuple[InstanceState, InstanceState, EventKind], Rule[InstanceState]] = (
+    _edges(INSTANCE_RULES)
+)
+ATTEMPT_EDGES: Mapping[tuple[AttemptState, AttemptState, EventKind], Rule[AttemptState]] = _edges(
+    ATTEMPT_RULES
+)
+
+
+def rules_for(kind: EventKind, rules: Iterable[Rule[S]]) -> str:
+    """The names of the rules by which ``kind`` may move anything, for a refusal's reason."""
+    return ", ".join(r.name for r in rules if kind in r.causes) or "none"
 
 
 def instance_rule(

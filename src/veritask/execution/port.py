@@ -1,10 +1,12 @@
 """The Executor port: what the platform may ask of any execution engine (docs/executors.md,
 section 1).
 
-An executor adapts one engine (the embedded local supervisor, later Celery or Kubernetes). It
-submits attempts, describes what the engine knows about them, and asks it to stop or forget
-them. It returns observations with their evidence and never writes the ledger: deciding what an
-observation means is the reconciler's job.
+An executor adapts one engine (the embedded local supervisor, Celery, a SQL engine; see
+``execution/engines.py``). It submits attempts (:class:`Executor`, or many at once with
+:class:`SubmittingMany`), describes what the engine knows about one, asks it to stop one
+(``cancel``) and to forget one (``cleanup``); one that holds connections opens them first
+(:class:`Connecting`). It returns observations with their evidence and never writes the
+ledger: deciding what an observation means is the reconciler's job.
 
 The engine states and error categories are the core's vocabulary (``veritask.core.states`` and
 ``veritask.core.events``); this module re-exports them so that adapters need one import.

@@ -2,8 +2,9 @@
 section 3).
 
 ``veritask-worker <attempt dir>/spec.json`` (or ``python -m veritask.execution.worker``) runs
-the attempt whose spec it is given; the local supervisor forks it instead of executing it, and
-calls :func:`run_forked`. Either way it:
+the attempt whose spec it is given (:func:`main`); the local supervisor forks warm workers
+instead (:func:`fork_supervised`), each running the attempts it is handed with
+:func:`run_attempt`. Either way it:
 
 1. takes the attempt's worker lock (one worker per attempt directory);
 2. starts the task in its own process group, output to the capped ``task.log``;
@@ -18,10 +19,11 @@ Run again on a directory whose worker died, it starts nothing twice: it delivers
 still holds (and the exit record's completion, if the spool missed it) and exits.
 
 Under the local supervisor a worker is kept warm: once an attempt is over (its exit record
-written, its events delivered), it lets go of that attempt and waits for the supervisor to
-give it another (:func:`serve_supervisor`). Forking a Python process and its first writes to
-the pages it shares with its parent cost more CPU than the worker's whole run of a short
-task; a warm worker pays them once for many attempts.
+written, its events delivered), it lets go of that attempt and waits on its control socket for
+the supervisor to give it another (:func:`serve_supervisor`), up to ``ATTEMPTS_PER_WORKER``.
+Forking a Python process and its first writes to the pages it shares with its parent cost
+more CPU than the worker's whole run of a short task; a warm worker pays them once for many
+attempts.
 
 A Celery pool process runs its deliveries' attempts itself (:func:`run_attempt_here`), with a
 :class:`Companion` that the worker's loop ticks: it refreshes the delivery's lease, ships the

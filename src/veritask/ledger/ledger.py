@@ -23,8 +23,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from veritask.core import codec, judge
-from veritask.core.events import Event, EventKind
+from veritask.core import codec, judge, new_events
+from veritask.core.events import Event
 from veritask.core.fold import AttemptView, InstanceSnapshot, derive, empty
 from veritask.core.judge import Outcome
 from veritask.core.policy import TaskPolicy
@@ -632,15 +632,14 @@ def _created_event(
     now: datetime,
 ) -> Event:
     """The scheduler's ``instance_created``, the first event of every instance."""
-    return Event(
-        event_id,
-        instance_id,
-        0,
-        EventKind.INSTANCE_CREATED,
-        "scheduler",
-        event_time,
-        {"task_key": task_key, "map_index": map_index, "run_id": run_id},
+    return new_events.instance_created(
+        event_id=event_id,
+        instance_id=instance_id,
+        event_time=event_time,
         observed_at=now,
+        task_key=task_key,
+        map_index=map_index,
+        run_id=run_id,
     )
 
 

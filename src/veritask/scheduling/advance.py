@@ -10,11 +10,11 @@ back in :class:`Advanced`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from veritask.core import decide, judge, reasons, run_state, trigger_rules
-from veritask.core.events import Event, EventKind
+from veritask.core import decide, judge, new_events, reasons, run_state, trigger_rules
+from veritask.core.events import Event, EventKind, OpenReason
 from veritask.core.states import InstanceState, RunExecutionState
 from veritask.definitions.model import Definition
 from veritask.ledger import alerts, dialects, run_store
@@ -346,20 +346,16 @@ class RunAdvancer:
         nonce = AttemptTokens.new_nonce()
         attempt_no = brief.epoch + 1
         token_hash = self.dispatcher.tokens.token_hash(brief.id, attempt_no, nonce)
-        event = Event(
-            new_event_id(),
-            brief.id,
-            attempt_no,
-            EventKind.ATTEMPT_OPENED,
-            "scheduler",
-            now,
-            {
-                "token_hash": token_hash,
-                "reason": "first",
-                "retry_index": 0,
-                "resubmit_index": 0,
-                "nonce": nonce,
-            },
+        event = new_events.attempt_opened(
+            event_id=new_event_id(),
+            instance_id=brief.id,
+            attempt_no=attempt_no,
+            event_time=now,
+            token_hash=token_hash,
+            reason=OpenReason.FIRST,
+            retry_index=0,
+            resubmit_index=0,
+            nonce=nonce,
         )
         return event, Opened(brief.id, attempt_no, brief.task_key, nonce)
 
@@ -384,10 +380,10 @@ class RunAdvancer:
             token_hash=self.dispatcher.tokens.token_hash(brief.id, attempt_no, nonce),
             now=now,
             event_id=new_event_id(),
+            nonce=nonce,
         )
         if event is None:
             return None
-        event = replace(event, evidence={**event.evidence, "nonce": nonce})
         return event, Opened(brief.id, attempt_no, brief.task_key, nonce)
 
     def _settle_run(

@@ -19,7 +19,8 @@ from datetime import datetime
 from pathlib import Path
 
 from veritask import ids
-from veritask.core.events import Event, EventKind
+from veritask.core import new_events
+from veritask.core.events import Event
 from veritask.core.jsontypes import JSONValue
 from veritask.definitions import parameters
 from veritask.definitions.model import Definition, SecretRef, TaskSpec, task_env
@@ -212,18 +213,14 @@ class Dispatcher:
                 self._remember_deferral(opened, str(outcome))
                 return None
             return _failed(opened, now, str(outcome), retryable=False)
-        return Event(
-            new_event_id(),
-            opened.instance_id,
-            opened.attempt_no,
-            EventKind.SUBMIT_ACKNOWLEDGED,
-            "executor",
-            now,
-            {
-                "external_id": outcome.external_id,
-                "executor": task.executor,
-                "resubmitted": not outcome.created,
-            },
+        return new_events.submit_acknowledged(
+            event_id=new_event_id(),
+            instance_id=opened.instance_id,
+            attempt_no=opened.attempt_no,
+            event_time=now,
+            external_id=outcome.external_id,
+            executor=task.executor,
+            resubmitted=not outcome.created,
         )
 
 
@@ -429,12 +426,11 @@ class _Lane:
 
 
 def _failed(opened: Opened, now: datetime, error: str, *, retryable: bool) -> Event:
-    return Event(
-        new_event_id(),
-        opened.instance_id,
-        opened.attempt_no,
-        EventKind.SUBMIT_FAILED,
-        "executor",
-        now,
-        {"error": error, "retryable": retryable},
+    return new_events.submit_failed(
+        event_id=new_event_id(),
+        instance_id=opened.instance_id,
+        attempt_no=opened.attempt_no,
+        event_time=now,
+        error=error,
+        retryable=retryable,
     )

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Literal
 
-from veritask.core import reasons
+from veritask.core import new_events, reasons
 from veritask.core.events import Event, EventKind
-from veritask.core.jsontypes import JSONObject
 from veritask.core.states import InstanceState
 from veritask.ledger import run_store
 from veritask.ledger.ledger import Ledger
@@ -59,13 +59,16 @@ class BranchChoices:
 
 def rule_event(
     brief: run_store.InstanceBrief,
-    kind: EventKind,
+    kind: Literal[EventKind.SKIPPED, EventKind.UPSTREAM_FAILED],
     rule: str,
     now: datetime,
     upstream: Mapping[str, InstanceState] | None = None,
 ) -> Event:
-    evidence: JSONObject = {
-        "rule": rule,
-        "upstream": {key: state.value for key, state in (upstream or {}).items()},
-    }
-    return Event(new_event_id(), brief.id, 0, kind, "scheduler", now, evidence)
+    return new_events.trigger_rule_decided(
+        kind,
+        event_id=new_event_id(),
+        instance_id=brief.id,
+        event_time=now,
+        rule=rule,
+        upstream=upstream or {},
+    )

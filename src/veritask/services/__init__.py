@@ -1,4 +1,4 @@
-"""The application's commands and queries: the one place that ``api`` (and later ``ui``) calls.
+"""The application's commands and queries: the one place that ``api``, ``ui`` and ``cli`` call.
 
 Each module is a small set of functions over a :class:`~veritask.services.platform.Platform`
 (the ledger and the data folder). Commands validate, record and return at once
@@ -6,11 +6,19 @@ Each module is a small set of functions over a :class:`~veritask.services.platfo
 :mod:`veritask.services.errors`; the API maps each to one problem document.
 
 - ``definitions``: apply, list, show, enable/disable, the delete lifecycle.
-- ``runs``: trigger, list, show runs and instances, histories, cancel.
+- ``runs``, ``reading``, ``durations``: trigger, list and show runs and instances, their
+  histories and where their time went, cancel.
 - ``overrides``: an operator sets SUCCESS or FAILED on the current epoch, audited.
 - ``callbacks``: worker reports and the output commit check (attempt tokens).
-- ``logs``: tail and search an attempt's log.
-- ``tokens``: API tokens and roles.
+- ``logs``, ``log_format``: tail and search an attempt's log.
+- ``tokens``, ``sessions``: API tokens and roles, the web UI's sign-in.
+- ``alerts``, ``alert_delivery``, ``deadlines``: alerts and their lifecycle, sending them out,
+  and the ``deadline`` alerts of runs late for their expected finish.
+- ``metrics``, ``activity``, ``health``, ``doctor``: ``/metrics``, what the platform is doing
+  now, readiness (the database and its schema), the environment's checks.
+- ``operations``: verify, export, replay and purge the ledger, each recorded.
 - ``runtime``: the scheduler process that ``veritask up`` and ``veritask scheduler`` start,
   with the scheduling layer's lease (one scheduler on SQLite).
+- ``views``, ``errors``, ``platform``: the shapes returned, the errors raised, and what every
+  service is given.
 """

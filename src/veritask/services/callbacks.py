@@ -15,8 +15,8 @@ import uuid
 from datetime import UTC
 from typing import Final
 
-from veritask.core import alert_messages, judge, reasons, refusals
-from veritask.core.events import Event, EventKind, names_a_foreign_log
+from veritask.core import alert_messages, judge, new_events, reasons, refusals
+from veritask.core.events import Event, names_a_foreign_log
 from veritask.core.fold import AttemptView, InstanceSnapshot
 from veritask.core.jsontypes import JSONObject
 from veritask.core.states import AttemptState
@@ -181,15 +181,14 @@ def commit_output(
     if attempt.commit_marker == marker:
         # A task that retries its commit (the answer was lost) is answered the same again.
         return views.CommitAccepted(instance_id, attempt_no, marker, judge.Outcome.APPLIED.value)
-    event = Event(
+    event = new_events.output_committed(
         # One id per (attempt, marker): a task that retries its commit records it once.
         event_id=str(uuid.uuid5(_COMMIT_IDS, f"{instance_id}/{attempt_no}/{marker}")),
         instance_id=instance_id,
         attempt_no=attempt_no,
-        kind=EventKind.OUTPUT_COMMITTED,
-        actor="worker",
         event_time=platform.now(),
-        evidence={"marker": marker, "via": "commit_check"},
+        marker=marker,
+        via="commit_check",
         # A report number the attempt already used: the check proves no new liveness.
         seq=max(1, attempt.max_report_seq),
         attempt_token=attempt_token,

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from veritask.core import judge, refusals, run_state
-from veritask.core.events import Event, EventKind, OverrideScope
+from veritask.core import judge, new_events, refusals, run_state
+from veritask.core.events import Event, OverrideScope
 from veritask.core.fold import InstanceSnapshot
 from veritask.core.states import InstanceState, RunExecutionState
 from veritask.definitions import parse
@@ -29,6 +29,17 @@ from veritask.services.platform import Platform
 
 OVERRIDE_STATES = (InstanceState.SUCCESS, InstanceState.FAILED)
 _ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What the operator asked for, on which instance."""
+
+    to_state: InstanceState
+    reason: str
+    scope: OverrideScope
+    actor: str
+    origin: str
 
 
 @dataclass(frozen=True)
@@ -64,12 +75,9 @@ def override(
         # A publication step is outside the task graph: nothing in it is downstream of one.
         raise InvalidInput.about("scope", refusals.NOT_IN_GRAPH.format(task=instance.task_key))
     task_keys = _scope(graph, instance.task_key, scope, keys_to_ids)
-    evidence_base = {"to_state": to_state.value, "reason": reason.strip(), "scope": scope.value}
+    asked = _Asked(to_state, reason.strip(), scope, actor, instance_id)
     for _ in range(_ROUNDS):
-        targets = [
-            _target(platform, keys_to_ids[key], key, actor, evidence_base, instance_id)
-            for key in task_keys
-        ]
+        targets = [_target(platform, keys_to_ids[key], key, asked) for key in task_keys]
         _refuse_if_any_refuses(platform, targets, instance_id)
         try:
             for target in targets:
@@ -116,26 +124,21 @@ def _scope(
     return reached
 
 
-def _target(
-    platform: Platform,
-    instance_id: str,
-    task: str,
-    actor: str,
-    evidence: dict[str, str],
-    origin: str,
-) -> _Target:
+def _target(platform: Platform, instance_id: str, task: str, asked: _Asked) -> _Target:
     loaded = platform.ledger.snapshot(instance_id)
     if loaded is None:
         raise NotFound(refusals.NO_INSTANCE.format(instance_id=instance_id))
     snapshot, version = loaded
-    event = Event(
+    event = new_events.override(
         event_id=new_event_id(),
         instance_id=instance_id,
         attempt_no=snapshot.epoch,
-        kind=EventKind.OVERRIDE,
-        actor=actor,
         event_time=platform.now(),
-        evidence={**evidence, "operator": actor, "origin_instance": origin},
+        operator=asked.actor,
+        to_state=asked.to_state,
+        reason=asked.reason,
+        scope=asked.scope,
+        origin_instance=asked.origin,
     )
     return _Target(instance_id, task, snapshot, version, event)
 
