@@ -109,11 +109,6 @@ class Harness(ABC):
 class ExecutorContract:
     """The tests every executor passes. Subclasses provide the ``harness`` fixture."""
 
-    #: Whether, of copies of one attempt submitted at the same moment, exactly one answers
-    #: ``created``. An engine that cannot tell sets it False with the reason beside it; it
-    #: still starts the task once.
-    one_creation_among_concurrent_submits: ClassVar[bool] = True
-
     @pytest.fixture
     def harness(self) -> Harness:
         raise NotImplementedError("a contract subclass provides the harness fixture")
@@ -155,9 +150,8 @@ class ExecutorContract:
         assert {s.external_id for s in submissions} == {
             harness.external_id(spec.instance_id, spec.attempt_no)
         }
-        if self.one_creation_among_concurrent_submits:
-            created = sorted(s.created for s in submissions)
-            assert created == [False, False, False, True], submissions
+        created = sorted(s.created for s in submissions)
+        assert created == [False, False, False, True], submissions
         assert harness.starts(spec) == 1
 
     def test_a_resubmission_with_another_token_is_refused_for_good(self, harness: Harness) -> None:

@@ -92,11 +92,6 @@ def _sequence(instance_id: str) -> str:
 
 
 class TestSqlExecutorContract(ExecutorContract):
-    one_creation_among_concurrent_submits = False
-    """Copies sent at once may each reach the server before any has claimed the attempt: the
-    claim's primary key lets one run, the others end before any work, and each submit said
-    it sent its copy. The task still starts once (the test's other checks)."""
-
     @pytest.fixture
     def harness(self, warehouse_url: str) -> Iterator[Harness]:  # noqa: F811
         made = SqlHarness(warehouse_url)

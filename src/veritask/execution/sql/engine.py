@@ -70,6 +70,9 @@ class SqlExecutor:
         self._prepared: set[str] = set()
         #: Attempts this process sent and whose answer it still reads, by attempt key.
         self._in_flight: dict[str, threading.Thread] = {}
+        # Attempts being submitted by a thread of this process right now: a copy submitted at
+        # the same moment answers "not created" instead of sending a second script.
+        self._submitting: set[str] = set()
 
     # --- the port -----------------------------------------------------------------------
 
@@ -121,8 +124,19 @@ class SqlExecutor:
     ) -> port.Submission:
         key = target.name.key
         with self._lock:
-            if key in self._in_flight:
+            if key in self._in_flight or key in self._submitting:
                 return port.Submission(target.external_id, created=False)
+            self._submitting.add(key)
+        try:
+            return self._send(spec, task, target)
+        finally:
+            with self._lock:
+                self._submitting.discard(key)
+
+    def _send(
+        self, spec: port.AttemptSpec, task: port.SqlStatement, target: _Target
+    ) -> port.Submission:
+        key = target.name.key
         with self._connect(task.connection) as conn:
             row = _read_attempt(conn, target.name)
             if row["token_digest"] is not None:
@@ -155,7 +169,7 @@ class SqlExecutor:
         except BaseException:
             runner.close()
             raise
-        # A concurrent submit of the same attempt may have sent it too: the claim's primary key
+        # Another process (a second scheduler) may have sent it too: the claim's primary key
         # lets one of the two run, and the other ends before any work.
         reader = threading.Thread(
             target=self._read_answer,
