@@ -204,6 +204,21 @@ def test_the_snapshot_equals_the_pure_fold_of_the_recorded_events(ledger: Ledger
     assert snapshot == fold(instance_id, ledger.recorded_events(instance_id), POLICY)
 
 
+def test_the_instance_row_keeps_the_snapshots_reason_beside_its_state(ledger: Ledger) -> None:
+    instance_id = make_instance(ledger)
+    t = schema.task_instances.c
+    reasons = []
+    for event in (opened(instance_id), report(instance_id, EventKind.COMPLETED, 2, FAILURE)):
+        ledger.apply(event)
+        with ledger.engine.connect() as connection:
+            row = connection.execute(sa.select(t.state, t.reason).where(t.id == instance_id)).one()
+        stored = ledger.snapshot(instance_id)
+        assert stored is not None
+        assert (row.state, row.reason) == (stored[0].state.value, stored[0].reason)
+        reasons.append(row.reason)
+    assert reasons[0] != reasons[1]
+
+
 def test_a_duplicate_returns_the_original_outcome_and_changes_nothing(ledger: Ledger) -> None:
     instance_id = make_instance(ledger)
     ledger.apply(opened(instance_id))

@@ -117,6 +117,7 @@ def _rewrite(
                 epoch=snapshot.epoch,
                 retry_at=snapshot.retry_at,
                 fold=codec.facts_to_json(snapshot.facts),
+                reason=snapshot.reason,
                 version=t.version + 1,
             )
         )

@@ -654,6 +654,7 @@ def _snapshot_row(
         "b_epoch": snapshot.epoch,
         "b_retry_at": snapshot.retry_at,
         "b_fold": codec.facts_to_json(snapshot.facts),
+        "b_reason": snapshot.reason,
         "b_updated_observed_at": now,
     }
 

@@ -137,7 +137,7 @@ def _escaped(text: str) -> str:
 
 @dataclass(frozen=True)
 class GridCell:
-    """What a grid cell needs of one instance; its reason is folded from ``InstanceFold``."""
+    """What a grid cell needs of one instance: its state and its stored reason."""
 
     instance_id: str
     run_id: str
@@ -145,6 +145,8 @@ class GridCell:
     map_index: int
     state: str
     version: int
+    #: The stored reason; None on rows written before it was stored (fold those).
+    reason: str | None
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,7 @@ def grid_cells(connection: Connection, run_ids: Sequence[str]) -> list[GridCell]
         _instances.map_index,
         _instances.state,
         _instances.version,
+        _instances.reason,
     ).where(_instances.run_id.in_(list(run_ids)))
     return [
         GridCell(
@@ -192,6 +195,7 @@ def grid_cells(connection: Connection, run_ids: Sequence[str]) -> list[GridCell]
             map_index=int(row.map_index),
             state=str(row.state),
             version=int(row.version),
+            reason=row.reason,
         )
         for row in connection.execute(statement)
     ]

@@ -150,6 +150,9 @@ task_instances = sa.Table(
     sa.Column("version", sa.Integer, nullable=False, server_default="0"),
     sa.Column("fold", columns.json_column_type(none_as_null=True), nullable=True),
     _time("updated_observed_at"),
+    # The snapshot's reason, written with its state (0005): lists of many instances show it
+    # without decoding and folding each one's facts. NULL on rows written before 0005.
+    sa.Column("reason", sa.Text, nullable=True),
     sa.ForeignKeyConstraint(["run_id"], ["runs.id"]),
     sa.UniqueConstraint("run_id", "task_key", "map_index"),
     # The scheduler and monitor scan the few unfinished instances among millions of finished

@@ -58,6 +58,7 @@ UPDATE_INSTANCE = (
         epoch=sa.bindparam("b_epoch"),
         retry_at=sa.bindparam("b_retry_at", type_=_instances.c.retry_at.type),
         fold=sa.bindparam("b_fold", type_=_instances.c.fold.type),
+        reason=sa.bindparam("b_reason", type_=_instances.c.reason.type),
         updated_observed_at=sa.bindparam(
             "b_updated_observed_at", type_=_instances.c.updated_observed_at.type
         ),

@@ -2,11 +2,11 @@
 (in pipeline order), each cell one task's instance in one run, with its state and reason.
 
 The read is two statements whatever the number of runs (``ledger.run_lists``): the newest
-runs, then all their instances without their folds. Decoding 20,000 folds costs more than the
-rest of the page, so an instance's (state, reason) is kept per snapshot version, which never
-changes once written; only the instances that moved since the last read are read again with
-their folds (a third statement, for those alone). A stored version's pipeline order is kept
-too, since a version never changes.
+runs, then all their instances with their stored states and reasons, never their folds
+(decoding 20,000 folds costs more than the rest of the page). Rows written before reasons
+were stored are folded once per snapshot version (a third statement, for those alone), and
+that (state, reason) is kept, since a snapshot version never changes. A stored version's
+pipeline order is kept too, since a version never changes.
 """
 
 from __future__ import annotations
@@ -68,7 +68,11 @@ def definition_grid(platform: Platform, name: str, *, runs: int = DEFAULT_RUNS) 
         newest = run_lists.newest_runs(connection, definition_id=definition.id, count=runs)
         cells = run_lists.grid_cells(connection, [run.id for run in newest])
         with _LOCK:
-            unseen = [c.instance_id for c in cells if (c.instance_id, c.version) not in _REASONS]
+            unseen = [
+                c.instance_id
+                for c in cells
+                if c.reason is None and (c.instance_id, c.version) not in _REASONS
+            ]
         folded = {
             found.instance_id: _folded(found)
             for found in run_lists.instance_folds(connection, unseen)
@@ -171,8 +175,10 @@ def _cell(
 def _state_and_reason(
     cell: run_lists.GridCell, folded: dict[str, tuple[InstanceState, str]]
 ) -> tuple[InstanceState, str]:
-    """The instance's state and reason: folded just now, or kept from an earlier read of the
-    same snapshot version."""
+    """The instance's state and reason: as stored, or for a row written before reasons were
+    stored, folded just now or kept from an earlier read of the same snapshot version."""
+    if cell.reason is not None:
+        return InstanceState(cell.state), cell.reason
     just_now = folded.get(cell.instance_id)
     if just_now is not None:
         return just_now
