@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import stat
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -258,3 +259,46 @@ def test_a_parameter_of_the_wrong_type_exits_2_naming_it(
     done = veritask.cli("trigger", "quoting", "--param", "rows=many")
     assert done.returncode == 2
     assert "parameters.rows" in done.stderr and "whole number" in done.stderr
+
+
+DATED = """\
+name: dated
+parameters: {table: users}
+tasks:
+  say: {run: "echo date={{ logical_date }} at={{ logical_time }} table={{ params.table }}"}
+"""
+
+
+def test_a_manual_run_renders_every_template_variable(veritask: Veritask, tmp_path: Path) -> None:
+    source = tmp_path / "dated.yaml"
+    source.write_text(DATED)
+    assert veritask.cli("apply", "-f", str(source)).returncode == 0
+    today = datetime.now(UTC).date().isoformat()
+    done = veritask.cli("trigger", "dated", "--wait")
+    assert done.returncode == 0, done.stderr
+    logs = veritask.cli("logs", done.stdout.strip()).stdout
+    assert "{{" not in logs
+    assert f"date={today}" in logs or f"date={datetime.now(UTC).date().isoformat()}" in logs
+    assert "table=users" in logs
+    assert _run(veritask, done.stdout.strip())["parameters"] == {"table": "users"}
+    given = veritask.cli(
+        "trigger", "dated", "--logical-time", "2024-01-31T02:00:00Z", "--param", "table=t", "--wait"
+    )
+    assert given.returncode == 0, given.stderr
+    logs = veritask.cli("logs", given.stdout.strip()).stdout
+    assert "date=2024-01-31 at=2024-01-31T02:00:00+00:00 table=t" in logs
+
+
+def test_a_key_reused_with_other_parameters_exits_4_naming_them(
+    veritask: Veritask, tmp_path: Path
+) -> None:
+    source = tmp_path / "dated.yaml"
+    source.write_text(DATED)
+    assert veritask.cli("apply", "-f", str(source)).returncode == 0
+    first = veritask.cli("trigger", "dated", "--key", "once", "--param", "table=a")
+    assert first.returncode == 0, first.stderr
+    again = veritask.cli("trigger", "dated", "--key", "once", "--param", "table=a")
+    assert again.stdout.strip() == first.stdout.strip()
+    other = veritask.cli("trigger", "dated", "--key", "once", "--param", "table=b")
+    assert other.returncode == 4
+    assert "'once'" in other.stderr and "table differ" in other.stderr

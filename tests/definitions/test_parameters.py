@@ -268,3 +268,36 @@ def test_json_nested_too_deeply_is_refused_too() -> None:
     text = '{"name": "deep", "tasks": {"w": {"run": "true"}}, "parameters": ' + '{"a": ' * 1000
     found = problems_of(text + "1" + "}" * 1001)
     assert "nested too deeply" in found[0].message
+
+
+def test_an_unknown_template_variable_is_refused_at_apply_with_its_field_and_line() -> None:
+    found = problems_of(
+        """\
+name: typos
+parameters: {table: users}
+tasks:
+  work:
+    run: |
+      echo {{ logical_date }}
+      echo {{ logical_dat }}  # {{ a_comment_is_text }}
+  load:
+    sql: "SELECT {{ params.tabel }}"
+    connection: wh
+  call:
+    call: "json:dumps"
+    with: {value: "{{ run }}"}
+"""
+    )
+    assert [(p.field, p.line) for p in found] == [
+        ("tasks.work.run", 7),
+        ("tasks.load.sql", 9),
+        ("tasks.call.with.value", 13),
+    ]
+    assert found[0].message.startswith("{{ logical_dat }} is not a template variable; known:")
+    assert "{{ logical_date }}" in found[0].message
+    assert "{{ params.table }}" in found[1].message
+
+
+def test_any_parameter_is_a_template_variable_when_none_is_declared() -> None:
+    d = parse_definition("name: open\ntasks:\n  work: {run: 'echo {{ params.day }}'}\n")
+    assert d.tasks["work"].run == "echo {{ params.day }}"

@@ -128,3 +128,50 @@ def test_override_input_is_checked(api: Api) -> None:
     assert unknown.status_code == 404
     viewer = api.client_with_role(TokenRole.VIEWER)
     assert viewer.post(path, json={"state": "SUCCESS", "reason": "x"}).status_code == 403
+
+
+TWO_LEAVES = """\
+name: two_leaves
+tasks:
+  a: {run: "exit 3", retry: {max_retries: 0}}
+  b: {run: "exit 3", retry: {max_retries: 0}}
+"""
+
+
+def test_an_override_that_keeps_the_run_failed_still_recomputes_its_reason(api: Api) -> None:
+    api.apply(TWO_LEAVES)
+    run_id = api.trigger("two_leaves")
+    ids = api.instance_ids(run_id)
+    for instance_id in ids.values():
+        token = "token-" + uuid.uuid4().hex
+        attempt_no = open_attempt(api.platform, instance_id, token)
+        report(api, started(instance_id, attempt_no, token), token)
+        report(api, completed(instance_id, attempt_no, token, seq=2, exit_code=3), token)
+    with api.platform.engine.begin() as connection:
+        version, state = run_store.run_version(connection, run_id)
+        run_store.set_execution_state(
+            connection,
+            run_id=run_id,
+            expected_version=version,
+            state=RunExecutionState.FAILED,
+            reason="leaves a FAILED, b FAILED",
+            previous=state,
+            actor="scheduler",
+            event_id=str(uuid.uuid4()),
+            now=api.platform.now(),
+        )
+    response = api.http.post(
+        f"/api/v2/instances/{ids['a']}/override",
+        json={"state": "SUCCESS", "reason": "a verified by hand", "scope": "instance"},
+    )
+    assert response.status_code == 200
+    assert response.json()["execution_state"] == "FAILED"
+    run = api.run(run_id)
+    assert run["execution_state"] == "FAILED"
+    # The run failed before and still does, but no longer because of ``a``.
+    assert "a FAILED" not in run["execution_reason"]
+    assert "leaf b failed" in run["execution_reason"]
+    assert "override by operator:admin" in run["execution_reason"]
+    history = api.http.get(f"/api/v2/runs/{run_id}/events").json()
+    moved = [e for e in history["events"] if e["kind"] == "run_state_changed"]
+    assert moved[-1]["reason"] == run["execution_reason"]

@@ -3,6 +3,8 @@ names the field at fault, never a 500."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 
 from tests.integration.conftest import Api
@@ -44,7 +46,8 @@ def test_a_value_of_the_wrong_type_or_outside_the_enum_is_422_naming_it(api: Api
 def test_values_are_stored_as_their_type_holds_them(api: Api) -> None:
     api.apply(TYPED)
     run_id = api.trigger("typed", parameters={"rows": "12", "mode": "full"})
-    assert api.run(run_id)["parameters"] == {"rows": 12, "mode": "full"}
+    # The run records what it runs with: the default of ``day`` too.
+    assert api.run(run_id)["parameters"] == {"rows": 12, "mode": "full", "day": "2024-01-31"}
 
 
 def test_the_service_refuses_with_the_same_field_problems(api: Api) -> None:
@@ -150,3 +153,46 @@ def test_trigger_parameters_that_are_not_an_object_are_named(api: Api) -> None:
     refused = api.http.post("/api/v2/definitions/typed/runs", json={"parameters": [1]})
     assert refused.status_code == 422
     assert fields(refused.json()) == ["body.parameters"]
+
+
+DATED = """\
+name: dated
+parameters: {table: users, rows: {type: integer, default: 10}}
+tasks:
+  say: {run: "echo date={{ logical_date }} table={{ params.table }}"}
+"""
+
+
+def test_a_manual_run_has_a_logical_time_and_records_its_effective_parameters(api: Api) -> None:
+    api.apply(DATED)
+    before = api.platform.now()
+    run = api.run(api.trigger("dated", trigger_kind="manual", parameters={"rows": 3}))
+    assert run["parameters"] == {"table": "users", "rows": 3}
+    logical = datetime.fromisoformat(run["logical_time"].replace("Z", "+00:00"))
+    assert before <= logical <= api.platform.now()
+    given = api.run(api.trigger("dated", logical_time="2024-01-31T02:00:00+08:00"))
+    assert given["logical_time"].startswith("2024-01-30T18:00:00")
+    naive = api.http.post("/api/v2/definitions/dated/runs", json={"logical_time": "2024-01-31"})
+    assert naive.status_code == 422
+    assert fields(naive.json()) == ["body.logical_time"]
+
+
+def test_the_same_key_with_other_parameters_is_409_naming_them(api: Api) -> None:
+    api.apply(DATED)
+    path = "/api/v2/definitions/dated/runs"
+    first = api.http.post(path, json={"idempotency_key": "k", "parameters": {"rows": 3}})
+    assert first.status_code == 202
+    # The defaults are part of the run: giving them again is the same request.
+    same = api.http.post(
+        path, json={"idempotency_key": "k", "parameters": {"rows": 3, "table": "users"}}
+    )
+    assert same.status_code == 200
+    assert same.json()["run_id"] == first.json()["run_id"]
+    other = api.http.post(
+        path, json={"idempotency_key": "k", "parameters": {"rows": 4, "table": "orders"}}
+    )
+    assert other.status_code == 409, other.text
+    assert other.headers["content-type"] == "application/problem+json"
+    detail = other.json()["detail"]
+    assert "'k'" in detail and first.json()["run_id"] in detail
+    assert "rows, table differ" in detail

@@ -293,3 +293,23 @@ def test_platform_vocabulary_is_translated_and_user_data_is_not(ui: Ui) -> None:
         headers={"Authorization": f"Bearer {ui.tokens[TokenRole.VIEWER]}"},
     )
     assert "every weekday (Monday to Friday) at 06:00 (UTC)" in api.text  # the API stays English
+
+
+def test_a_parameter_line_without_equals_is_refused_and_starts_nothing(ui: Ui) -> None:
+    definitions.apply_definition(
+        ui.platform, "name: open\ntasks:\n  greet: {run: echo hello}\n", actor="test"
+    )
+    operator = ui.signed_in(TokenRole.OPERATOR)
+    typed = "day=2024-01-01\n\nregion eu"
+    answer = operator.http.post(
+        "/ui/definitions/open/trigger", data={"csrf": operator.csrf, "extra": typed}
+    )
+    assert answer.status_code == 422
+    page = answer.text
+    assert 'id="trigger-form"' in page
+    [problem] = re.findall(r'<li class="trigger-error">(.*?)</li>', page)
+    assert "line 3" in problem
+    assert "region eu" in problem
+    # The form comes back with what was typed, to correct it.
+    assert ">day=2024-01-01\n\nregion eu</textarea>" in page
+    assert runs.list_runs(ui.platform, definition="open").items == ()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue
 
 from veritask.core.events import OverrideScope
 from veritask.core.states import (
@@ -135,6 +135,10 @@ class TriggerRun(In):
         description="A second trigger with the same key returns the same run",
     )
     trigger_kind: Literal["manual", "api"] = "api"
+    logical_time: AwareDatetime | None = Field(
+        default=None,
+        description="The run's logical time, with its offset (default: the trigger's moment)",
+    )
 
 
 class Triggered(Out):

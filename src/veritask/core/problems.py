@@ -298,6 +298,12 @@ PLACEHOLDER_IN_SQL_QUOTES = Phrase(
     "(its value is bound as a parameter) or declare the parameter raw",
     name=Slot.CODE,
 )
+UNKNOWN_TEMPLATE_NAME = Phrase(
+    "problem.unknown_template_name",
+    "{name} is not a template variable; known: {known}",
+    name=Slot.CODE,
+    known=Slot.CODE,
+)
 SQL_CANNOT_BIND = Phrase(
     "problem.sql_cannot_bind",
     "{name} cannot be bound in this statement: PostgreSQL binds values only in SELECT, "

@@ -109,6 +109,13 @@ LAST_ADMIN = Phrase(
     "token {token_id} is the last working admin token; create another admin token first",
 )
 
+KEY_REUSED = Phrase(
+    "refusal.key_reused",
+    "the idempotency key {key!r} is run {run_id}'s, triggered with other parameters "
+    "({names} differ); use another key for other parameters",
+    names=Slot.CODE,
+)
+
 # -- 422: the input was refused --------------------------------------------------------------
 
 FIELD_PROBLEM = Phrase(
@@ -147,6 +154,11 @@ UNKNOWN_PARAMETERS = Phrase(
     "refusal.unknown_parameters", "parameters: unknown {names}; known: {known}"
 )
 UNKNOWN_PARAMETER = Phrase("refusal.unknown_parameter", "unknown; known: {known}")
+PARAMETER_LINE = Phrase(
+    "refusal.parameter_line",
+    "line {line} of the parameters, {text!r}, is not NAME=VALUE",
+    line=Slot.NUMBER,
+)
 NOT_UTF8 = Phrase("refusal.not_utf8", "must be UTF-8 text")
 NESTED_TOO_DEEPLY = Phrase("refusal.nested_too_deeply", "nested too deeply to be read")
 NOT_READABLE_JSON = Phrase("refusal.not_readable_json", "could not be read as a JSON object")

@@ -120,20 +120,74 @@ def check_placeholders(
     """Refuse a placeholder of a value that is not raw where it would not stay data: inside
     quotes of a command or a statement, or in a statement PostgreSQL cannot prepare."""
     raw = {f"{PARAMS}{name}" for name, p in parameters.items() if p.raw}
+    known = _Known(parameters)
     for key, task in tasks.items():
         line = _task_line(tree, key)
         if task.run is not None:
+            known.check(reader, f"tasks.{key}.run", task.run, line("run"), sql=False)
             _check_shell(reader, f"tasks.{key}.run", task.run, raw, line("run"))
         if task.sql is not None:
+            known.check(reader, f"tasks.{key}.sql", task.sql, line("sql"), sql=True)
             _check_sql(reader, f"tasks.{key}.sql", task.sql, raw, line("sql"))
+        for name, value in task.with_.items():
+            for text in _strings(value):
+                known.check(reader, f"tasks.{key}.with.{name}", text, line("with"), sql=None)
     if publish is not None:
         publish_entry = tree.get("publish") if isinstance(tree, Map) else None
         at = entry_line(publish_entry)
         for i, check in enumerate(publish.checks):
             if check.run is not None:
+                known.check(reader, f"publish.checks[{i}].run", check.run, at, sql=False)
                 _check_shell(reader, f"publish.checks[{i}].run", check.run, raw, at)
         if publish.commit.run is not None:
+            known.check(reader, "publish.commit.run", publish.commit.run, at, sql=False)
             _check_shell(reader, "publish.commit.run", publish.commit.run, raw, at)
+
+
+class _Known:
+    """The template variables a run of the definition defines: the built-ins and its
+    parameters (any ``params.NAME`` when it declares none: a trigger may give any)."""
+
+    def __init__(self, parameters: Mapping[str, Parameter]) -> None:
+        self.open = not parameters
+        ordered = [*placeholders.BUILT_INS, *(f"{PARAMS}{name}" for name in parameters)]
+        self.names = frozenset(ordered)
+        self.shown = ", ".join(_shown(name) for name in ordered)
+
+    def defines(self, name: str) -> bool:
+        return name in self.names or (self.open and placeholders.is_template_name(name))
+
+    def check(
+        self, reader: Reader, path: str, text: str, line: int | None, *, sql: bool | None
+    ) -> None:
+        """Refuse each ``{{ name }}`` no run defines (``sql`` None: text with no quoting)."""
+        if sql is None:
+            written = [
+                placeholders.Place(m.group(1), m.start(), m.end(), Where.CODE)
+                for m in placeholders.PLACEHOLDER.finditer(text)
+            ]
+        else:
+            written = placeholders.written_names(text, sql=sql)
+        for place in written:
+            if not self.defines(place.name):
+                at = line if sql is None else _at(line, text, place)
+                reader.add(
+                    path,
+                    at,
+                    problems.UNKNOWN_TEMPLATE_NAME.format(
+                        name=_shown(place.name), known=self.shown
+                    ),
+                )
+
+
+def _strings(value: JSONValue) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item)]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in _strings(item)]
+    return []
 
 
 def _check_shell(reader: Reader, path: str, text: str, raw: set[str], line: int | None) -> None:

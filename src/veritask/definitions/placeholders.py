@@ -57,6 +57,18 @@ def sql_places(text: str) -> list[Place]:
     return list(_places(text, _sql_spans(text)))
 
 
+def written_names(text: str, *, sql: bool) -> list[Place]:
+    """Every ``{{ name }}`` written outside a comment, a template variable or not (apply
+    refuses the names no run defines: they would stay as written)."""
+    spans = _sql_spans(text) if sql else _shell_spans(text)
+    found = []
+    for match in PLACEHOLDER.finditer(text):
+        where = next((kind for start, end, kind in spans if start <= match.start() < end), None)
+        if where is not Where.COMMENT:
+            found.append(Place(match.group(1), match.start(), match.end(), where or Where.CODE))
+    return found
+
+
 def first_keyword(statement: str) -> str:
     """The statement's first word, lowercase, past comments, blanks and ``(``."""
     position = 0

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from veritask.core.jsontypes import JSONObject
-from veritask.core.states import PublicationState, RunExecutionState
+from veritask.core.states import PublicationState, RunExecutionState, TriggerKind
 from veritask.ledger import schema
 
 
@@ -33,6 +33,7 @@ class ActiveRun:
     version: int
     publication_state: PublicationState
     created_at: datetime
+    trigger_kind: TriggerKind = TriggerKind.SCHEDULE
 
 
 class RunOrigin(NamedTuple):
@@ -62,6 +63,7 @@ _RUN_COLUMNS = (
     _runs.version,
     _runs.publication_state,
     _runs.created_at,
+    _runs.trigger_kind,
 )
 _ACTIVE_RUN = sa.or_(
     _runs.execution_state.in_(_EXECUTING),
@@ -105,6 +107,7 @@ def active_runs(
             row.version,
             PublicationState(row.publication_state),
             row.created_at,
+            TriggerKind(row.trigger_kind),
         )
         for row in connection.execute(statement, parameters)
     ]

@@ -179,6 +179,12 @@ def active_run_ids(connection: Connection, definition_id: str) -> list[str]:
     )
 
 
+def parameters_of(connection: Connection, run_id: str) -> JSONObject:
+    """The parameters the run was triggered with."""
+    value = connection.execute(sa.select(_r.parameters).where(_r.id == run_id)).scalar_one()
+    return dict(value or {})
+
+
 def execution_of(connection: Connection, run_id: str) -> tuple[RunExecutionState, str]:
     """The run's execution state and its reason (empty if none was recorded)."""
     row = connection.execute(
@@ -188,10 +194,12 @@ def execution_of(connection: Connection, run_id: str) -> tuple[RunExecutionState
 
 
 def latest_logical_times(connection: Connection) -> dict[str, datetime]:
-    """For each definition with runs of a logical time, the latest such time."""
+    """For each definition with runs of a logical time, the latest such time (of the runs its
+    schedule made or a backfill: a run by hand at 10:00 does not mean 10:00's run was made)."""
+    by_hand = [TriggerKind.MANUAL.value, TriggerKind.API.value]
     rows = connection.execute(
         sa.select(_r.definition_id, sa.func.max(_r.logical_time))
-        .where(_r.logical_time.is_not(None))
+        .where(_r.logical_time.is_not(None), _r.trigger_kind.not_in(by_hand))
         .group_by(_r.definition_id)
     )
     return {row.definition_id: row[1] for row in rows}

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from veritask.core import decide, judge, new_events, reasons, run_state, trigger_rules
 from veritask.core.events import Event, EventKind, OpenReason
-from veritask.core.states import InstanceState, RunExecutionState
+from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
 from veritask.definitions.model import Definition
 from veritask.ledger import alerts, dialects, run_store
 from veritask.ledger.active_runs import ActiveRun
@@ -155,10 +155,13 @@ class RunAdvancer:
         """Whether the run's roots wait for other pipelines (None: nothing to wait for)."""
         if not definition.wait_for or run.execution_state is not RunExecutionState.RUNNING:
             return None
+        # A run by hand has the trigger time as its logical time: no upstream run has that
+        # time, so it waits for the upstream's latest publication, as it always did.
+        by_hand = run.trigger_kind in (TriggerKind.MANUAL, TriggerKind.API)
         verdict = dependencies.check(
             connection,
             definition,
-            logical_time=run.logical_time,
+            logical_time=None if by_hand else run.logical_time,
             created_at=run.created_at,
             now=now,
         )

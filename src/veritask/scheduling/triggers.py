@@ -8,6 +8,7 @@ active, and a refused overlap is a run recorded with its reason, never silently 
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from veritask.core.states import (
 )
 from veritask.definitions import codec, schedule
 from veritask.definitions.model import ConcurrencyPolicy, Definition
-from veritask.definitions.parameters import check_values
+from veritask.definitions.parameters import check_values, defaults
 from veritask.definitions.parse import parse_definition
 from veritask.ledger import definitions as definition_store
 from veritask.ledger import dialects, run_store
@@ -42,6 +43,10 @@ class NotFound(VeritaskError):
 
 class Refused(VeritaskError):
     """The request is not allowed in the object's current state."""
+
+
+class KeyReused(Refused):
+    """The idempotency key is an existing run's, triggered with other parameters."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +128,14 @@ def trigger(
         if row.lifecycle not in (DefinitionLifecycle.ACTIVE, DefinitionLifecycle.DISABLED):
             raise Refused(refusals.CANNOT_BE_TRIGGERED.format(name=name, lifecycle=row.lifecycle))
         active = run_store.active_run_ids(connection, row.id)
-    checked = check_values(definition.parameters, parameters or {})
+    # The run records what it runs with: the defaults with the given values over them.
+    effective = {
+        **defaults(definition.parameters),
+        **check_values(definition.parameters, parameters or {}),
+    }
+    if logical_time is None and kind in (TriggerKind.MANUAL, TriggerKind.API):
+        # A run by hand happens at a moment: its templates' ``logical_date`` is that moment's.
+        logical_time = ledger.clock()
     idempotency_key = _key(name, kind, key, logical_time)
     state, reason = _admission(definition, active, kind)
     interval = (
@@ -137,7 +149,7 @@ def trigger(
         idempotency_key=idempotency_key,
         trigger_kind=kind,
         tasks=[(key, task.policy) for key, task in publication.all_tasks(definition).items()],
-        parameters=checked,
+        parameters=effective,
         execution_state=state,
         execution_reason=reason,
         publication_state=(
@@ -152,6 +164,8 @@ def trigger(
         rerun_of=rerun_of,
     )
     run_id, created = run_store.create_run(ledger, request, new_id=new_event_id)
+    if not created and key is not None:
+        _refuse_other_parameters(ledger, run_id, key, definition, effective)
     if created and state is RunExecutionState.CANCELLED:
         close_unstarted(ledger, run_id, actor="scheduler", reason=reason)
     if created and definition.concurrency is ConcurrencyPolicy.REPLACE:
@@ -161,6 +175,32 @@ def trigger(
     with dialects.read_transaction(ledger.engine) as connection:
         execution_state, execution_reason = run_store.execution_of(connection, run_id)
     return Triggered(run_id, created, execution_state, execution_reason)
+
+
+def _refuse_other_parameters(
+    ledger: Ledger,
+    run_id: str,
+    key: str,
+    definition: Definition,
+    asked: Mapping[str, JSONValue],
+) -> None:
+    """The same key is the same run only with the same parameters: otherwise the caller would
+    believe the values it sent are running."""
+    with dialects.read_transaction(ledger.engine) as connection:
+        stored = run_store.parameters_of(connection, run_id)
+    # A run recorded before runs kept their defaults compares as if it had.
+    recorded = {**defaults(definition.parameters), **stored}
+    differing = sorted(
+        name
+        for name in {*recorded, *asked}
+        if name not in recorded
+        or name not in asked
+        or json.dumps(recorded[name], sort_keys=True) != json.dumps(asked[name], sort_keys=True)
+    )
+    if differing:
+        raise KeyReused(
+            refusals.KEY_REUSED.format(key=key, run_id=run_id, names=", ".join(differing))
+        )
 
 
 def backfill(

@@ -167,8 +167,9 @@ def _refuse_if_any_refuses(platform: Platform, targets: list[_Target], origin: s
 def _settle_run(
     platform: Platform, run_id: str, graph: run_state.RunGraph, actor: str
 ) -> RunExecutionState:
-    """A finished run's execution state follows its overridden leaves; an active run's is the
-    scheduler's to move (it re-derives it every tick)."""
+    """A finished run's execution state follows its overridden leaves, and so does its reason
+    when the state stays (a run still FAILED no longer fails because of an instance now
+    SUCCESS); an active run's is the scheduler's to move (it re-derives it every tick)."""
     with dialects.read_transaction(platform.engine) as connection:
         version, current = run_store.run_version(connection, run_id)
         briefs = run_store.instances_brief(connection, run_id)
@@ -176,8 +177,6 @@ def _settle_run(
         return current
     states = {brief.task_key: brief.state for brief in briefs}
     verdict = run_state.execution_state(graph, states)
-    if verdict.state is current:
-        return current
     try:
         with platform.engine.begin() as connection:
             run_store.set_execution_state(

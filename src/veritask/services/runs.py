@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Mapping
+from datetime import datetime
 from typing import Final
 
 from veritask.core import decide, refusals
@@ -44,12 +45,16 @@ def trigger_run(
     kind: TriggerKind = TriggerKind.API,
     parameters: Mapping[str, JSONValue] | None = None,
     key: str | None = None,
+    logical_time: datetime | None = None,
 ) -> views.Triggered:
     """Create a run of the definition's current version, or return the run with this key.
 
     Parameters must be ones the definition declares (when it declares any), each a value
     of its declared type. ``triggers.trigger`` reads the definition and checks them, the one
-    place: its refusals become the service's errors here.
+    place: its refusals become the service's errors here. The run's logical time is
+    ``logical_time`` (timezone-aware), or the trigger's moment.
+
+    A key already used with other parameters is a 409 naming the parameters that differ.
     """
     if kind not in (TriggerKind.MANUAL, TriggerKind.API):
         raise InvalidInput.about("trigger_kind", refusals.TRIGGER_KIND.format())
@@ -61,12 +66,15 @@ def trigger_run(
             actor=actor,
             key=key,
             parameters=parameters,
+            logical_time=logical_time,
         )
     except triggers.NotFound as exc:
         raise NotFound(str(exc)) from None
     except InvalidParameters as exc:
         found = [FieldProblem(p.field, None, p.message) for p in exc.problems]
         raise InvalidInput(str(exc), found) from None
+    except triggers.KeyReused as exc:
+        raise Conflict(str(exc)) from None
     except triggers.Refused as exc:
         with dialects.read_transaction(platform.engine) as connection:
             row = queries.get_definition(connection, name=name)

@@ -177,7 +177,8 @@ def trigger(
     principal: Operator,
 ) -> schemas.Triggered:
     """Records the run and returns its id (202); the scheduler runs it in the background. A
-    trigger with an idempotency key that exists returns that run (200)."""
+    trigger with an idempotency key that exists returns that run (200), or 409 if that run
+    was triggered with other parameters."""
     kind = TriggerKind(body.trigger_kind)
     triggered = runs.trigger_run(
         platform,
@@ -186,6 +187,7 @@ def trigger(
         kind=kind,
         parameters=body.parameters,
         key=body.idempotency_key,
+        logical_time=body.logical_time,
     )
     if not triggered.created:
         response.status_code = status.HTTP_200_OK

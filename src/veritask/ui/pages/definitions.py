@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from veritask.core import refusals
 from veritask.core.jsontypes import JSONValue
 from veritask.core.states import TriggerKind
 from veritask.services import definitions, errors, runs
@@ -63,7 +64,21 @@ def detail_page(
     older: Annotated[int | None, Query(alias="from", ge=1)] = None,
     newer: Annotated[int | None, Query(alias="to", ge=1)] = None,
 ) -> Response:
-    found = context.page(request)
+    return _detail(context.page(request), name, older, newer)
+
+
+def _detail(
+    found: context.Page,
+    name: str,
+    older: int | None = None,
+    newer: int | None = None,
+    *,
+    trigger_problems: tuple[errors.FieldProblem, ...] = (),
+    typed: str = "",
+    status: int = 200,
+) -> Response:
+    """The definition's page; after a refused trigger, the form again with its problems and
+    what was typed."""
     detail = definitions.get_definition(found.platform, name)
     diff: list[tuple[str, str]] | None = None
     if older is not None and newer is not None:
@@ -78,6 +93,9 @@ def detail_page(
     return context.render(
         found,
         "definition.html",
+        status=status,
+        trigger_problems=trigger_problems,
+        typed=typed,
         detail=detail,
         item=detail.definition,
         recent=recent,
@@ -109,21 +127,36 @@ async def trigger(request: Request, name: str) -> Response:
         if key.startswith("param.") and isinstance(value, str) and value.strip():
             parameters[key.removeprefix("param.")] = _value(value)
     extra = form.get("extra")
-    if isinstance(extra, str):
-        for line in extra.splitlines():
-            if "=" in line:
-                key, _, value = line.partition("=")
-                parameters[key.strip()] = _value(value)
+    typed = extra if isinstance(extra, str) else ""
+    malformed: list[errors.FieldProblem] = []
+    for number, line in enumerate(typed.splitlines(), start=1):
+        if "=" in line:
+            key, _, value = line.partition("=")
+            parameters[key.strip()] = _value(value)
+        elif line.strip():
+            # Dropping the line would start a run without the value the operator meant.
+            text = refusals.PARAMETER_LINE.format(line=number, text=line.strip())
+            malformed.append(errors.FieldProblem("parameters", number, text))
+    if malformed:
+        return await run_in_threadpool(
+            _detail, found, name, trigger_problems=tuple(malformed), typed=typed, status=422
+        )
     key_given = str(form.get("idempotency_key") or "").strip() or None
-    triggered = await run_in_threadpool(
-        runs.trigger_run,
-        found.platform,
-        name,
-        actor=principal.actor,
-        kind=TriggerKind.MANUAL,
-        parameters=parameters,
-        key=key_given,
-    )
+    try:
+        triggered = await run_in_threadpool(
+            runs.trigger_run,
+            found.platform,
+            name,
+            actor=principal.actor,
+            kind=TriggerKind.MANUAL,
+            parameters=parameters,
+            key=key_given,
+        )
+    except errors.InvalidInput as exc:
+        found_problems = exc.problems or (errors.FieldProblem("", None, str(exc)),)
+        return await run_in_threadpool(
+            _detail, found, name, trigger_problems=found_problems, typed=typed, status=422
+        )
     return RedirectResponse(f"/ui/runs/{triggered.run_id}", status_code=303)
 
 
