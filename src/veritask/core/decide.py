@@ -75,7 +75,7 @@ def open_attempt(
     return Event(
         event_id=event_id,
         instance_id=snapshot.instance_id,
-        attempt_no=snapshot.epoch + 1,
+        attempt_no=judge.next_attempt_no(snapshot),
         kind=EventKind.ATTEMPT_OPENED,
         actor="scheduler",
         event_time=now,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from veritask.core import decide, judge, reasons, run_state, trigger_rules
-from veritask.core.events import Event, EventKind
+from veritask.core.events import Event, EventKind, OpenReason
 from veritask.core.states import InstanceState, RunExecutionState
 from veritask.definitions.model import Definition
 from veritask.ledger import alerts, dialects, run_store
@@ -344,7 +344,10 @@ class RunAdvancer:
 
     def _opening(self, brief: run_store.InstanceBrief, now: datetime) -> tuple[Event, Opened]:
         nonce = AttemptTokens.new_nonce()
-        attempt_no = brief.epoch + 1
+        # A CREATED instance past epoch 0 was cleared: its attempt opens in the epoch the
+        # clear opened, as a rerun (counters reset).
+        cleared = brief.epoch > 0
+        attempt_no = brief.epoch if cleared else 1
         token_hash = self.dispatcher.tokens.token_hash(brief.id, attempt_no, nonce)
         event = Event(
             new_event_id(),
@@ -355,7 +358,7 @@ class RunAdvancer:
             now,
             {
                 "token_hash": token_hash,
-                "reason": "first",
+                "reason": OpenReason.RERUN.value if cleared else OpenReason.FIRST.value,
                 "retry_index": 0,
                 "resubmit_index": 0,
                 "nonce": nonce,
