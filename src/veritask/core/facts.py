@@ -300,6 +300,7 @@ def _merge_attempt(a: AttemptFacts, event: Event) -> AttemptFacts:
             | EventKind.SKIPPED
             | EventKind.UPSTREAM_FAILED
             | EventKind.REMOVED
+            | EventKind.CLEARED
         ):
             raise ValueError(f"{kind} is an instance-level event, not an attempt's")
 

@@ -540,3 +540,19 @@ CHECKS_RUNNING = Phrase("reason.checks_running", "{count} check(s) running", cou
 COMMIT_SUCCEEDED = Phrase("reason.commit_succeeded", "the commit step succeeded")
 COMMIT_ENDED = Phrase("reason.commit_ended", "the commit step ended {state}", state=Slot.STATE)
 COMMITTING = Phrase("reason.committing", "committing the output")
+
+# -- clear and rerun (a run) -----------------------------------------------------------------
+
+RUN_CLEARED = Phrase(
+    "reason.run_cleared",
+    "cleared by {actor} ({why}): {tasks} to run again",
+    actor=Slot.ACTOR,
+)
+PUBLICATION_CLEARED = Phrase(
+    "reason.publication_cleared",
+    "cleared by {actor} ({why}): to be checked and published again once execution succeeds",
+    actor=Slot.ACTOR,
+)
+RERUN_REQUESTED = Phrase(
+    "reason.rerun_requested", "rerun of {run_id} asked by {actor} ({why})", actor=Slot.ACTOR
+)
