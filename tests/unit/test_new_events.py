@@ -19,6 +19,7 @@ import pytest
 from veritask.core import decide, new_events
 from veritask.core.events import (
     KIND_RULES,
+    ClearScope,
     Event,
     EventKind,
     OpenReason,
@@ -134,6 +135,15 @@ MADE: dict[str, tuple[EventKind, Callable[[], Event]]] = {
             reason="checked by hand",
             scope=OverrideScope.INSTANCE,
             origin_instance="inst",
+        ),
+    ),
+    "cleared": (
+        EventKind.CLEARED,
+        lambda: new_events.cleared(
+            **WHO,
+            operator="operator:alice",
+            reason="the source was fixed",
+            scope=ClearScope.DOWNSTREAM,
         ),
     ),
 }

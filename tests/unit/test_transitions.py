@@ -220,6 +220,56 @@ def test_rule_rerun_clears_a_finished_instance() -> None:
     assert_edge(verdict, I.FAILED, I.SCHEDULED, "rerun_clears_a_finished_instance")
 
 
+def test_rule_operator_clears_a_finished_instance() -> None:
+    story = Story()
+    story.open()
+    story.ack()
+    story.start()
+    story.complete(1, "task_error")
+    clear = story.make(
+        EventKind.CLEARED, 2, "operator:alice", {"reason": "fixed", "scope": "failed"}
+    )
+    assert_edge(story.record(clear), I.FAILED, I.CREATED, "operator_clears_a_finished_instance")
+    # The epoch the clear opened holds no attempt yet; the first one kept its record.
+    assert story.epoch == 2 and story.snapshot.current is None
+    assert story.snapshot.attempts[0].state is AttemptState.FAILED
+    rerun = story.make(
+        EventKind.ATTEMPT_OPENED,
+        2,
+        "scheduler",
+        {"token_hash": "h", "reason": "rerun", "retry_index": 0, "resubmit_index": 0},
+    )
+    assert_edge(story.record(rerun), I.CREATED, I.SCHEDULED, "first_attempt_opens")
+    assert story.epoch == 2
+
+
+def test_a_cleared_instance_is_decided_again_by_its_rule() -> None:
+    story = Story()
+    story.send(EventKind.UPSTREAM_FAILED, 0, "scheduler", {"rule": "all_success"})
+    story.send(EventKind.CLEARED, 1, "operator:alice", {"reason": "again", "scope": "downstream"})
+    assert story.state is I.CREATED
+    verdict = story.send(EventKind.UPSTREAM_FAILED, 1, "scheduler", {"rule": "all_success"})
+    assert_edge(verdict, I.CREATED, I.UPSTREAM_FAILED, "trigger_rule_decides_before_any_attempt")
+
+
+def test_only_a_finished_instance_is_cleared_and_only_as_a_rerun() -> None:
+    story = Story()
+    story.open()
+    clear = story.make(EventKind.CLEARED, 2, "operator:alice", {"reason": "x", "scope": "tasks"})
+    assert story.record(clear).outcome is Outcome.REJECTED
+    story.ack()
+    story.start()
+    story.complete(0, "none")
+    story.send(EventKind.CLEARED, 2, "operator:alice", {"reason": "x", "scope": "tasks"})
+    first = story.make(
+        EventKind.ATTEMPT_OPENED,
+        2,
+        "scheduler",
+        {"token_hash": "h", "reason": "first", "retry_index": 0, "resubmit_index": 0},
+    )
+    assert story.record(first).outcome is Outcome.REJECTED
+
+
 def test_rule_stronger_completion_overrules() -> None:
     story = Story()
     story.open()

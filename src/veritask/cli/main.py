@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import click
 
-from veritask.cli import alerts, durations, operations, processes, verbs
+from veritask.cli import alerts, durations, operations, processes, reruns, verbs
 from veritask.cli.client import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
 
 
@@ -58,6 +58,8 @@ for command in (
     verbs.logs_command,
     verbs.cancel_command,
     verbs.override_command,
+    reruns.clear_command,
+    reruns.rerun_command,
     verbs.watch_command,
     verbs.token_group,
     alerts.alerts_group,

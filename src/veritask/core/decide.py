@@ -80,7 +80,7 @@ def open_attempt(
     return new_events.attempt_opened(
         event_id=event_id,
         instance_id=snapshot.instance_id,
-        attempt_no=snapshot.epoch + 1,
+        attempt_no=judge.next_attempt_no(snapshot),
         event_time=now,
         token_hash=token_hash,
         reason=reason,

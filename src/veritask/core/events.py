@@ -109,6 +109,8 @@ class EventKind(StrEnum):
     """A trigger rule can no longer be met because upstream instances failed."""
     REMOVED = "removed"
     """The instance's task is absent from the definition version of a rerun."""
+    CLEARED = "cleared"
+    """An operator cleared a finished instance: it waits to be decided again in a new epoch."""
 
 
 class Level(StrEnum):
@@ -240,6 +242,15 @@ KIND_RULES: Mapping[EventKind, KindRule] = {
     EventKind.REMOVED: _rule(
         {_S}, {"definition_version": _INT}, decision=True, level=Level.INSTANCE, summary="version"
     ),
+    # Its attempt_no names the epoch it opens (the current one + 1), which has no attempt
+    # until the scheduler decides the instance again.
+    EventKind.CLEARED: _rule(
+        {_O},
+        {"reason": _STR, "scope": _STR},
+        decision=True,
+        level=Level.INSTANCE,
+        summary="operator, reason, scope",
+    ),
 }
 
 #: Worker reports: they prove liveness and carry a sequence number.
@@ -295,6 +306,17 @@ class StopCause(StrEnum):
     """An operator, the API or the scheduler's replace policy asked for it."""
     TIMEOUT = "timeout"
     """The monitor saw the attempt run past its timeout."""
+
+
+class ClearScope(StrEnum):
+    """What an operator asked to clear."""
+
+    FAILED = "failed"
+    """Every instance of the run that ended without success."""
+    TASKS = "tasks"
+    """The tasks the operator named."""
+    DOWNSTREAM = "downstream"
+    """Downstream of a cleared instance (reached, not named)."""
 
 
 class OverrideScope(StrEnum):
@@ -416,6 +438,8 @@ def _evidence_values_problem(event: Event) -> str | None:
         checks.append(("error_category", ErrorCategory))
     if event.kind is EventKind.OVERRIDE:
         checks.append(("scope", OverrideScope))
+    if event.kind is EventKind.CLEARED:
+        checks.append(("scope", ClearScope))
     for key, vocabulary in checks:
         if ev[key] not in {m.value for m in vocabulary}:
             allowed = ", ".join(m.value for m in vocabulary)
@@ -426,6 +450,8 @@ def _evidence_values_problem(event: Event) -> str | None:
         return reasons.CANCEL_NEEDS_REASON.format()
     if event.kind is EventKind.OVERRIDE and not str(ev["reason"]).strip():
         return reasons.OVERRIDE_NEEDS_REASON.format()
+    if event.kind is EventKind.CLEARED and not str(ev["reason"]).strip():
+        return reasons.CLEAR_NEEDS_REASON.format()
     if names_a_foreign_log(event):
         return reasons.FOREIGN_LOG_PATH.format(
             path=ev["log_path"], attempt_no=event.attempt_no, instance_id=event.instance_id

@@ -189,14 +189,24 @@ class InstanceFacts:
     created: Mark | None = None
     attempts: tuple[AttemptFacts, ...] = ()
     #: Instance-level decisions, one per (epoch, kind): skipped, upstream_failed, removed,
-    #: cancel before any attempt, override.
+    #: cancel before any attempt, override, cleared.
     decisions: tuple[tuple[int, Mark], ...] = ()
 
     @property
     def epoch(self) -> int:
-        """The highest opened attempt number (0 before any attempt)."""
+        """The highest opened attempt number (0 before any attempt), or the epoch a clear
+        opened after it (its attempt opens under that number)."""
         opened = [a.attempt_no for a in self.attempts if a.opened is not None]
-        return max(opened, default=0)
+        cleared = [e for e, mark in self.decisions if mark.kind is EventKind.CLEARED]
+        return max((*opened, *cleared), default=0)
+
+    def cleared_epoch(self) -> bool:
+        """Whether the current epoch was opened by a clear and has no attempt yet."""
+        epoch = self.epoch
+        if self.decision(epoch, EventKind.CLEARED) is None:
+            return False
+        attempt = self.attempt(epoch)
+        return attempt is None or attempt.opened is None
 
     def attempt(self, attempt_no: int) -> AttemptFacts | None:
         for a in self.attempts:
@@ -304,6 +314,7 @@ def _merge_attempt(a: AttemptFacts, event: Event) -> AttemptFacts:
             | EventKind.SKIPPED
             | EventKind.UPSTREAM_FAILED
             | EventKind.REMOVED
+            | EventKind.CLEARED
         ):
             raise ValueError(f"{kind} is an instance-level event, not an attempt's")
 

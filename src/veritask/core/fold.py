@@ -94,6 +94,11 @@ class InstanceSnapshot:
     facts: InstanceFacts
 
     @property
+    def cleared(self) -> bool:
+        """Whether a clear opened the current epoch and no attempt opened in it yet."""
+        return self.facts.cleared_epoch()
+
+    @property
     def current(self) -> AttemptView | None:
         """The attempt of the current epoch, if one was opened."""
         for view in self.attempts:
@@ -163,7 +168,7 @@ def _instance_state(
     if cancel is not None:
         phrase = (
             reasons.CANCELLED_BEFORE_ANY_ATTEMPT
-            if epoch == 0
+            if current is None
             else reasons.CANCELLED_WAITING_TO_RETRY
         )
         why = phrase.format(actor=cancel.actor, why=cancel.evidence["reason"])
@@ -173,9 +178,15 @@ def _instance_state(
             (EventKind.UPSTREAM_FAILED, InstanceState.UPSTREAM_FAILED),
             (EventKind.SKIPPED, InstanceState.SKIPPED),
         ):
-            mark = facts.decision(0, kind)
+            mark = facts.decision(epoch, kind)
             if mark is not None:
                 return state, reasons.TRIGGER_RULE.format(rule=mark.evidence["rule"]), None
+        cleared = facts.decision(epoch, EventKind.CLEARED)
+        if cleared is not None:
+            why = reasons.CLEARED_WAITING.format(
+                actor=cleared.actor, why=cleared.evidence["reason"]
+            )
+            return InstanceState.CREATED, why, None
         return InstanceState.CREATED, reasons.WAITING.format(), None
     return _from_attempt(facts.instance_id, current, policy)
 

@@ -156,6 +156,8 @@ def _decision_problem(snapshot: InstanceSnapshot, event: Event) -> str | None:
         return None
     if kind is EventKind.ATTEMPT_OPENED:
         return _opening_problem(snapshot, event)
+    if kind is EventKind.CLEARED:
+        return _clearing_problem(snapshot, event)
     if event.attempt_no != epoch:
         return reasons.NOT_THE_EPOCH.format(epoch=epoch, attempt_no=event.attempt_no)
     attempt_state = current.state if current is not None else None
@@ -193,7 +195,7 @@ def _decision_problem(snapshot: InstanceSnapshot, event: Event) -> str | None:
             if attempt_state in _OVERRIDE_BLOCKERS:
                 return reasons.STOP_BEFORE_OVERRIDE.format(state=state, epoch=epoch)
         case EventKind.SKIPPED | EventKind.UPSTREAM_FAILED:
-            if state is not InstanceState.CREATED or epoch != 0:
+            if state is not InstanceState.CREATED or current is not None:
                 return reasons.ILLEGAL_RULE.format(state=state)
         case EventKind.REMOVED:
             if attempt_state is not None and not attempt_state.is_terminal:
@@ -215,16 +217,36 @@ def _decision_problem(snapshot: InstanceSnapshot, event: Event) -> str | None:
     return None
 
 
+def _clearing_problem(snapshot: InstanceSnapshot, event: Event) -> str | None:
+    expected = snapshot.epoch + 1
+    if event.attempt_no != expected:
+        return reasons.CLEAR_OPENS_THE_EPOCH.format(expected=expected, attempt_no=event.attempt_no)
+    if not snapshot.state.is_terminal:
+        return reasons.CLEAR_FROM_FINISHED.format(state=snapshot.state)
+    return None
+
+
+def next_attempt_no(snapshot: InstanceSnapshot) -> int:
+    """The number the next attempt opens under: that of the epoch a clear opened, if any."""
+    return snapshot.epoch if snapshot.cleared else snapshot.epoch + 1
+
+
 def _opening_problem(snapshot: InstanceSnapshot, event: Event) -> str | None:
     state = snapshot.state
-    expected = snapshot.epoch + 1
+    expected = next_attempt_no(snapshot)
     if event.attempt_no != expected:
         return reasons.NEXT_ATTEMPT_IS.format(expected=expected, got=event.attempt_no)
     reason = OpenReason(str(event.evidence["reason"]))
     retry_index = event.evidence["retry_index"]
     resubmit_index = event.evidence["resubmit_index"]
     previous = snapshot.current
-    if reason is OpenReason.FIRST:
+    if snapshot.cleared:
+        if state is not InstanceState.CREATED:
+            return reasons.FIRST_FROM_CREATED.format(state=state)
+        if reason is not OpenReason.RERUN:
+            return reasons.RERUN_AFTER_CLEAR.format(reason=reason)
+        want = (0, 0)
+    elif reason is OpenReason.FIRST:
         if state is not InstanceState.CREATED or previous is not None:
             return reasons.FIRST_FROM_CREATED.format(state=state)
         want = (0, 0)
@@ -265,6 +287,8 @@ def next_opening(snapshot: InstanceSnapshot) -> tuple[OpenReason, int, int] | No
     Returns None unless the instance is CREATED (first attempt) or UP_FOR_RETRY; whether
     ``retry_at`` has come is the scheduler's to check against its clock.
     """
+    if snapshot.state is InstanceState.CREATED and snapshot.cleared:
+        return OpenReason.RERUN, 0, 0
     if snapshot.state is InstanceState.CREATED and snapshot.epoch == 0:
         return OpenReason.FIRST, 0, 0
     previous = snapshot.current

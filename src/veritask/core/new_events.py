@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, TypedDict
 
-from veritask.core.events import Event, EventKind, OpenReason, OverrideScope
+from veritask.core.events import ClearScope, Event, EventKind, OpenReason, OverrideScope
 from veritask.core.jsontypes import JSONObject
 from veritask.core.policy import OnUnknown
 from veritask.core.states import InstanceState
@@ -371,6 +371,23 @@ def override(
     }
     return _decision(
         EventKind.OVERRIDE, operator, event_id, instance_id, attempt_no, event_time, evidence
+    )
+
+
+def cleared(
+    *,
+    event_id: str,
+    instance_id: str,
+    attempt_no: int,
+    event_time: datetime,
+    operator: str,
+    reason: str,
+    scope: ClearScope,
+) -> Event:
+    """``operator`` clears a finished instance: epoch ``attempt_no`` waits to be decided again."""
+    evidence: JSONObject = {"reason": reason, "scope": scope.value, "operator": operator}
+    return _decision(
+        EventKind.CLEARED, operator, event_id, instance_id, attempt_no, event_time, evidence
     )
 
 

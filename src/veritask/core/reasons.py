@@ -35,6 +35,11 @@ CANCELLED_WAITING_TO_RETRY = Phrase(
     actor=Slot.ACTOR,
     why=_S,
 )
+CLEARED_WAITING = Phrase(
+    "reason.cleared_waiting",
+    "cleared by {actor} ({why}); waiting to be decided again",
+    actor=Slot.ACTOR,
+)
 TRIGGER_RULE = Phrase("reason.trigger_rule", "trigger rule {rule}", rule=_S)
 WAITING = Phrase("reason.waiting", "waiting for dependencies, concurrency or time")
 ATTEMPT = Phrase(
@@ -196,6 +201,7 @@ CANCEL_NEEDS_REASON = Phrase(
 OVERRIDE_NEEDS_REASON = Phrase(
     "reason.override_needs_reason", "evidence.reason: an override needs a reason"
 )
+CLEAR_NEEDS_REASON = Phrase("reason.clear_needs_reason", "evidence.reason: a clear needs a reason")
 
 ALREADY_RECORDED = Phrase("reason.already_recorded", "event {event_id} was already recorded")
 ID_REUSED = Phrase(
@@ -310,6 +316,22 @@ FIRST_FROM_CREATED = Phrase(
     "reason.first_from_created",
     "illegal now: a first attempt opens from CREATED, the instance is {state}",
     state=Slot.STATE,
+)
+CLEAR_FROM_FINISHED = Phrase(
+    "reason.clear_from_finished",
+    "illegal now: only a finished instance can be cleared, this one is {state}",
+    state=Slot.STATE,
+)
+CLEAR_OPENS_THE_EPOCH = Phrase(
+    "reason.clear_opens_the_epoch",
+    "attempt_no: a clear opens epoch {expected}, not {attempt_no}",
+    expected=Slot.NUMBER,
+    attempt_no=Slot.NUMBER,
+)
+RERUN_AFTER_CLEAR = Phrase(
+    "reason.rerun_after_clear",
+    "evidence.reason: the attempt after a clear opens as a rerun, not {reason}",
+    reason=Slot.OPEN_REASON,
 )
 RERUN_FROM_FINISHED = Phrase(
     "reason.rerun_from_finished",
@@ -535,3 +557,19 @@ CHECKS_RUNNING = Phrase("reason.checks_running", "{count} check(s) running", cou
 COMMIT_SUCCEEDED = Phrase("reason.commit_succeeded", "the commit step succeeded")
 COMMIT_ENDED = Phrase("reason.commit_ended", "the commit step ended {state}", state=Slot.STATE)
 COMMITTING = Phrase("reason.committing", "committing the output")
+
+# -- clear and rerun (a run) -----------------------------------------------------------------
+
+RUN_CLEARED = Phrase(
+    "reason.run_cleared",
+    "cleared by {actor} ({why}): {tasks} to run again",
+    actor=Slot.ACTOR,
+)
+PUBLICATION_CLEARED = Phrase(
+    "reason.publication_cleared",
+    "cleared by {actor} ({why}): to be checked and published again once execution succeeds",
+    actor=Slot.ACTOR,
+)
+RERUN_REQUESTED = Phrase(
+    "reason.rerun_requested", "rerun of {run_id} asked by {actor} ({why})", actor=Slot.ACTOR
+)

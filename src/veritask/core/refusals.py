@@ -166,3 +166,26 @@ TOKEN_NAME = Phrase(
     "refusal.token_name",
     "1 to 64 letters, digits, '_', '.', '@' or '-', starting with a letter or digit",
 )
+
+# -- clear and rerun ---------------------------------------------------------------------------
+
+CLEAR_ONE_SCOPE = Phrase(
+    "refusal.clear_one_scope", "give either failed: true or a list of tasks, not both or neither"
+)
+CLEAR_NEEDS_REASON = Phrase("refusal.clear_needs_reason", "a clear needs a reason")
+NO_TASK_IN_RUN = Phrase(
+    "refusal.no_task_in_run", "run {run_id} has no task {task!r}", task=Slot.FIELD
+)
+NOTHING_FAILED = Phrase("refusal.nothing_failed", "run {run_id} has no failed instance to clear")
+CLEAR_RUN_STATE = Phrase(
+    "refusal.clear_run_state",
+    "run {run_id} is {state}: only a running or finished run can be cleared",
+    state=Slot.STATE,
+)
+CLEAR_ACTIVE = Phrase(
+    "refusal.clear_active",
+    "clear refused: {task} (instance {instance_id}) is {state}; stop it or wait for it to end",
+    task=Slot.FIELD,
+    state=Slot.STATE,
+)
+RERUN_VERSION = Phrase("refusal.rerun_version", 'version is "same" or "latest", not {version!r}')

@@ -221,6 +221,14 @@ INSTANCE_RULES: tuple[Rule[InstanceState], ...] = (
         "clear and rerun with the same inputs: a new attempt, counters reset",
     ),
     _rule(
+        "operator_clears_a_finished_instance",
+        _I_FINISHED,
+        [I.CREATED],
+        [K.CLEARED],
+        "operator",
+        "a new epoch without an attempt: decided again by its trigger rule, then a rerun",
+    ),
+    _rule(
         "stronger_completion_overrules",
         [*_I_ENDED_BY_COMPLETION, I.CANCELLED],
         [*_I_ENDED_BY_COMPLETION, I.CANCELLED],

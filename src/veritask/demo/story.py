@@ -108,7 +108,7 @@ class Story:
         self.tick()
         event = decide.open_attempt(
             self.snapshot,
-            token_hash=judge.hash_token(self.token(self.epoch + 1)),
+            token_hash=judge.hash_token(self.token(judge.next_attempt_no(self.snapshot))),
             now=max(self.clock, self.snapshot.retry_at or self.clock),
             event_id=self.next_id(),
         )

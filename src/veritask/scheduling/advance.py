@@ -347,7 +347,10 @@ class RunAdvancer:
 
     def _opening(self, brief: run_store.InstanceBrief, now: datetime) -> tuple[Event, Opened]:
         nonce = AttemptTokens.new_nonce()
-        attempt_no = brief.epoch + 1
+        # A CREATED instance past epoch 0 was cleared: its attempt opens in the epoch the
+        # clear opened, as a rerun (counters reset).
+        cleared = brief.epoch > 0
+        attempt_no = brief.epoch if cleared else 1
         token_hash = self.dispatcher.tokens.token_hash(brief.id, attempt_no, nonce)
         event = new_events.attempt_opened(
             event_id=new_event_id(),
@@ -355,7 +358,7 @@ class RunAdvancer:
             attempt_no=attempt_no,
             event_time=now,
             token_hash=token_hash,
-            reason=OpenReason.FIRST,
+            reason=OpenReason.RERUN if cleared else OpenReason.FIRST,
             retry_index=0,
             resubmit_index=0,
             nonce=nonce,

@@ -117,6 +117,8 @@ def trigger(
     parameters: Mapping[str, JSONValue] | None = None,
     logical_time: datetime | None = None,
     rerun_of: str | None = None,
+    definition_version: int | None = None,
+    data_interval: tuple[datetime | None, datetime | None] | None = None,
 ) -> Triggered:
     """Create a run of the definition's current version (or return the one with this key).
 
@@ -125,6 +127,10 @@ def trigger(
     """
     with dialects.read_transaction(ledger.engine) as connection:
         row, version, definition = _current_definition(connection, name)
+        if definition_version is not None and definition_version != version:
+            # A rerun of the old run's own version.
+            version = definition_version
+            definition = versions.read(connection, row.id, version)
         if row.lifecycle not in (DefinitionLifecycle.ACTIVE, DefinitionLifecycle.DISABLED):
             raise Refused(refusals.CANNOT_BE_TRIGGERED.format(name=name, lifecycle=row.lifecycle))
         active = run_store.active_run_ids(connection, row.id)
@@ -138,7 +144,7 @@ def trigger(
         logical_time = ledger.clock()
     idempotency_key = _key(name, kind, key, logical_time)
     state, reason = _admission(definition, active, kind)
-    interval = (
+    interval = data_interval or (
         schedule.data_interval(definition.schedule, logical_time)
         if definition.schedule is not None and logical_time is not None
         else (None, None)

@@ -1,0 +1,138 @@
+"""Clear and rerun through the real scheduler and the local executor (services/reruns.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.scheduling.harness import Harness
+from veritask.core.states import InstanceState as I
+from veritask.core.states import RunExecutionState as R
+from veritask.services import reruns
+from veritask.services.errors import Conflict, InvalidInput, NotFound
+from veritask.services.platform import Platform
+
+# ``flaky`` fails until the marker file exists: the operator "fixes" it by creating the file.
+DAG = """\
+name: dag
+parameters: {table: users}
+defaults: {retry: {max_retries: 0}, timeout: 30s}
+tasks:
+  extract: {run: "true"}
+  flaky: {run: 'test -e "{marker}"', after: [extract]}
+  load: {run: "true", after: [flaky]}
+  side: {run: "true", after: [extract]}
+"""
+
+
+def _platform(harness: Harness) -> Platform:
+    return Platform(harness.ledger, harness.home)
+
+
+def _failed_run(harness: Harness, marker: str) -> str:
+    harness.apply(DAG.replace("{marker}", marker))
+    run_id = harness.trigger("dag")
+    state, _ = harness.finish(run_id)
+    assert state is R.FAILED
+    assert harness.states(run_id) == {
+        "extract": I.SUCCESS,
+        "flaky": I.FAILED,
+        "load": I.UPSTREAM_FAILED,
+        "side": I.SUCCESS,
+    }
+    return run_id
+
+
+def test_clear_failed_opens_a_new_attempt_in_the_same_run_and_the_run_finishes(
+    harness: Harness,
+) -> None:
+    marker = harness.home / "fixed"
+    run_id = _failed_run(harness, str(marker))
+    flaky = harness.instances(run_id)["flaky"].id
+    before = harness.attempts(flaky)
+    marker.touch()
+    cleared = reruns.clear(
+        _platform(harness), run_id, failed=True, reason="disk fixed", actor="operator:alice"
+    )
+    assert [(c.task, c.previous_state, c.next_attempt) for c in cleared.instances] == [
+        ("flaky", I.FAILED, 2),
+        ("load", I.UPSTREAM_FAILED, 1),
+    ]
+    assert cleared.execution_state is R.RUNNING
+    assert harness.run(run_id)[0] is R.RUNNING
+    assert harness.states(run_id)["flaky"] is I.CREATED
+    assert harness.finish(run_id)[0] is R.SUCCESS
+    after = harness.attempts(flaky)
+    # The first attempt is unchanged; the new one is attempt 2 of the same instance.
+    assert after[0] == before[0]
+    assert [(n, state) for n, state, _, _ in after] == [(1, "FAILED"), (2, "SUCCESS")]
+    assert harness.states(run_id) == dict.fromkeys(("extract", "flaky", "load", "side"), I.SUCCESS)
+    # The run went back to running through a recorded run-level event that says who and why.
+    moves = [(a, b) for a, b, _ in harness.run_history(run_id)]
+    assert moves[-3:] == [("RUNNING", "FAILED"), ("FAILED", "RUNNING"), ("RUNNING", "SUCCESS")]
+    reopened = [r for a, b, r in harness.run_history(run_id) if (a, b) == ("FAILED", "RUNNING")]
+    assert reopened == ["cleared by operator:alice (disk fixed): flaky, load to run again"]
+
+
+def test_clear_a_task_with_and_without_downstream(harness: Harness) -> None:
+    marker = harness.home / "fixed"
+    marker.touch()
+    harness.apply(DAG.replace("{marker}", str(marker)))
+    run_id = harness.trigger("dag")
+    assert harness.finish(run_id)[0] is R.SUCCESS
+    platform = _platform(harness)
+    alone = reruns.clear(
+        platform, run_id, tasks=["extract"], downstream=False, reason="again", actor="operator:a"
+    )
+    assert [c.task for c in alone.instances] == ["extract"]
+    assert harness.finish(run_id)[0] is R.SUCCESS
+    assert len(harness.attempts(harness.instances(run_id)["flaky"].id)) == 1
+    assert len(harness.attempts(harness.instances(run_id)["extract"].id)) == 2
+    down = reruns.clear(platform, run_id, tasks=["flaky"], reason="again", actor="operator:a")
+    assert [c.task for c in down.instances] == ["flaky", "load"]
+    assert harness.finish(run_id)[0] is R.SUCCESS
+    assert len(harness.attempts(harness.instances(run_id)["load"].id)) == 2
+    assert len(harness.attempts(harness.instances(run_id)["side"].id)) == 1
+
+
+def test_clear_refuses_bad_scopes(harness: Harness) -> None:
+    run_id = _failed_run(harness, str(harness.home / "never"))
+    platform = _platform(harness)
+    with pytest.raises(NotFound, match="no task 'nope'"):
+        reruns.clear(platform, run_id, tasks=["nope"], reason="x", actor="operator:a")
+    with pytest.raises(NotFound):
+        reruns.clear(platform, "no-such-run", failed=True, reason="x", actor="operator:a")
+    with pytest.raises(InvalidInput, match="reason"):
+        reruns.clear(platform, run_id, failed=True, reason=" ", actor="operator:a")
+    with pytest.raises(InvalidInput, match="either"):
+        reruns.clear(platform, run_id, failed=True, tasks=["flaky"], reason="x", actor="o:a")
+    reruns.clear(platform, run_id, tasks=["flaky"], reason="x", actor="operator:a")
+    harness.until(lambda: harness.states(run_id)["flaky"] in (I.SCHEDULED, I.QUEUED, I.RUNNING))
+    with pytest.raises(Conflict, match="flaky"):
+        reruns.clear(platform, run_id, tasks=["extract"], reason="x", actor="operator:a")
+
+
+def test_rerun_is_a_new_run_with_merged_parameters_and_the_same_logical_time(
+    harness: Harness,
+) -> None:
+    marker = harness.home / "fixed"
+    marker.touch()
+    harness.apply(DAG.replace("{marker}", str(marker)))
+    old = harness.trigger("dag")
+    assert harness.finish(old)[0] is R.SUCCESS
+    platform = _platform(harness)
+    new = reruns.rerun(
+        platform, old, parameters={"table": "orders"}, reason="orders too", actor="operator:a"
+    )
+    assert new.created and new.rerun_of == old and new.run_id != old
+    assert new.parameters["table"] == "orders"
+    again = reruns.rerun(
+        platform, old, parameters={"table": "orders"}, reason="orders too", actor="operator:a"
+    )
+    assert (again.run_id, again.created) == (new.run_id, False)
+    assert harness.finish(new.run_id)[0] is R.SUCCESS
+    # The old run is untouched: one attempt each.
+    assert all(len(harness.attempts(i.id)) == 1 for i in harness.instances(old).values())
+    harness.apply(DAG.replace("{marker}", str(marker)).replace('"true"}', '"true", timeout: 20s}'))
+    latest = reruns.rerun(platform, old, version="latest", key="k1", actor="operator:a")
+    same = reruns.rerun(platform, old, key="k2", actor="operator:a")
+    assert (same.definition_version, latest.definition_version) == (1, 2)
