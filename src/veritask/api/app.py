@@ -11,7 +11,7 @@ from fastapi.openapi.utils import get_openapi
 
 from veritask.api import authentication, health, limits, metrics, problems, schemas, text, v1
 from veritask.api.settings import ApiSettings
-from veritask.api.v2 import alerts, callbacks, definitions, durations, runs, tokens
+from veritask.api.v2 import alerts, backfills, callbacks, definitions, durations, runs, tokens
 from veritask.services.platform import Platform
 
 TITLE = "Veritask"
@@ -46,7 +46,7 @@ def create_app(settings: ApiSettings, *, platform: Platform | None = None) -> Fa
     app.include_router(health.router)
     app.include_router(metrics.router)
     v2 = APIRouter(prefix="/api/v2")
-    modules = (definitions, runs, callbacks, tokens, alerts, durations)
+    modules = (definitions, runs, callbacks, tokens, alerts, durations, backfills)
     for module in modules:
         v2.include_router(module.router)
     app.include_router(v2)

@@ -67,6 +67,9 @@ def trigger_run(
     except InvalidParameters as exc:
         found = [FieldProblem(p.field, None, p.message) for p in exc.problems]
         raise InvalidInput(str(exc), found) from None
+    except triggers.Overlap as exc:
+        # ``concurrency: forbid``: refused at the request, naming the active run(s).
+        raise Conflict(str(exc)) from None
     except triggers.Refused as exc:
         with dialects.read_transaction(platform.engine) as connection:
             row = queries.get_definition(connection, name=name)
