@@ -101,15 +101,16 @@ def test_max_active_runs_paces_a_backfill_through_the_scheduler(harness: Harness
             reason="pacing",
         ),
     )
-    assert started.backfill_id is not None and len(started.intervals) == 5
+    backfill_id = started.backfill_id
+    assert backfill_id is not None and len(started.intervals) == 5
     assert len(harness.runs()) == 2
     most_active = 0
 
     def done() -> bool:
         nonlocal most_active
         with dialects.read_transaction(harness.engine) as connection:
-            most_active = max(most_active, store.active_run_count(connection, started.backfill_id))
-            row = store.get(connection, started.backfill_id)
+            most_active = max(most_active, store.active_run_count(connection, backfill_id))
+            row = store.get(connection, backfill_id)
         return row is not None and row.state == store.DONE
 
     harness.until(done, what="the backfill to finish")
@@ -119,7 +120,7 @@ def test_max_active_runs_paces_a_backfill_through_the_scheduler(harness: Harness
     runs = [run for run in harness.runs() if run[2].startswith("paced@2026-03-")]
     assert len(runs) == 5 and {state for _, state, _ in runs} == {R.SUCCESS}
     with dialects.read_transaction(harness.engine) as connection:
-        counts = store.progress(connection, [started.backfill_id])[started.backfill_id]
+        counts = store.progress(connection, [backfill_id])[backfill_id]
         kinds = {queries.get_run(connection, run_id).trigger_kind for run_id, _, _ in runs}  # type: ignore[union-attr]
     assert counts == {R.SUCCESS.value: 5}
     assert kinds == {TriggerKind.BACKFILL.value}
