@@ -26,6 +26,14 @@ def test_trigger_records_the_run_and_returns_202_with_its_location(api: Api) -> 
     assert response.headers["location"] == f"/api/v2/runs/{body['run_id']}"
 
 
+QUEUED_HELLO = """\
+name: queued_hello
+concurrency: queue
+tasks:
+  greet: {run: echo hello}
+"""
+
+
 def test_the_same_idempotency_key_returns_the_same_run(api: Api) -> None:
     api.apply(HELLO)
     first = api.http.post("/api/v2/definitions/hello/runs", json={"idempotency_key": "k-1"})
@@ -34,8 +42,15 @@ def test_the_same_idempotency_key_returns_the_same_run(api: Api) -> None:
     assert again.status_code == 200
     assert again.json()["run_id"] == first.json()["run_id"]
     assert again.json()["created"] is False
+    # Another key is another run: hello's concurrency (forbid) refuses it while k-1 runs.
     other = api.http.post("/api/v2/definitions/hello/runs", json={"idempotency_key": "k-2"})
-    assert other.json()["run_id"] != first.json()["run_id"]
+    assert other.status_code == 409
+    assert first.json()["run_id"] in other.json()["detail"]
+    api.apply(QUEUED_HELLO)
+    one = api.http.post("/api/v2/definitions/queued_hello/runs", json={"idempotency_key": "k-1"})
+    two = api.http.post("/api/v2/definitions/queued_hello/runs", json={"idempotency_key": "k-2"})
+    assert one.status_code == two.status_code == 202
+    assert one.json()["run_id"] != two.json()["run_id"]
 
 
 def test_parameters_must_be_ones_the_definition_declares(api: Api) -> None:
@@ -101,21 +116,22 @@ def test_an_instance_shows_its_attempts_progress_and_history(api: Api) -> None:
 
 
 def test_runs_are_listed_newest_first_with_filters_and_cursor_pages(api: Api) -> None:
-    api.apply(HELLO)
+    api.apply(QUEUED_HELLO)
     api.apply(PIPELINE)
-    hellos = [api.trigger("hello") for _ in range(3)]
+    hellos = [api.trigger("queued_hello") for _ in range(3)]
     pipeline = api.trigger("pipeline")
-    page = api.http.get("/api/v2/runs", params={"definition": "hello", "limit": 2}).json()
+    page = api.http.get("/api/v2/runs", params={"definition": "queued_hello", "limit": 2}).json()
     assert [r["id"] for r in page["items"]] == hellos[::-1][:2]
     rest = api.http.get(
-        "/api/v2/runs", params={"definition": "hello", "limit": 2, "cursor": page["next_cursor"]}
+        "/api/v2/runs",
+        params={"definition": "queued_hello", "limit": 2, "cursor": page["next_cursor"]},
     ).json()
     assert [r["id"] for r in rest["items"]] == [hellos[0]]
     assert rest["next_cursor"] is None
-    # concurrency: forbid (the default) did not start the second and third hello.
+    # concurrency: queue did not start the second and third yet.
     running = api.http.get("/api/v2/runs", params={"state": ["RUNNING"]}).json()["items"]
     assert {r["id"] for r in running} == {hellos[0], pipeline}
-    both = api.http.get("/api/v2/runs", params={"state": ["CANCELLED", "FAILED"]}).json()
+    both = api.http.get("/api/v2/runs", params={"state": ["QUEUED", "FAILED"]}).json()
     assert {r["id"] for r in both["items"]} == set(hellos[1:])
 
 

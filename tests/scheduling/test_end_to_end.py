@@ -264,22 +264,20 @@ tasks:
 """
 
 
-def test_concurrency_forbid_records_the_refused_run_as_cancelled(harness: Harness) -> None:
+def test_concurrency_forbid_refuses_the_overlapping_run_without_creating_it(
+    harness: Harness,
+) -> None:
     harness.apply(SLEEPER.format(name="forbidden", policy="forbid", seconds=30))
     first = harness.trigger("forbidden")
     harness.until(harness.state_is(first, "work", I.RUNNING), what="the first run to run")
 
-    refused = triggers.trigger(
-        harness.ledger, name="forbidden", kind=TriggerKind.MANUAL, actor="operator:test"
-    )
+    with pytest.raises(triggers.Overlap) as refused:
+        triggers.trigger(
+            harness.ledger, name="forbidden", kind=TriggerKind.MANUAL, actor="operator:test"
+        )
 
-    assert refused.created
-    assert refused.execution_state is R.CANCELLED
-    assert "forbid" in refused.reason and first in refused.reason
-    assert harness.run(refused.run_id) == (R.CANCELLED, refused.reason)
-    harness.tick()
-    assert harness.states(refused.run_id) == {"work": I.CANCELLED}  # closed, never started
-    assert harness.attempts(harness.instances(refused.run_id)["work"].id) == []
+    assert "forbid" in str(refused.value) and first in str(refused.value)
+    assert [run_id for run_id, _, _ in harness.runs()] == [first]
     triggers.request_run_cancel(harness.ledger, first, actor="operator:test", reason="done")
     assert harness.finish(first)[0] is R.CANCELLED
 

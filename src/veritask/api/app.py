@@ -13,6 +13,7 @@ from veritask.api import authentication, health, limits, metrics, problems, sche
 from veritask.api.settings import ApiSettings
 from veritask.api.v2 import (
     alerts,
+    backfills,
     callbacks,
     definitions,
     durations,
@@ -55,7 +56,17 @@ def create_app(settings: ApiSettings, *, platform: Platform | None = None) -> Fa
     app.include_router(health.router)
     app.include_router(metrics.router)
     v2 = APIRouter(prefix="/api/v2")
-    modules = (definitions, run_lists, runs, reruns, callbacks, tokens, alerts, durations)
+    modules = (
+        definitions,
+        run_lists,
+        runs,
+        reruns,
+        callbacks,
+        tokens,
+        alerts,
+        durations,
+        backfills,
+    )
     for module in modules:
         v2.include_router(module.router)
     app.include_router(v2)

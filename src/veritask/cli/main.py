@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import click
 
-from veritask.cli import alerts, durations, operations, processes, reruns, verbs
+from veritask.cli import alerts, backfills, durations, operations, processes, reruns, verbs
 from veritask.cli.client import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
 
 
@@ -62,6 +62,9 @@ for command in (
     reruns.rerun_command,
     verbs.watch_command,
     verbs.token_group,
+    backfills.backfill_command,
+    backfills.backfills_command,
+    backfills.backfill_cancel_command,
     alerts.alerts_group,
     durations.durations_command,
     operations.verify_command,

@@ -503,6 +503,23 @@ FORBIDDEN_OVERLAP = Phrase(
     "reason.forbidden_overlap",
     "not started: concurrency is forbid and run(s) {runs} are active",
 )
+BACKFILL_REQUESTED = Phrase(
+    "reason.backfill_requested",
+    "backfill of [{start}, {end}) requested: {intervals} interval(s); {reason}",
+    start=Slot.TIME,
+    end=Slot.TIME,
+    intervals=Slot.NUMBER,
+)
+BACKFILL_CANCELLED = Phrase(
+    "reason.backfill_cancelled",
+    "backfill cancelled by {actor}: {reason}",
+    actor=Slot.ACTOR,
+)
+SCHEDULE_SKIPPED = Phrase(
+    "reason.schedule_skipped",
+    "scheduled run of {logical_time} skipped: concurrency is forbid and run(s) {runs} are active",
+    logical_time=Slot.TIME,
+)
 QUEUED_BEHIND = Phrase("reason.queued_behind", "queued behind run(s) {runs}")
 REPLACING = Phrase("reason.replacing", "replacing run(s) {runs}: waiting for them to stop")
 STARTED_AFTER_QUEUE = Phrase("reason.started_after_queue", "started: the runs ahead of it finished")

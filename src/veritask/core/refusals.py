@@ -17,6 +17,7 @@ NO_INSTANCE = Phrase("refusal.no_instance", "no instance {instance_id!r}")
 NO_RUN_OR_INSTANCE = Phrase("refusal.no_run_or_instance", "no run or instance {instance_id!r}")
 NO_DEFINITION = Phrase("refusal.no_definition", "no definition named {name!r}")
 NO_ALERT = Phrase("refusal.no_alert", "no alert {alert_id}", alert_id=Slot.NUMBER)
+NO_BACKFILL = Phrase("refusal.no_backfill", "no backfill {backfill_id!r}")
 NO_TOKEN = Phrase("refusal.no_token", "no token {token_id!r}")
 NO_VERSION = Phrase(
     "refusal.no_version",
@@ -73,6 +74,12 @@ CANNOT_BE_TRIGGERED = Phrase(
 )
 NO_SCHEDULE = Phrase(
     "refusal.no_schedule", "definition {name} has no schedule to backfill", name=Slot.FIELD
+)
+BACKFILL_ALREADY = Phrase("refusal.backfill_already", "backfill {backfill_id} is already {state}")
+BACKFILL_CLEAR_NOT_YET = Phrase(
+    "refusal.backfill_clear_not_yet",
+    "existing: failed is not available yet (clearing a finished run); use skip, or all to "
+    "rerun the runs in range",
 )
 END_BEFORE_START = Phrase("refusal.end_before_start", "end: must not be before start")
 NEEDS_LOGICAL_TIME = Phrase(
@@ -147,6 +154,16 @@ NOT_IN_GRAPH = Phrase(
 )
 OVERRIDE_STATES = Phrase("refusal.override_states", "an override sets SUCCESS or FAILED")
 OVERRIDE_NEEDS_REASON = Phrase("refusal.override_needs_reason", "an override needs a reason")
+TO_BEFORE_FROM = Phrase("refusal.to_before_from", "must not be before from")
+BACKFILL_EXISTING = Phrase(
+    "refusal.backfill_existing", "must be one of {choices}", choices=Slot.CODE
+)
+TOO_MANY_INTERVALS = Phrase(
+    "refusal.too_many_intervals",
+    "the range holds {count} fire times; a backfill holds at most {limit}",
+    count=Slot.NUMBER,
+    limit=Slot.NUMBER,
+)
 CANCEL_NEEDS_REASON = Phrase("refusal.cancel_needs_reason", "a cancel needs a reason")
 TRIGGER_KIND = Phrase("refusal.trigger_kind", "a trigger by request is manual or api")
 NOT_A_CURSOR = Phrase("refusal.not_a_cursor", "not a cursor this API handed out")

@@ -185,6 +185,14 @@ def parameters_of(connection: Connection, run_id: str) -> JSONObject:
     return dict(value or {})
 
 
+def run_with_key(connection: Connection, idempotency_key: str) -> str | None:
+    """The id of the run with this idempotency key, if there is one."""
+    found = connection.execute(
+        sa.select(_r.id).where(_r.idempotency_key == idempotency_key)
+    ).scalar_one_or_none()
+    return None if found is None else str(found)
+
+
 def execution_of(connection: Connection, run_id: str) -> tuple[RunExecutionState, str]:
     """The run's execution state and its reason (empty if none was recorded)."""
     row = connection.execute(

@@ -417,3 +417,62 @@ ui_sessions = sa.Table(
     sa.Index("ix_ui_sessions_token_id", "token_id"),
     sa.Index("ix_ui_sessions_expires_at", "expires_at"),
 )
+
+#: What a backfill does with an interval that has a run already (0006).
+BACKFILL_EXISTING: Final = ("all", "failed", "skip")
+BACKFILL_STATES: Final = ("active", "cancelled", "done")
+BACKFILL_ACTIONS: Final = ("clear", "create", "rerun", "skip")
+
+#: A backfill request: its half-open range of logical times, and whether it still moves (0006).
+backfills = sa.Table(
+    "backfills",
+    metadata,
+    _id("id", primary_key=True),
+    _id("definition_id"),
+    _time("range_start", nullable=False),
+    _time("range_end", nullable=False),
+    sa.Column("parameters", columns.json_column_type(), nullable=False),
+    sa.Column("max_active_runs", sa.Integer, nullable=False),
+    sa.Column("existing", sa.String(16), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("actor", sa.String(160), nullable=False),
+    sa.Column("reason", sa.Text, nullable=True),
+    _time("created_at", nullable=False),
+    _time("finished_at"),
+    sa.CheckConstraint(_one_of("existing", BACKFILL_EXISTING), name="existing"),
+    sa.CheckConstraint(_one_of("state", BACKFILL_STATES), name="state"),
+    sa.CheckConstraint("max_active_runs >= 1", name="max_active_positive"),
+    sa.ForeignKeyConstraint(["definition_id"], ["definitions.id"]),
+    # The scheduler reads only the active ones, every pass.
+    sa.Index("ix_backfills_state_created_at", "state", "created_at"),
+    sa.Index("ix_backfills_definition_id_created_at", "definition_id", "created_at"),
+)
+
+#: One fire time of a backfill's range. ``run_id`` has no foreign key: the retention purge
+#: deletes run snapshots, and the backfill's record outlives them (0006).
+backfill_intervals = sa.Table(
+    "backfill_intervals",
+    metadata,
+    _id("backfill_id", primary_key=True),
+    sa.Column("logical_time", columns.UTCDateTime(), primary_key=True),
+    _time("data_interval_start", nullable=False),
+    _time("data_interval_end", nullable=False),
+    sa.Column("action", sa.String(16), nullable=False),
+    _id("existing_run_id", nullable=True),
+    _state("existing_state", nullable=True),
+    _id("run_id", nullable=True),
+    sa.CheckConstraint(_one_of("action", BACKFILL_ACTIONS), name="action"),
+    sa.ForeignKeyConstraint(["backfill_id"], ["backfills.id"]),
+)
+
+#: A scheduled fire time that ``concurrency: forbid`` refused: no run, so the interval's key
+#: stays free for a backfill; the row keeps the schedule from firing it again (0006).
+schedule_skips = sa.Table(
+    "schedule_skips",
+    metadata,
+    _id("definition_id", primary_key=True),
+    sa.Column("logical_time", columns.UTCDateTime(), primary_key=True),
+    _id("active_run_id"),
+    _time("skipped_at", nullable=False),
+    sa.ForeignKeyConstraint(["definition_id"], ["definitions.id"]),
+)

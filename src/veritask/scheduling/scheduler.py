@@ -33,7 +33,7 @@ from veritask.ledger import active_runs, alerts, dialects, errors
 from veritask.ledger.active_runs import ActiveRun
 from veritask.ledger.ledger import Applied, Ledger
 from veritask.ledger.vocabulary import AlertCategory
-from veritask.scheduling import gathering, intake, sweeps, triggers
+from veritask.scheduling import backfills, gathering, intake, sweeps, triggers
 from veritask.scheduling.advance import (
     Advanced,
     Definitions,
@@ -201,6 +201,7 @@ class Scheduler:
         self._rescan = False
         if self._due("schedules", now, self.settings.monitor_every):
             report.runs_moved += self._fire_schedules(now)
+            report.runs_moved += self._advance_backfills()
         if full or report.runs_moved:
             report.runs_moved += self._start_queued_runs()
         full = full or self._rescan
@@ -280,6 +281,21 @@ class Scheduler:
         except Exception:  # a stored definition that no longer reads: the rest goes on
             log.exception("firing schedules failed")
             return 0
+
+    def _advance_backfills(self) -> int:
+        """The next runs of the active backfills, as earlier ones end (backfills.py)."""
+        try:
+            made = backfills.advance_backfills(self.ledger)
+        except errors.LedgerConflict:
+            return 0  # another writer moved one of its runs; the next pass sees it
+        except errors.LedgerError:
+            raise
+        except Exception:  # a backfill that cannot go on never stops the loop
+            log.exception("advancing backfills failed")
+            return 0
+        if made:
+            self._rescan = True
+        return made
 
     def _start_queued_runs(self) -> int:
         try:

@@ -28,6 +28,7 @@ from veritask.definitions import codec, schedule
 from veritask.definitions.model import ConcurrencyPolicy, Definition
 from veritask.definitions.parameters import check_values, defaults
 from veritask.definitions.parse import parse_definition
+from veritask.ledger import backfills as backfill_store
 from veritask.ledger import definitions as definition_store
 from veritask.ledger import dialects, run_store
 from veritask.ledger.database import Connection
@@ -47,6 +48,14 @@ class Refused(VeritaskError):
 
 class KeyReused(Refused):
     """The idempotency key is an existing run's, triggered with other parameters."""
+
+
+class Overlap(Refused):
+    """``concurrency: forbid`` refused a new run while others are active (no run is made)."""
+
+    def __init__(self, message: str, active_run_ids: list[str]) -> None:
+        super().__init__(message)
+        self.active_run_ids = active_run_ids
 
 
 @dataclass(frozen=True)
@@ -126,7 +135,7 @@ def trigger(
     definition does not declare or values that do not fit their declaration.
     """
     with dialects.read_transaction(ledger.engine) as connection:
-        row, version, definition = _current_definition(connection, name)
+        row, version, definition = current_definition(connection, name)
         if definition_version is not None and definition_version != version:
             # A rerun of the old run's own version.
             version = definition_version
@@ -144,6 +153,8 @@ def trigger(
         logical_time = ledger.clock()
     idempotency_key = _key(name, kind, key, logical_time)
     state, reason = _admission(definition, active, kind)
+    if state is RunExecutionState.CANCELLED:
+        _refuse_overlap(ledger, idempotency_key, active, reason)
     interval = data_interval or (
         schedule.data_interval(definition.schedule, logical_time)
         if definition.schedule is not None and logical_time is not None
@@ -172,8 +183,6 @@ def trigger(
     run_id, created = run_store.create_run(ledger, request, new_id=new_event_id)
     if not created and key is not None:
         _refuse_other_parameters(ledger, run_id, key, definition, effective)
-    if created and state is RunExecutionState.CANCELLED:
-        close_unstarted(ledger, run_id, actor="scheduler", reason=reason)
     if created and definition.concurrency is ConcurrencyPolicy.REPLACE:
         for other in active:
             replaced = reasons.REPLACED_BY.format(run_id=run_id)
@@ -220,7 +229,7 @@ def backfill(
     cross-pipeline dependencies like scheduled runs do.
     """
     with dialects.read_transaction(ledger.engine) as connection:
-        _, _, definition = _current_definition(connection, name)
+        _, _, definition = current_definition(connection, name)
     if definition.schedule is None:
         raise Refused(refusals.NO_SCHEDULE.format(name=name))
     if end < start:
@@ -233,6 +242,15 @@ def backfill(
 
 
 _EPSILON = timedelta(microseconds=1)
+
+
+def _refuse_overlap(ledger: Ledger, key: str, active: list[str], reason: str) -> None:
+    """Refuse a run ``forbid`` does not admit, unless it is the one this key made already
+    (asking again for an existing run is not a new run)."""
+    with dialects.read_transaction(ledger.engine) as connection:
+        if run_store.run_with_key(connection, key) is not None:
+            return
+    raise Overlap(reason, active)
 
 
 def _key(name: str, kind: TriggerKind, key: str | None, logical_time: datetime | None) -> str:
@@ -368,25 +386,65 @@ def fire_schedules(ledger: Ledger, now: datetime) -> int:
             if row.schedule
         ]
         latest = run_store.latest_logical_times(connection)
+        skipped = backfill_store.latest_skipped_times(connection)
     for row, definition in scheduled:
         if definition.schedule is None:
             continue
-        last = latest.get(row.id) or row.created_at
+        known = [t for t in (latest.get(row.id), skipped.get(row.id)) if t is not None]
+        last = max(known) if known else row.created_at
         for logical_time in schedule.due_logical_times(
             definition.schedule, last_logical_time=last, now=now
         ):
-            result = trigger(
-                ledger,
-                name=row.name,
-                kind=TriggerKind.SCHEDULE,
-                actor="scheduler",
-                logical_time=logical_time,
-            )
+            try:
+                result = trigger(
+                    ledger,
+                    name=row.name,
+                    kind=TriggerKind.SCHEDULE,
+                    actor="scheduler",
+                    logical_time=logical_time,
+                )
+            except Overlap as refused:
+                _record_skip(ledger, row.id, logical_time, refused)
+                continue
             fired += int(result.created)
     return fired
 
 
-def _current_definition(
+def _record_skip(
+    ledger: Ledger, definition_id: str, logical_time: datetime, refused: Overlap
+) -> None:
+    """A scheduled fire time ``forbid`` refused: no run (its key stays free for a backfill),
+    a row that keeps the schedule from firing it again, and an event on the definition."""
+    now = ledger.clock()
+    with ledger.engine.begin() as connection:
+        first = backfill_store.record_schedule_skip(
+            connection,
+            definition_id=definition_id,
+            logical_time=logical_time,
+            active_run_id=refused.active_run_ids[0],
+            now=now,
+        )
+        if not first:
+            return
+        run_store.record_subject_event(
+            connection,
+            subject_type=SubjectType.DEFINITION,
+            subject_id=definition_id,
+            kind="schedule_skipped",
+            actor="scheduler",
+            event_id=new_event_id(),
+            now=now,
+            evidence={
+                "logical_time": logical_time.isoformat(),
+                "active_runs": list(refused.active_run_ids),
+            },
+            reason=reasons.SCHEDULE_SKIPPED.format(
+                logical_time=logical_time.isoformat(), runs=", ".join(refused.active_run_ids)
+            ),
+        )
+
+
+def current_definition(
     connection: Connection, name: str
 ) -> tuple[definition_store.DefinitionHeading, int, Definition]:
     """The definition's row, its current version's number and the version (parsed once per
