@@ -164,7 +164,8 @@ tasks:
 
 
 def test_a_manual_run_has_a_logical_time_and_records_its_effective_parameters(api: Api) -> None:
-    api.apply(DATED)
+    # Two runs, the first still active (no scheduler here): they must be allowed to overlap.
+    api.apply(DATED + "concurrency: allow\n")
     before = api.platform.now()
     run = api.run(api.trigger("dated", trigger_kind="manual", parameters={"rows": 3}))
     assert run["parameters"] == {"table": "users", "rows": 3}

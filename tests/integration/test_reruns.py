@@ -68,7 +68,8 @@ def test_clear_of_an_active_instance_is_409_naming_it(api: Api) -> None:
 
 
 def test_rerun_answers_202_with_a_new_linked_run(api: Api) -> None:
-    api.apply(PIPELINE)
+    # The old run is still active (no scheduler here): the reruns must be allowed beside it.
+    api.apply(PIPELINE + "concurrency: allow\n")
     old = api.trigger("pipeline")
     path = f"/api/v2/runs/{old}/rerun"
     response = api.http.post(path, json={"parameters": {"table": "orders"}, "reason": "orders"})

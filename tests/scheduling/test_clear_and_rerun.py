@@ -134,5 +134,6 @@ def test_rerun_is_a_new_run_with_merged_parameters_and_the_same_logical_time(
     assert all(len(harness.attempts(i.id)) == 1 for i in harness.instances(old).values())
     harness.apply(DAG.replace("{marker}", str(marker)).replace('"true"}', '"true", timeout: 20s}'))
     latest = reruns.rerun(platform, old, version="latest", key="k1", actor="operator:a")
+    assert harness.finish(latest.run_id)[0] is R.SUCCESS  # forbid: one run at a time
     same = reruns.rerun(platform, old, key="k2", actor="operator:a")
     assert (same.definition_version, latest.definition_version) == (1, 2)

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query
+from pydantic import BeforeValidator
 
 from veritask.api import problems, schemas
 from veritask.api.security import PlatformDep, Viewer
@@ -15,8 +16,20 @@ from veritask.services import run_lists
 
 router = APIRouter(tags=["runs"])
 
+
+def _iso_8601(value: object) -> object:
+    """Only ISO 8601 text: pydantic would also read ``0.5`` as seconds since 1970."""
+    if isinstance(value, str):
+        try:
+            datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError("an ISO 8601 date and time, such as 2026-01-31T02:00:00Z") from None
+    return value
+
+
 Moment = Annotated[
     datetime | None,
+    BeforeValidator(_iso_8601),
     Query(description="An ISO 8601 date and time; without an offset it is read as UTC"),
 ]
 
