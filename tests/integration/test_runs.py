@@ -80,7 +80,7 @@ def test_a_run_shows_both_states_and_its_instances_with_attempts(api: Api) -> No
     assert run["execution_reason"] == "started"
     assert run["publication_state"] == "NOT_REQUIRED"
     instances = run["instances"]
-    assert [i["task"] for i in instances] == ["extract", "load", "transform"]
+    assert [i["task"] for i in instances] == ["extract", "transform", "load"]  # pipeline order
     assert {i["state"] for i in instances} == {"CREATED"}
     assert all(i["attempts"] == [] for i in instances)
 

@@ -48,7 +48,7 @@ def test_alerts_are_grouped_by_owner_category_with_links_and_times(ui: Ui) -> No
     )
     late = raise_alert(ui, AlertCategory.DEADLINE, "the run is late", run_id=run_id)
     viewer = ui.signed_in(TokenRole.VIEWER)
-    viewer.http.cookies.set("veritask_tz", "Asia/Shanghai")
+    viewer.http.cookies.set("veritask_tz", "Asia%2FShanghai")  # as the page's script writes it
     page = viewer.http.get("/ui/alerts").text
     groups = re.findall(r'<section class="alert-group" data-category="([a-z_]+)"', page)
     assert groups == ["reconciliation", "deadline"]  # in AlertCategory's order

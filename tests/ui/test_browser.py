@@ -85,10 +85,11 @@ def admin_token(up: Veritask) -> str:
 
 def signed_in(browser: Browser, up: Veritask, token: str, *, language: str = "en") -> Page:
     context = browser.new_context(timezone_id="Asia/Shanghai", locale="en-US")
-    # The zone the page would report itself; set first so that no reload interrupts the test.
+    # The zone as the page's script writes it (encodeURIComponent), set first so that no
+    # reload interrupts the test (test_browser_zone.py lets the script write it).
     context.add_cookies(
         [
-            {"name": "veritask_tz", "value": "Asia/Shanghai", "url": up.url},
+            {"name": "veritask_tz", "value": "Asia%2FShanghai", "url": up.url},
             {"name": "veritask_lang", "value": language, "url": up.url},
         ]
     )

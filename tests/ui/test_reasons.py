@@ -192,7 +192,7 @@ def test_alert_messages_and_their_refusals_read_in_chinese(ui: Ui) -> None:
     )
 
     operator = ui.signed_in(TokenRole.OPERATOR)
-    operator.http.cookies.set("veritask_tz", "Asia/Shanghai")
+    operator.http.cookies.set("veritask_tz", "Asia%2FShanghai")  # as the page's script writes it
     english = _shown(operator.http.get("/ui/alerts").text)
     due = raised.pop(AlertCategory.DEADLINE)
     assert all(message in english for message in raised.values())

@@ -18,9 +18,9 @@ from tests.ui.conftest import Ui
 from veritask.api.app import create_app
 from veritask.api.settings import ApiSettings
 from veritask.core.events import OverrideScope
+from veritask.core.run_state import pipeline_order
 from veritask.core.states import InstanceState, PublicationState, RunExecutionState, TriggerKind
 from veritask.services import definitions, overrides, runs, tokens
-from veritask.services.grid import pipeline_order
 from veritask.services.platform import Platform
 from veritask.services.tokens import TokenRole
 from veritask.ui import app as ui_app

@@ -25,6 +25,7 @@ not from the instances, and are not decided here.
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -146,6 +147,24 @@ class RunGraph:
             if all(self._by_key[d].role is TaskRole.TEARDOWN for d in below):
                 result.append(node.key)
         return tuple(result)
+
+
+def pipeline_order(graph: RunGraph) -> tuple[str, ...]:
+    """The tasks in an order that puts each after every task it waits for; among the tasks
+    that are ready at the same point, the one the definition lists first comes first."""
+    position = {key: index for index, key in enumerate(graph.keys)}
+    waiting = {key: len(set(graph.node(key).after)) for key in graph.keys}
+    ready = [(position[key], key) for key, count in waiting.items() if count == 0]
+    heapq.heapify(ready)
+    ordered: list[str] = []
+    while ready:
+        _, key = heapq.heappop(ready)
+        ordered.append(key)
+        for down in dict.fromkeys(graph.downstream(key)):
+            waiting[down] -= 1
+            if waiting[down] == 0:
+                heapq.heappush(ready, (position[down], down))
+    return tuple(ordered)
 
 
 @dataclass(frozen=True)

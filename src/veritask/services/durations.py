@@ -17,7 +17,9 @@ from veritask.core.durations import Phase, PhaseInterval
 from veritask.core.fold import fold
 from veritask.core.policy import TaskPolicy
 from veritask.ledger import dialects, queries, timelines
-from veritask.services import reading
+from veritask.ledger.database import Connection
+from veritask.ledger.rows import RunRow
+from veritask.services import ordering, reading
 from veritask.services.errors import InvalidInput, NotFound
 from veritask.services.platform import Platform
 
@@ -84,12 +86,14 @@ class DefinitionDurations:
 
 
 def run_timeline(platform: Platform, run_id: str) -> list[InstanceTimeline]:
-    """Per instance of the run: task key, state and the phase intervals (start/end UTC
-    datetimes; ``end`` None while a phase goes on). ``NotFound`` if there is no such run."""
+    """Per instance of the run, in pipeline order: task key, state and the phase intervals
+    (start/end UTC datetimes; ``end`` None while a phase goes on). ``NotFound`` if there is
+    no such run."""
     with dialects.read_transaction(platform.engine) as connection:
-        if queries.get_run(connection, run_id) is None:
+        run = queries.get_run(connection, run_id)
+        if run is None:
             raise NotFound(refusals.NO_RUN.format(run_id=run_id))
-        histories = timelines.instance_histories(connection, [run_id])
+        histories = _in_pipeline_order(connection, run, [run_id])
     return [_timeline(history) for history in histories]
 
 
@@ -100,7 +104,7 @@ def run_durations(platform: Platform, run_id: str) -> RunDurations:
         if run is None:
             raise NotFound(refusals.NO_RUN.format(run_id=run_id))
         definition = queries.definition_names(connection, [run.definition_id])
-        histories = timelines.instance_histories(connection, [run_id])
+        histories = _in_pipeline_order(connection, run, [run_id])
     return RunDurations(
         run_id,
         definition.get(run.definition_id, ""),
@@ -111,13 +115,17 @@ def run_durations(platform: Platform, run_id: str) -> RunDurations:
 def definition_durations(
     platform: Platform, name: str, *, recent_runs: int = DEFAULT_RECENT_RUNS
 ) -> DefinitionDurations:
-    """p50 and p95 of each phase, per task and over all tasks, over the newest runs."""
+    """p50 and p95 of each phase, over all tasks (first) and per task in the current
+    version's pipeline order (tasks only older versions had after, by name)."""
     if not 1 <= recent_runs <= MAX_RECENT_RUNS:
         raise InvalidInput.about("runs", refusals.BETWEEN.format(low=1, high=MAX_RECENT_RUNS))
     with dialects.read_transaction(platform.engine) as connection:
         row = reading.definition_named(connection, name)
         run_ids = timelines.recent_run_ids(connection, row.id, limit=recent_runs)
         histories = timelines.instance_histories(connection, run_ids)
+        order: tuple[str, ...] = ()
+        if row.current_version is not None:
+            order = ordering.version_order(connection, row.id, row.current_version)
     samples: dict[str, dict[str, list[float]]] = {}
     for history in histories:
         for phase, value in _timeline(history).seconds.items():
@@ -128,8 +136,22 @@ def definition_durations(
         len(run_ids),
         {
             task: {phase: _statistics(values) for phase, values in phases.items()}
-            for task, phases in sorted(samples.items())
+            for task, phases in ordering.in_pipeline_order(
+                samples.items(), (ALL_TASKS, *order), task=lambda pair: pair[0], index=lambda _: 0
+            )
         },
+    )
+
+
+def _in_pipeline_order(
+    connection: Connection, run: RunRow, run_ids: list[str]
+) -> list[timelines.InstanceHistory]:
+    order = ordering.version_order(connection, run.definition_id, run.definition_version)
+    return ordering.in_pipeline_order(
+        timelines.instance_histories(connection, run_ids),
+        order,
+        task=lambda h: h.task_key,
+        index=lambda h: h.map_index,
     )
 
 

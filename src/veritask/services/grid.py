@@ -11,19 +11,17 @@ pipeline order is kept too, since a version never changes.
 
 from __future__ import annotations
 
-import heapq
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
 from veritask.core import refusals
-from veritask.core.run_state import RunGraph
 from veritask.core.states import InstanceState
 from veritask.definitions import parse
 from veritask.ledger import dialects, run_lists
 from veritask.ledger.rows import InstanceRow
-from veritask.services import reading, views
+from veritask.services import ordering, reading, views
 from veritask.services.errors import InvalidInput
 from veritask.services.platform import Platform
 
@@ -80,15 +78,15 @@ def definition_grid(platform: Platform, name: str, *, runs: int = DEFAULT_RUNS) 
         wanted = {run.definition_version for run in newest}
         if definition.current_version is not None:
             wanted.add(definition.current_version)
-        missing = {v for v in wanted if _cached_order(definition.id, v) is None}
+        missing = {v for v in wanted if ordering.cached_order(definition.id, v) is None}
         for stored in run_lists.definition_versions(
             connection, definition_id=definition.id, versions=missing
         ):
-            graph = parse.definition_from_json(stored.spec).run_graph()
-            _remember_order(definition.id, stored.version, pipeline_order(graph))
+            order = ordering.task_order(parse.definition_from_json(stored.spec))
+            ordering.remember_order(definition.id, stored.version, order)
     # The current version's order first, then tasks only older versions had, newest first.
     versions = sorted(wanted, key=lambda v: (v != definition.current_version, -v))
-    task_order = _merged(_cached_order(definition.id, v) or () for v in versions)
+    task_order = _merged(ordering.cached_order(definition.id, v) or () for v in versions)
     columns = list(reversed(newest))
     by_run_and_task: dict[tuple[str, str], list[run_lists.GridCell]] = {}
     for cell in cells:
@@ -102,24 +100,6 @@ def definition_grid(platform: Platform, name: str, *, runs: int = DEFAULT_RUNS) 
         for task in (*task_order, *extra)
     )
     return Grid(name, tuple(reading.run_view(run, name) for run in columns), rows)
-
-
-def pipeline_order(graph: RunGraph) -> tuple[str, ...]:
-    """The tasks in an order that puts each after every task it waits for; among the tasks
-    that are ready at the same point, the one the definition lists first comes first."""
-    position = {key: index for index, key in enumerate(graph.keys)}
-    waiting = {key: len(set(graph.node(key).after)) for key in graph.keys}
-    ready = [(position[key], key) for key, count in waiting.items() if count == 0]
-    heapq.heapify(ready)
-    ordered: list[str] = []
-    while ready:
-        _, key = heapq.heappop(ready)
-        ordered.append(key)
-        for down in dict.fromkeys(graph.downstream(key)):
-            waiting[down] -= 1
-            if waiting[down] == 0:
-                heapq.heappush(ready, (position[down], down))
-    return tuple(ordered)
 
 
 #: How much a state asks for attention, for the one instance a mapped task's cell shows.
@@ -218,23 +198,9 @@ def _merged(orders: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(task for order in orders for task in order))
 
 
-#: Pipeline orders by (definition id, version), and folded (state, reason) by (instance id,
-#: snapshot version): both are functions of rows that never change once written, and a live
-#: grid of 100 runs x 200 tasks is read again each time the ledger moves.
-_ORDERS: dict[tuple[str, int], tuple[str, ...]] = {}
-_ORDERS_KEPT: Final = 256
+#: Folded (state, reason) by (instance id, snapshot version): a function of rows that never
+#: change once written, and a live grid of 100 runs x 200 tasks is read again each time the
+#: ledger moves. (Pipeline orders are kept by ``ordering``.)
 _REASONS: dict[tuple[str, int], tuple[InstanceState, str]] = {}
 _REASONS_KEPT: Final = 200_000
 _LOCK = threading.Lock()
-
-
-def _cached_order(definition_id: str, version: int) -> tuple[str, ...] | None:
-    with _LOCK:
-        return _ORDERS.get((definition_id, version))
-
-
-def _remember_order(definition_id: str, version: int, order: tuple[str, ...]) -> None:
-    with _LOCK:
-        _ORDERS[(definition_id, version)] = order
-        while len(_ORDERS) > _ORDERS_KEPT:
-            _ORDERS.pop(next(iter(_ORDERS)))

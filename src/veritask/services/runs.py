@@ -25,7 +25,7 @@ from veritask.ledger.rows import EventRow, InstanceRow, RunRow
 from veritask.ledger.vocabulary import SubjectType as SubjectType  # re-exported for the API
 from veritask.scheduling import triggers
 from veritask.scheduling.dispatch import new_event_id
-from veritask.services import reading, views
+from veritask.services import ordering, reading, views
 from veritask.services.errors import Conflict, FieldProblem, InvalidInput, NotFound
 from veritask.services.platform import Platform
 
@@ -131,15 +131,20 @@ def list_runs(
 
 
 def get_run(platform: Platform, run_id: str) -> views.RunDetail:
-    """A run with both states and their reasons, and its instances with their attempts."""
+    """A run with both states and their reasons, and its instances with their attempts, in
+    pipeline order (``ordering``)."""
     with dialects.read_transaction(platform.engine) as connection:
         row = _run_row(connection, run_id)
         instances = queries.instances_of_run(connection, run_id)
         attempts = queries.attempts_by_instance(connection, (i.id for i in instances))
         names = queries.definition_names(connection, [row.definition_id])
+        order = ordering.version_order(connection, row.definition_id, row.definition_version)
+    listed = ordering.in_pipeline_order(
+        instances, order, task=lambda i: i.task_key, index=lambda i: i.map_index
+    )
     return views.RunDetail(
         reading.run_view(row, names.get(row.definition_id, "")),
-        tuple(reading.instance_view(i, attempts[i.id]) for i in instances),
+        tuple(reading.instance_view(i, attempts[i.id]) for i in listed),
     )
 
 
