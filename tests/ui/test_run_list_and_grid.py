@@ -27,8 +27,10 @@ from veritask.ui import app as ui_app
 
 #: Definition order zeta, load, alpha, transform, report; alphabetical order differs, and
 #: so does every order that ignores the edges or the definition's order of ready tasks.
+#: Both allow overlapping runs: the tests make many, and no scheduler here ends them.
 BRANCHY = """\
 name: branchy
+concurrency: allow
 tasks:
   zeta: {run: "true"}
   load: {run: "true", after: [transform]}
@@ -37,7 +39,7 @@ tasks:
   report: {run: "true", after: [zeta]}
 """
 PIPELINE_ORDER = ["zeta", "alpha", "transform", "load", "report"]
-HELLO = "name: hello\ntasks:\n  greet: {run: 'echo hello'}\n"
+HELLO = "name: hello\nconcurrency: allow\ntasks:\n  greet: {run: 'echo hello'}\n"
 CELL = re.compile(
     r'<a href="/ui/instances/([^"]+)" class="cell tone-[a-z]+" data-state="([A-Z_]+)" '
     r'title="([^"]*)"'
