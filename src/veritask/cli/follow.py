@@ -68,6 +68,39 @@ def wait_for_run(
         time.sleep(POLL_SECONDS)
 
 
+def answer_or_wait(
+    api: ApiClient,
+    run_id: str,
+    answer: JSONObject,
+    *,
+    wait: bool,
+    timeout: float | None,
+    as_json: bool,
+    line: str,
+) -> None:
+    """Print what a verb that starts a run answered (``line``, or ``answer`` as JSON); with
+    ``wait``, follow the run to its end first, print it, and exit as ``trigger --wait`` does."""
+    if not wait:
+        if as_json:
+            render.print_json(answer)
+        else:
+            render.out.print(line)
+        return
+
+    def report(run: JSONObject) -> None:
+        render.err.print(
+            f"run {run_id}: {run.get('execution_state')} "
+            f"(publication {run.get('publication_state')}) — {run.get('execution_reason')}"
+        )
+
+    run = wait_for_run(api, run_id, timeout=timeout, on_change=report)
+    if as_json:
+        render.print_json(run)
+    else:
+        render.out.print(line)
+    raise SystemExit(exit_code_of(run))
+
+
 def watch(api: ApiClient, run_id: str) -> JSONObject:
     """Show the run's instances and progress live until it is finished."""
 

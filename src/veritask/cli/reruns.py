@@ -7,7 +7,6 @@ from __future__ import annotations
 import click
 
 from veritask.cli import follow, render
-from veritask.cli.client import ApiClient
 from veritask.cli.verbs import JSON_OPTION, _parameters, api_client
 from veritask.core.jsontypes import JSONObject
 
@@ -17,37 +16,6 @@ _WAIT = click.option(
 _TIMEOUT = click.option(
     "--timeout", type=click.FloatRange(min=0), default=None, help="Seconds --wait may take."
 )
-
-
-def _finish(
-    api: ApiClient,
-    run_id: str,
-    answer: JSONObject,
-    *,
-    wait: bool,
-    timeout: float | None,
-    as_json: bool,
-    line: str,
-) -> None:
-    if not wait:
-        if as_json:
-            render.print_json(answer)
-        else:
-            render.out.print(line)
-        return
-
-    def report(run: JSONObject) -> None:
-        render.err.print(
-            f"run {run_id}: {run.get('execution_state')} "
-            f"(publication {run.get('publication_state')}) — {run.get('execution_reason')}"
-        )
-
-    run = follow.wait_for_run(api, run_id, timeout=timeout, on_change=report)
-    if as_json:
-        render.print_json(run)
-    else:
-        render.out.print(line)
-    raise SystemExit(follow.exit_code_of(run))
 
 
 @click.command("clear")
@@ -86,7 +54,9 @@ def clear_command(
             else []
         )
         line = f"{run_id}: cleared {', '.join(names) or 'nothing'}"
-        _finish(api, run_id, cleared, wait=wait, timeout=timeout, as_json=as_json, line=line)
+        follow.answer_or_wait(
+            api, run_id, cleared, wait=wait, timeout=timeout, as_json=as_json, line=line
+        )
 
 
 @click.command("rerun")
@@ -120,4 +90,6 @@ def rerun_command(
     with api_client() as api:
         created = api.post(f"/runs/{run_id}/rerun", body)
         new_id = render.text(created.get("run_id"))
-        _finish(api, new_id, created, wait=wait, timeout=timeout, as_json=as_json, line=new_id)
+        follow.answer_or_wait(
+            api, new_id, created, wait=wait, timeout=timeout, as_json=as_json, line=new_id
+        )

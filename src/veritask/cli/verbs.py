@@ -130,25 +130,9 @@ def trigger_command(
     with api_client() as api:
         triggered = api.post(f"/definitions/{name}/runs", body)
         run_id = render.text(triggered.get("run_id"))
-        if not wait:
-            if as_json:
-                render.print_json(triggered)
-            else:
-                render.out.print(run_id)
-            return
-
-        def report(run: JSONObject) -> None:
-            render.err.print(
-                f"run {run_id}: {run.get('execution_state')} "
-                f"(publication {run.get('publication_state')}) — {run.get('execution_reason')}"
-            )
-
-        run = follow.wait_for_run(api, run_id, timeout=timeout, on_change=report)
-    if as_json:
-        render.print_json(run)
-    else:
-        render.out.print(run_id)
-    raise SystemExit(follow.exit_code_of(run))
+        follow.answer_or_wait(
+            api, run_id, triggered, wait=wait, timeout=timeout, as_json=as_json, line=run_id
+        )
 
 
 @click.command("runs")
