@@ -44,6 +44,7 @@ from veritask.ledger.rows import RunRow
 from veritask.ledger.vocabulary import SubjectType
 from veritask.scheduling import publication, triggers, versions
 from veritask.scheduling.dispatch import new_event_id
+from veritask.services import views
 from veritask.services.errors import Conflict, FieldProblem, InvalidInput, NotFound
 from veritask.services.platform import Platform
 
@@ -147,7 +148,31 @@ class Rerun:
     reason: str
 
 
+@dataclass(frozen=True)
+class ClearChoices:
+    """Which clears a run's page offers: the run's state allows one, it has failed instances
+    (*Clear failed*), and which tasks a person may clear one by one (finished, not a
+    publication step)."""
+
+    allowed: bool
+    failed: bool
+    tasks: frozenset[str]
+
+
 # -- clear --------------------------------------------------------------------------------------
+
+
+def clear_choices(detail: views.RunDetail) -> ClearChoices:
+    """What a page offers to clear (the clear itself decides again, see :func:`clear`)."""
+    if RunExecutionState(detail.run.execution_state) not in _CLEARABLE_RUNS:
+        return ClearChoices(False, False, frozenset())
+    tasks = frozenset(
+        i.task
+        for i in detail.instances
+        if i.state.is_terminal and not publication.is_publication_key(i.task)
+    )
+    failed = any(i.state in FAILED_TO_CLEAR for i in detail.instances)
+    return ClearChoices(True, failed, tasks)
 
 
 def clear_scope(
