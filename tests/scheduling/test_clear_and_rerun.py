@@ -137,3 +137,69 @@ def test_rerun_is_a_new_run_with_merged_parameters_and_the_same_logical_time(
     assert harness.finish(latest.run_id)[0] is R.SUCCESS  # forbid: one run at a time
     same = reruns.rerun(platform, old, key="k2", actor="operator:a")
     assert (same.definition_version, latest.definition_version) == (1, 2)
+
+
+def test_clear_scope_lists_what_the_clear_then_clears_and_records_nothing(
+    harness: Harness,
+) -> None:
+    run_id = _failed_run(harness, str(harness.home / "never"))
+    platform = _platform(harness)
+    events_before = len(harness.run_history(run_id))
+    preview = reruns.clear_scope(platform, run_id, failed=True)
+    assert [(c.task, c.previous_state, c.next_attempt) for c in preview.instances] == [
+        ("flaky", I.FAILED, 2),
+        ("load", I.UPSTREAM_FAILED, 1),
+    ]
+    assert (preview.scope, preview.downstream) == ("failed", True)
+    # A preview is no clear: nothing moved, nothing recorded.
+    assert harness.run(run_id)[0] is R.FAILED
+    assert harness.states(run_id)["flaky"] is I.FAILED
+    assert len(harness.run_history(run_id)) == events_before
+    alone = reruns.clear_scope(platform, run_id, tasks=["extract"], downstream=False)
+    assert [c.task for c in alone.instances] == ["extract"]
+    with pytest.raises(NotFound, match="no task 'nope'"):
+        reruns.clear_scope(platform, run_id, tasks=["nope"])
+    # Confirming a scope that is no longer the one shown is refused, naming the scope now.
+    with pytest.raises(Conflict, match="changed since the preview; now: flaky, load"):
+        reruns.clear(
+            platform,
+            run_id,
+            failed=True,
+            reason="x",
+            actor="operator:a",
+            expected=[preview.instances[0].instance_id],
+        )
+    assert harness.states(run_id)["flaky"] is I.FAILED
+    cleared = reruns.clear(
+        platform,
+        run_id,
+        failed=True,
+        reason="x",
+        actor="operator:a",
+        expected=[c.instance_id for c in preview.instances],
+    )
+    assert cleared.instances == preview.instances
+
+
+def test_rerun_preview_shows_the_version_and_the_parameters_the_new_run_records(
+    harness: Harness,
+) -> None:
+    marker = harness.home / "fixed"
+    marker.touch()
+    harness.apply(DAG.replace("{marker}", str(marker)))
+    old = harness.trigger("dag")
+    assert harness.finish(old)[0] is R.SUCCESS
+    platform = _platform(harness)
+    preview = reruns.rerun_preview(platform, old, parameters={"table": "orders"})
+    assert (preview.definition, preview.version, preview.definition_version) == ("dag", "same", 1)
+    assert preview.parameters == {"table": "orders"}
+    with pytest.raises(InvalidInput, match="nope"):
+        reruns.rerun_preview(platform, old, parameters={"nope": 1})
+    harness.apply(DAG.replace("{marker}", str(marker)).replace('"true"}', '"true", timeout: 20s}'))
+    assert reruns.rerun_preview(platform, old, version="latest").definition_version == 2
+    with pytest.raises(Conflict, match="version 2 now, the preview showed version 1"):
+        reruns.rerun(platform, old, version="latest", actor="operator:a", expected_version=1)
+    new = reruns.rerun(
+        platform, old, parameters={"table": "orders"}, actor="operator:a", expected_version=1
+    )
+    assert (new.definition_version, new.parameters) == (1, preview.parameters)

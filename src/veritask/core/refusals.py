@@ -206,3 +206,16 @@ CLEAR_ACTIVE = Phrase(
     state=Slot.STATE,
 )
 RERUN_VERSION = Phrase("refusal.rerun_version", 'version is "same" or "latest", not {version!r}')
+RERUN_NEEDS_REASON = Phrase("refusal.rerun_needs_reason", "a rerun from the web UI needs a reason")
+CLEAR_SCOPE_CHANGED = Phrase(
+    "refusal.clear_scope_changed",
+    "the instances to clear changed since the preview; now: {tasks}. Look at the preview again",
+)
+RERUN_VERSION_MOVED = Phrase(
+    "refusal.rerun_version_moved",
+    "definition {name} is at version {version} now, the preview showed version {shown}. "
+    "Look at the preview again",
+    name=Slot.FIELD,
+    version=Slot.NUMBER,
+    shown=Slot.NUMBER,
+)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -36,13 +36,15 @@ from veritask.core.states import (
     TriggerKind,
 )
 from veritask.definitions import parse
-from veritask.definitions.parameters import InvalidParameters
+from veritask.definitions.parameters import InvalidParameters, check_values, defaults
+from veritask.ledger import definitions as definition_store
 from veritask.ledger import dialects, errors, queries, run_store
 from veritask.ledger.ledger import StaleDecision
 from veritask.ledger.rows import RunRow
 from veritask.ledger.vocabulary import SubjectType
-from veritask.scheduling import publication, triggers
+from veritask.scheduling import publication, triggers, versions
 from veritask.scheduling.dispatch import new_event_id
+from veritask.services import views
 from veritask.services.errors import Conflict, FieldProblem, InvalidInput, NotFound
 from veritask.services.platform import Platform
 
@@ -71,6 +73,8 @@ _MOVED_PUBLICATION = frozenset(
 _ROUNDS = 5
 RUN_CLEARED_KIND = "run_cleared"
 RERUN_REQUESTED_KIND = "rerun_requested"
+#: Who a preview's decisions name: they are judged as a clear's would be, never recorded.
+_PREVIEW_ACTOR = "operator:preview"
 
 
 class RerunVersion(StrEnum):
@@ -106,6 +110,31 @@ class Cleared:
 
 
 @dataclass(frozen=True)
+class ClearPreview:
+    """What a clear would send back to waiting now (:func:`clear_scope`); nothing recorded."""
+
+    run_id: str
+    scope: str
+    downstream: bool
+    instances: tuple[ClearedInstance, ...]
+
+
+@dataclass(frozen=True)
+class RerunPreview:
+    """What a rerun would start now (:func:`rerun_preview`); nothing created."""
+
+    run_id: str
+    definition: str
+    version: str
+    """``same`` or ``latest``, as asked."""
+    definition_version: int
+    """The version number that choice names now."""
+    parameters: JSONObject
+    """What the new run records: the definition's defaults, the old run's values, the given
+    values over them."""
+
+
+@dataclass(frozen=True)
 class Rerun:
     """The new run a rerun created (or the one its key already named)."""
 
@@ -119,7 +148,50 @@ class Rerun:
     reason: str
 
 
+@dataclass(frozen=True)
+class ClearChoices:
+    """Which clears a run's page offers: the run's state allows one, it has failed instances
+    (*Clear failed*), and which tasks a person may clear one by one (finished, not a
+    publication step)."""
+
+    allowed: bool
+    failed: bool
+    tasks: frozenset[str]
+
+
 # -- clear --------------------------------------------------------------------------------------
+
+
+def clear_choices(detail: views.RunDetail) -> ClearChoices:
+    """What a page offers to clear (the clear itself decides again, see :func:`clear`)."""
+    if RunExecutionState(detail.run.execution_state) not in _CLEARABLE_RUNS:
+        return ClearChoices(False, False, frozenset())
+    tasks = frozenset(
+        i.task
+        for i in detail.instances
+        if i.state.is_terminal and not publication.is_publication_key(i.task)
+    )
+    failed = any(i.state in FAILED_TO_CLEAR for i in detail.instances)
+    return ClearChoices(True, failed, tasks)
+
+
+def clear_scope(
+    platform: Platform,
+    run_id: str,
+    *,
+    failed: bool = False,
+    tasks: Sequence[str] = (),
+    downstream: bool = True,
+) -> ClearPreview:
+    """What :func:`clear` would send back to waiting now, recording nothing: the same checks,
+    the same refusals (404, 409 naming an active instance) and the same instances, because
+    :func:`clear` plans with the very same function."""
+    run, graph, ids, scope = _checked_scope(platform, run_id, failed, tasks)
+    # The decisions are built and judged as the clear would, then dropped: never applied.
+    planned = _planned(
+        platform, run, graph, ids, failed, tasks, downstream, _PREVIEW_ACTOR, "preview", scope
+    )
+    return ClearPreview(run_id, scope.value, downstream, tuple(item for _, _, item in planned))
 
 
 def clear(
@@ -131,28 +203,21 @@ def clear(
     downstream: bool = True,
     reason: str,
     actor: str,
+    expected: Collection[str] | None = None,
 ) -> Cleared:
-    """Send the instances in scope back to waiting (see the module docstring)."""
+    """Send the instances in scope back to waiting (see the module docstring).
+
+    ``expected`` (instance ids, as :func:`clear_scope` listed them) refuses the clear (409)
+    when the scope is no longer those instances: a person confirms what they were shown."""
     why = reason.strip()
     if not why:
         raise InvalidInput.about("reason", refusals.CLEAR_NEEDS_REASON.format())
-    if failed == bool(tasks):
-        raise InvalidInput.about("tasks" if tasks else "failed", refusals.CLEAR_ONE_SCOPE.format())
-    run, graph, ids = _run_graph(platform, run_id)
-    scope = ClearScope.FAILED if failed else ClearScope.TASKS
-    for task in tasks:
-        if task not in ids or task not in graph.keys:
-            raise NotFound(refusals.NO_TASK_IN_RUN.format(run_id=run_id, task=task))
-    state = RunExecutionState(run.execution_state)
-    if state not in _CLEARABLE_RUNS:
-        raise Conflict(
-            refusals.CLEAR_RUN_STATE.format(run_id=run_id, state=state), current_state=state.value
-        )
+    run, graph, ids, scope = _checked_scope(platform, run_id, failed, tasks)
     for _ in range(_ROUNDS):
-        targets = _targets(platform, run, graph, ids, failed, tasks, downstream)
-        if failed and not any(origin for _, _, origin in targets):
-            raise Conflict(refusals.NOTHING_FAILED.format(run_id=run_id), current_state=state.value)
-        events = _clearing_events(platform, targets, actor, why, scope)
+        events = _planned(platform, run, graph, ids, failed, tasks, downstream, actor, why, scope)
+        if expected is not None and {i.instance_id for _, _, i in events} != set(expected):
+            names = ", ".join(item.task for _, _, item in events) or "-"
+            raise Conflict(refusals.CLEAR_SCOPE_CHANGED.format(tasks=names))
         try:
             for event, version, _ in events:
                 platform.ledger.apply(event, expected_version=version)
@@ -164,6 +229,45 @@ def clear(
     cleared = tuple(item for _, _, item in events)
     execution, published = _reopen_run(platform, run_id, actor, why, scope, downstream, cleared)
     return Cleared(run_id, scope.value, downstream, why, cleared, execution, published)
+
+
+def _checked_scope(
+    platform: Platform, run_id: str, failed: bool, tasks: Sequence[str]
+) -> tuple[RunRow, run_state.RunGraph, dict[str, str], ClearScope]:
+    """The run, its graph and instance ids, once the request names one scope of a clearable
+    run; 422, 404 or 409 otherwise."""
+    if failed == bool(tasks):
+        raise InvalidInput.about("tasks" if tasks else "failed", refusals.CLEAR_ONE_SCOPE.format())
+    run, graph, ids = _run_graph(platform, run_id)
+    for task in tasks:
+        if task not in ids or task not in graph.keys:
+            raise NotFound(refusals.NO_TASK_IN_RUN.format(run_id=run_id, task=task))
+    state = RunExecutionState(run.execution_state)
+    if state not in _CLEARABLE_RUNS:
+        raise Conflict(
+            refusals.CLEAR_RUN_STATE.format(run_id=run_id, state=state), current_state=state.value
+        )
+    return run, graph, ids, ClearScope.FAILED if failed else ClearScope.TASKS
+
+
+def _planned(
+    platform: Platform,
+    run: RunRow,
+    graph: run_state.RunGraph,
+    ids: dict[str, str],
+    failed: bool,
+    tasks: Sequence[str],
+    downstream: bool,
+    actor: str,
+    why: str,
+    scope: ClearScope,
+) -> list[tuple[Event, int, ClearedInstance]]:
+    """The ``cleared`` decisions of the scope as it stands now (the preview's and the act's)."""
+    targets = _targets(platform, run, graph, ids, failed, tasks, downstream)
+    if failed and not any(origin for _, _, origin in targets):
+        state = run.execution_state
+        raise Conflict(refusals.NOTHING_FAILED.format(run_id=run.id), current_state=state)
+    return _clearing_events(platform, targets, actor, why, scope)
 
 
 def _run_graph(
@@ -350,6 +454,19 @@ def _reopen_run(
 # -- rerun --------------------------------------------------------------------------------------
 
 
+def rerun_preview(
+    platform: Platform,
+    run_id: str,
+    *,
+    parameters: Mapping[str, JSONValue] | None = None,
+    version: str = RerunVersion.SAME.value,
+) -> RerunPreview:
+    """What :func:`rerun` would start now, creating nothing: the version it runs and the
+    parameters the new run records; the same refusals (404, 422 naming a parameter)."""
+    plan, _ = _rerun_plan(platform, run_id, parameters, version)
+    return plan
+
+
 def rerun(
     platform: Platform,
     run_id: str,
@@ -359,45 +476,42 @@ def rerun(
     key: str | None = None,
     reason: str | None = None,
     actor: str,
+    expected_version: int | None = None,
 ) -> Rerun:
-    """A new run of the old run's inputs, with ``parameters`` merged over its parameters."""
-    try:
-        choice = RerunVersion(version)
-    except ValueError:
-        raise InvalidInput.about(
-            "version", refusals.RERUN_VERSION.format(version=version)
-        ) from None
-    with dialects.read_transaction(platform.engine) as connection:
-        old = queries.get_run(connection, run_id)
-        if old is None:
-            raise NotFound(refusals.NO_RUN.format(run_id=run_id))
-        name = queries.definition_names(connection, [old.definition_id]).get(old.definition_id)
-    if name is None:
-        raise NotFound(refusals.VERSION_GONE.format(run_id=run_id))
+    """A new run of the old run's inputs, with ``parameters`` merged over its parameters.
+
+    ``expected_version`` (the number :func:`rerun_preview` showed) refuses the rerun (409)
+    when the version it would run is another one by now."""
+    plan, old = _rerun_plan(platform, run_id, parameters, version)
+    if expected_version is not None and plan.definition_version != expected_version:
+        raise Conflict(
+            refusals.RERUN_VERSION_MOVED.format(
+                name=plan.definition, version=plan.definition_version, shown=expected_version
+            )
+        )
+    choice = RerunVersion(plan.version)
     merged: JSONObject = {**old.parameters, **(parameters or {})}
     why = (reason or "").strip() or phrases.RERUN_REQUESTED.format(
         run_id=run_id, actor=actor, why="-"
     )
-    chosen = old.definition_version if choice is RerunVersion.SAME else None
     idempotency = key or _derived_key(run_id, merged, choice)
     try:
         result = triggers.trigger(
             platform.ledger,
-            name=name,
+            name=plan.definition,
             kind=TriggerKind.RERUN,
             actor=actor,
             key=idempotency,
             parameters=merged,
             logical_time=old.logical_time,
             rerun_of=run_id,
-            definition_version=chosen,
+            definition_version=plan.definition_version,
             data_interval=(old.data_interval_start, old.data_interval_end),
         )
     except triggers.NotFound as exc:
         raise NotFound(str(exc)) from None
     except InvalidParameters as exc:
-        found = [FieldProblem(f"parameters.{p.field}", None, p.message) for p in exc.problems]
-        raise InvalidInput(str(exc), found) from None
+        raise _invalid_parameters(exc) from None
     except triggers.Refused as exc:
         raise Conflict(str(exc)) from None
     with dialects.read_transaction(platform.engine) as connection:
@@ -435,6 +549,47 @@ def rerun(
         result.execution_state,
         result.reason,
     )
+
+
+def _rerun_plan(
+    platform: Platform,
+    run_id: str,
+    parameters: Mapping[str, JSONValue] | None,
+    version: str,
+) -> tuple[RerunPreview, RunRow]:
+    """The version a rerun runs and the parameters it records, checked as the trigger will."""
+    try:
+        choice = RerunVersion(version)
+    except ValueError:
+        raise InvalidInput.about(
+            "version", refusals.RERUN_VERSION.format(version=version)
+        ) from None
+    with dialects.read_transaction(platform.engine) as connection:
+        old = queries.get_run(connection, run_id)
+        if old is None:
+            raise NotFound(refusals.NO_RUN.format(run_id=run_id))
+        name = queries.definition_names(connection, [old.definition_id]).get(old.definition_id)
+        heading = None if name is None else definition_store.definition_heading(connection, name)
+        if name is None or heading is None:
+            raise NotFound(refusals.VERSION_GONE.format(run_id=run_id))
+        number = old.definition_version
+        if choice is RerunVersion.LATEST and heading.current_version is not None:
+            number = heading.current_version
+        definition = versions.read(connection, old.definition_id, number)
+    merged: JSONObject = {**old.parameters, **(parameters or {})}
+    try:
+        effective: JSONObject = {
+            **defaults(definition.parameters),
+            **check_values(definition.parameters, merged),
+        }
+    except InvalidParameters as exc:
+        raise _invalid_parameters(exc) from None
+    return RerunPreview(run_id, name, choice.value, number, effective), old
+
+
+def _invalid_parameters(exc: InvalidParameters) -> InvalidInput:
+    found = [FieldProblem(f"parameters.{p.field}", None, p.message) for p in exc.problems]
+    return InvalidInput(str(exc), found)
 
 
 def _derived_key(run_id: str, parameters: JSONObject, choice: RerunVersion) -> str:

@@ -40,12 +40,20 @@ class UiRoute(APIRoute):
         return guarded
 
 
-def refusal_page(request: Request, exc: errors.ServiceError) -> Response:
-    """The error page for a service's refusal."""
-    status, key = 500, "error.unexpected"
+def status_of(exc: errors.ServiceError) -> int:
+    """The HTTP status of a service's refusal, as the API answers it."""
+    return _kind_of(exc)[0]
+
+
+def _kind_of(exc: errors.ServiceError) -> tuple[int, str]:
     for kind, code, message in _STATUS:
         if isinstance(exc, kind):
-            status, key = code, message
-            break
+            return code, message
+    return 500, "error.unexpected"
+
+
+def refusal_page(request: Request, exc: errors.ServiceError) -> Response:
+    """The error page for a service's refusal."""
+    status, key = _kind_of(exc)
     found = context.visitor(request)
     return context.render(found, "error.html", status=status, message=found.t(key), detail=str(exc))

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from veritask.services import activity, durations, runs, views
+from veritask.services import activity, durations, reruns, runs, views
 from veritask.services.tokens import TokenRole
 from veritask.ui import context, dag, gantt
 from veritask.ui.pages.routing import UiRoute
@@ -46,6 +46,7 @@ def run_page(request: Request, run_id: str) -> Response:
         ),
         phase_kinds=list(durations.Phase),
         position=position,
+        choices=reruns.clear_choices(detail),
         live=f"/ui/live?run={run_id}&since={position}",
     )
 
