@@ -4,19 +4,17 @@ and the editor, whose validation errors are shown at their line."""
 from __future__ import annotations
 
 import difflib
-import json
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from veritask.core import refusals
 from veritask.core.jsontypes import JSONValue
 from veritask.core.states import TriggerKind
 from veritask.services import definitions, errors, runs
 from veritask.services.tokens import TokenRole
-from veritask.ui import context
+from veritask.ui import context, forms
 from veritask.ui.pages.routing import UiRoute
 
 router = APIRouter(prefix="/ui/definitions", route_class=UiRoute, include_in_schema=False)
@@ -125,18 +123,11 @@ async def trigger(request: Request, name: str) -> Response:
     parameters: dict[str, JSONValue] = {}
     for key, value in form.multi_items():
         if key.startswith("param.") and isinstance(value, str) and value.strip():
-            parameters[key.removeprefix("param.")] = _value(value)
+            parameters[key.removeprefix("param.")] = forms.typed_value(value)
     extra = form.get("extra")
     typed = extra if isinstance(extra, str) else ""
-    malformed: list[errors.FieldProblem] = []
-    for number, line in enumerate(typed.splitlines(), start=1):
-        if "=" in line:
-            key, _, value = line.partition("=")
-            parameters[key.strip()] = _value(value)
-        elif line.strip():
-            # Dropping the line would start a run without the value the operator meant.
-            text = refusals.PARAMETER_LINE.format(line=number, text=line.strip())
-            malformed.append(errors.FieldProblem("parameters", number, text))
+    given, malformed = forms.parameter_lines(typed)
+    parameters.update(given)
     if malformed:
         return await run_in_threadpool(
             _detail, found, name, trigger_problems=tuple(malformed), typed=typed, status=422
@@ -245,16 +236,6 @@ async def _set_enabled(request: Request, name: str, *, enabled: bool) -> Respons
         definitions.set_enabled, found.platform, name, enabled=enabled, actor=principal.actor
     )
     return RedirectResponse(f"/ui/definitions/{name}", status_code=303)
-
-
-def _value(text: str) -> JSONValue:
-    """A parameter as typed: JSON when it parses (numbers, true, lists), else the text."""
-    stripped = text.strip()
-    try:
-        parsed: JSONValue = json.loads(stripped)
-    except ValueError:
-        return stripped
-    return parsed
 
 
 def _diff(old: str, new: str, older: int, newer: int) -> list[tuple[str, str]]:

@@ -21,10 +21,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 
 from veritask.core import refusals
-from veritask.core.jsontypes import JSONObject, JSONValue
+from veritask.core.jsontypes import JSONObject
 from veritask.services import errors, reruns, runs
 from veritask.services.tokens import TokenRole
-from veritask.ui import context
+from veritask.ui import context, forms
 from veritask.ui.pages.routing import UiRoute, status_of
 
 router = APIRouter(prefix="/ui/runs", route_class=UiRoute, include_in_schema=False)
@@ -196,7 +196,7 @@ async def rerun_preview(request: Request, run_id: str) -> Response:
     found.require(TokenRole.OPERATOR)
     lines = str(form.get("parameters") or "")
     asked = _rerun_request(form, lines)
-    given, problems = _parameters_of(lines)
+    given, problems = forms.parameter_lines(lines)
     if not asked.reason:
         problems.append(errors.FieldProblem("reason", None, refusals.RERUN_NEEDS_REASON.format()))
     if problems:
@@ -258,20 +258,6 @@ async def _rerun_refused(
     )
 
 
-def _parameters_of(lines: str) -> tuple[JSONObject, list[errors.FieldProblem]]:
-    """NAME=VALUE lines as values; a line that is not NAME=VALUE is refused, never dropped."""
-    given: JSONObject = {}
-    problems: list[errors.FieldProblem] = []
-    for number, line in enumerate(lines.splitlines(), start=1):
-        if "=" in line and line.partition("=")[0].strip():
-            name, _, value = line.partition("=")
-            given[name.strip()] = _value(value)
-        elif line.strip():
-            text = refusals.PARAMETER_LINE.format(line=number, text=line.strip())
-            problems.append(errors.FieldProblem("parameters", number, text))
-    return given, problems
-
-
 def _given_of(value: object) -> JSONObject:
     """The parameters the confirm page carries (JSON it wrote itself); {} when unreadable."""
     try:
@@ -282,23 +268,7 @@ def _given_of(value: object) -> JSONObject:
 
 
 def _lines_of(parameters: JSONObject) -> str:
-    return "\n".join(f"{name}={_typed(value)}" for name, value in parameters.items())
-
-
-def _value(text: str) -> JSONValue:
-    """A value as typed: JSON when it parses (numbers, true, lists), else the text (as the
-    definition page's trigger form reads it)."""
-    stripped = text.strip()
-    try:
-        parsed: JSONValue = json.loads(stripped)
-    except ValueError:
-        return stripped
-    return parsed
-
-
-def _typed(value: JSONValue) -> str:
-    """A value as a person types it: text as it is, anything else as JSON."""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return "\n".join(f"{name}={forms.as_typed(value)}" for name, value in parameters.items())
 
 
 def _problems_of(exc: errors.ServiceError) -> tuple[errors.FieldProblem, ...]:
