@@ -179,6 +179,7 @@ def test_existing_failed_clears_the_failed_run_of_an_interval_and_it_succeeds(
     assert set(stood.values()) == set(runs)  # the same runs, cleared: no new run
     assert len(april()) == 2
     for run_id in stood.values():
+        assert run_id is not None
         assert harness.finish(run_id)[0] is R.SUCCESS
         flaky = harness.instances(run_id)["flaky"].id
         assert [(n, state) for n, state, _, _ in harness.attempts(flaky)] == [

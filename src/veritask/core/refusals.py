@@ -75,6 +75,7 @@ CANNOT_BE_TRIGGERED = Phrase(
 NO_SCHEDULE = Phrase(
     "refusal.no_schedule", "definition {name} has no schedule to backfill", name=Slot.FIELD
 )
+BACKFILL_NEEDS_REASON = Phrase("refusal.backfill_needs_reason", "a backfill needs a reason")
 BACKFILL_ALREADY = Phrase("refusal.backfill_already", "backfill {backfill_id} is already {state}")
 END_BEFORE_START = Phrase("refusal.end_before_start", "end: must not be before start")
 NEEDS_LOGICAL_TIME = Phrase(

@@ -14,7 +14,17 @@ from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from veritask.ui import context
-from veritask.ui.pages import alerts, auth, definitions, health, instances, live, run_list, runs
+from veritask.ui.pages import (
+    alerts,
+    auth,
+    backfills,
+    definitions,
+    health,
+    instances,
+    live,
+    run_list,
+    runs,
+)
 
 STATIC_PATH = "/ui/static"
 
@@ -35,7 +45,7 @@ SECURITY_HEADERS: Final = (
 
 def install(app: FastAPI) -> None:
     """Add the UI's routes, static files and refusal pages to ``app``."""
-    for module in (auth, run_list, definitions, runs, instances, alerts, health, live):
+    for module in (auth, run_list, definitions, backfills, runs, instances, alerts, health, live):
         app.include_router(module.router)
     app.mount(STATIC_PATH, StaticFiles(packages=[("veritask.ui", "static")]), name="ui-static")
     app.add_exception_handler(context.SignInRequired, _to_sign_in)
