@@ -7,8 +7,9 @@ import json
 import pytest
 
 from tests.integration.conftest import HELLO, Api
-from tests.integration.test_backfills import DAILY
+from tests.integration.test_backfills import DAILY, _finish
 from veritask.cli import main
+from veritask.core.states import RunExecutionState
 
 
 @pytest.fixture
@@ -37,6 +38,18 @@ def test_backfill_dry_run_then_create_then_list_and_cancel(
     assert main.main(["backfill-cancel", listed["id"]]) == 0
     assert "cancelled" in capsys.readouterr().out
     assert main.main(["backfill-cancel", listed["id"]]) == 4
+
+
+def test_backfill_dry_run_says_clear_for_a_failed_run(
+    cli: Api, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cli.apply(DAILY)
+    span = ["--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z"]
+    assert main.main(["backfill", "daily", *span, "--json"]) == 0
+    [interval] = json.loads(capsys.readouterr().out)["backfill"]["intervals"]
+    _finish(cli, interval["run_id"], RunExecutionState.FAILED)
+    assert main.main(["backfill", "daily", *span, "--existing", "failed", "--dry-run"]) == 0
+    assert f"clear: {interval['run_id']} (FAILED)" in capsys.readouterr().out
 
 
 def test_backfill_refusals_have_their_exit_codes(

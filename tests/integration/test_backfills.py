@@ -168,16 +168,21 @@ def test_bad_ranges_and_choices_are_refused_naming_the_field(api: Api) -> None:
     assert _backfill(api, "nope").status_code == 404
 
 
-def test_existing_failed_is_refused_until_clear_exists_and_all_reruns(api: Api) -> None:
+def test_existing_failed_clears_the_failed_run_and_all_reruns(api: Api) -> None:
     api.apply(DAILY)
     made = _backfill(api, to="2026-01-02T00:00:00Z").json()["backfill"]
     old = made["intervals"][0]["run_id"]
     _finish(api, old, RunExecutionState.FAILED)
-    failed = _backfill(api, to="2026-01-02T00:00:00Z", existing="failed")
-    assert failed.status_code == 422
-    assert failed.json()["errors"][0]["field"] == "existing"
     preview = _backfill(api, to="2026-01-02T00:00:00Z", existing="failed", dry_run=True)
-    assert preview.json()["backfill"]["intervals"][0]["action"] == "clear"
+    [planned] = preview.json()["backfill"]["intervals"]
+    assert (planned["action"], planned["existing_run_id"]) == ("clear", old)
+    failed = _backfill(api, to="2026-01-02T00:00:00Z", existing="failed", reason="fixed")
+    assert failed.status_code == 201, failed.text
+    [cleared] = failed.json()["backfill"]["intervals"]
+    # The failed run itself stands for the interval (a clear runs it again): no new run.
+    assert (cleared["action"], cleared["run_id"]) == ("clear", old)
+    assert failed.json()["backfill"]["progress"]["pending"] == 0
+    assert [run["id"] for run in _runs(api)] == [old]
     rerun = _backfill(api, to="2026-01-02T00:00:00Z", existing="all")
     assert rerun.status_code == 201, rerun.text
     [interval] = rerun.json()["backfill"]["intervals"]

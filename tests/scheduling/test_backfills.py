@@ -124,3 +124,84 @@ def test_max_active_runs_paces_a_backfill_through_the_scheduler(harness: Harness
         kinds = {queries.get_run(connection, run_id).trigger_kind for run_id, _, _ in runs}  # type: ignore[union-attr]
     assert counts == {R.SUCCESS.value: 5}
     assert kinds == {TriggerKind.BACKFILL.value}
+
+
+FLAKY_DAILY = """\
+name: flaky_daily
+concurrency: allow
+schedule: {{cron: "0 0 * * *", timezone: UTC}}
+defaults: {{retry: {{max_retries: 0}}, timeout: 30s}}
+tasks:
+  extract: {{run: "true"}}
+  flaky: {{run: 'test -e "{marker}"', after: [extract]}}
+  load: {{run: "true", after: [flaky]}}
+"""
+
+
+def test_existing_failed_clears_the_failed_run_of_an_interval_and_it_succeeds(
+    harness: Harness,
+) -> None:
+    marker = harness.home / "fixed"
+    harness.apply(FLAKY_DAILY.format(marker=marker))
+    start = datetime(2026, 4, 1, tzinfo=UTC)
+
+    def request(existing: str, reason: str) -> backfills.Request:
+        return backfills.Request(
+            name="flaky_daily",
+            start=start,
+            end=start + timedelta(days=2),
+            actor="operator:alice",
+            parameters={},
+            max_active_runs=2,
+            existing=existing,
+            reason=reason,
+        )
+
+    first = backfills.start_backfill(harness.ledger, request("skip", "first load"))
+
+    def april() -> list[str]:  # the schedule fires its own latest fire time beside
+        return [run_id for run_id, _, key in harness.runs() if "@2026-04-" in key]
+
+    runs = {run_id: harness.finish(run_id)[0] for run_id in april()}
+    assert sorted(runs.values()) == [R.FAILED, R.FAILED]
+    failed = {interval.logical_time: interval for interval in first.intervals}
+    marker.touch()  # the operator fixes the cause
+
+    _, _, intervals = backfills.plan(harness.ledger, request("failed", "disk fixed"))
+    assert [(i.action, i.existing_state) for i in intervals] == [("clear", "FAILED")] * 2
+    cleared = backfills.start_backfill(harness.ledger, request("failed", "disk fixed"))
+    assert cleared.backfill_id is not None and cleared.created
+
+    with dialects.read_transaction(harness.engine) as connection:
+        stood = {
+            i.logical_time: i.run_id for i in store.intervals_of(connection, cleared.backfill_id)
+        }
+    assert set(stood.values()) == set(runs)  # the same runs, cleared: no new run
+    assert len(april()) == 2
+    for run_id in stood.values():
+        assert run_id is not None
+        assert harness.finish(run_id)[0] is R.SUCCESS
+        flaky = harness.instances(run_id)["flaky"].id
+        assert [(n, state) for n, state, _, _ in harness.attempts(flaky)] == [
+            (1, "FAILED"),
+            (2, "SUCCESS"),
+        ]
+        reopened = [r for a, b, r in harness.run_history(run_id) if (a, b) == ("FAILED", "RUNNING")]
+        assert reopened == [
+            f"cleared by operator:alice (backfill {cleared.backfill_id} (existing: failed): "
+            "disk fixed): flaky, load to run again"
+        ]
+    assert all(failed[moment].action == "create" for moment in stood)
+
+    def done() -> bool:
+        with dialects.read_transaction(harness.engine) as connection:
+            row = store.get(connection, cleared.backfill_id or "")
+        return row is not None and row.state == store.DONE
+
+    harness.until(done, what="the clearing backfill to finish")
+    with dialects.read_transaction(harness.engine) as connection:
+        counts = store.progress(connection, [cleared.backfill_id])[cleared.backfill_id]
+    assert counts == {R.SUCCESS.value: 2}
+    # Asked again, every interval has a run that succeeded: nothing to clear.
+    again = backfills.plan(harness.ledger, request("failed", "disk fixed"))[2]
+    assert [i.action for i in again] == ["skip", "skip"]

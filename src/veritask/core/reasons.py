@@ -510,6 +510,9 @@ BACKFILL_REQUESTED = Phrase(
     end=Slot.TIME,
     intervals=Slot.NUMBER,
 )
+BACKFILL_CLEARING = Phrase(
+    "reason.backfill_clearing", "backfill {backfill_id} (existing: failed): {reason}"
+)
 BACKFILL_CANCELLED = Phrase(
     "reason.backfill_cancelled",
     "backfill cancelled by {actor}: {reason}",

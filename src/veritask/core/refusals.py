@@ -75,12 +75,8 @@ CANNOT_BE_TRIGGERED = Phrase(
 NO_SCHEDULE = Phrase(
     "refusal.no_schedule", "definition {name} has no schedule to backfill", name=Slot.FIELD
 )
+BACKFILL_NEEDS_REASON = Phrase("refusal.backfill_needs_reason", "a backfill needs a reason")
 BACKFILL_ALREADY = Phrase("refusal.backfill_already", "backfill {backfill_id} is already {state}")
-BACKFILL_CLEAR_NOT_YET = Phrase(
-    "refusal.backfill_clear_not_yet",
-    "existing: failed is not available yet (clearing a finished run); use skip, or all to "
-    "rerun the runs in range",
-)
 END_BEFORE_START = Phrase("refusal.end_before_start", "end: must not be before start")
 NEEDS_LOGICAL_TIME = Phrase(
     "refusal.needs_logical_time", "logical_time: a scheduled or backfilled run needs one"

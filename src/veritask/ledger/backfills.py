@@ -26,8 +26,9 @@ DONE: Final = "done"
 CANCELLED: Final = "cancelled"
 
 ACTIONS: Final = schema.BACKFILL_ACTIONS
-#: Interval actions that give the backfill a run of its own.
-OWNING_ACTIONS: Final = ("create", "rerun")
+#: Interval actions that give the backfill a run of its own to move (the one it clears, for
+#: ``clear``): its pacing, progress and cancel count them.
+OWNING_ACTIONS: Final = ("clear", "create", "rerun")
 ACTIVE_RUN_STATES: Final = (
     RunExecutionState.QUEUED.value,
     RunExecutionState.RUNNING.value,

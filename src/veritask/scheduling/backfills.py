@@ -2,14 +2,16 @@
 
 A backfill is planned at the request (each interval with what happens to it) and recorded
 with its actor, reason and scope on the definition's history. Its runs are created at most
-``max_active_runs`` active at a time: the first ones at the request, the rest by the
-scheduler's pass (:func:`advance_backfills`) as earlier ones end. Each created run has the
+``max_active_runs`` active at a time (a FAILED run that ``existing: failed`` clears counts as
+one of them): the first ones at the request, the rest by the scheduler's pass
+(:func:`advance_backfills`) as earlier ones end. Each created run has the
 key a scheduled run of that logical time would have, so a second identical backfill, or the
 schedule, never makes a second run of an interval.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -25,7 +27,7 @@ from veritask.ledger import backfills as store
 from veritask.ledger import dialects, queries, run_store
 from veritask.ledger.ledger import Ledger
 from veritask.ledger.vocabulary import SubjectType
-from veritask.scheduling import triggers
+from veritask.scheduling import clearing, triggers
 from veritask.scheduling.dispatch import new_event_id
 
 SKIP: Final = "skip"
@@ -33,7 +35,7 @@ FAILED: Final = "failed"
 ALL: Final = "all"
 EXISTING_CHOICES: Final = (SKIP, FAILED, ALL)
 
-#: Run states a clear (``existing: failed``) would take up again.
+#: Run states ``existing: failed`` clears (their failed instances, with what runs after them).
 CLEARABLE_RUN_STATES: Final = frozenset({RunExecutionState.FAILED, RunExecutionState.CANCELLED})
 _ACTIVE_RUN_STATES: Final = frozenset(store.ACTIVE_RUN_STATES)
 _EPSILON: Final = timedelta(microseconds=1)
@@ -52,10 +54,6 @@ class TooManyIntervals(triggers.Refused):
 
     def __init__(self, count: int) -> None:
         super().__init__(refusals.TOO_MANY_INTERVALS.format(count=count, limit=MAX_INTERVALS))
-
-
-class ClearNotAvailable(triggers.Refused):
-    """``existing: failed`` needs clearing a finished run, which this build cannot do yet."""
 
 
 @dataclass(frozen=True)
@@ -139,8 +137,6 @@ def start_backfill(ledger: Ledger, request: Request) -> Started:
     """Record the backfill (or return the active one asked for identically) and create its
     first runs."""
     definition_id, checked, planned = plan(ledger, request)
-    if any(interval.action == "clear" for interval in planned):
-        raise ClearNotAvailable(refusals.BACKFILL_CLEAR_NOT_YET.format())
     now = ledger.clock()
     backfill_id = ids.time_ordered_id()
     with ledger.engine.begin() as connection:
@@ -242,6 +238,8 @@ def advance(ledger: Ledger, name: str, row: store.BackfillRow) -> int:
 def _make_run(
     ledger: Ledger, name: str, row: store.BackfillRow, interval: store.IntervalRow
 ) -> str | None:
+    if interval.action == "clear" and interval.existing_run_id is not None:
+        return _clear_run(ledger, row, interval.existing_run_id)
     if interval.action == "rerun" and interval.existing_run_id is not None:
         with dialects.read_transaction(ledger.engine) as connection:
             old = queries.get_run(connection, interval.existing_run_id)
@@ -270,6 +268,29 @@ def _make_run(
         logical_time=interval.logical_time,
     )
     return result.run_id
+
+
+def _clear_run(ledger: Ledger, row: store.BackfillRow, run_id: str) -> str:
+    """Clear the failed instances of the interval's run (with what runs after them); the run
+    stands for the interval whether or not anything was left to clear.
+
+    The run is read again at its turn: one that has become active meanwhile, or succeeded, or
+    holds nothing failed any more (someone cleared it) is left as it is.
+    """
+    with dialects.read_transaction(ledger.engine) as connection:
+        run = queries.get_run(connection, run_id)
+    if run is None or RunExecutionState(run.execution_state) not in CLEARABLE_RUN_STATES:
+        return run_id
+    # Refused if it moved on meanwhile (or holds nothing failed): it stands as it is.
+    with contextlib.suppress(clearing.ClearRefused, triggers.NotFound):
+        clearing.clear(
+            ledger,
+            run_id,
+            failed=True,
+            reason=reasons.BACKFILL_CLEARING.format(backfill_id=row.id, reason=row.reason or "-"),
+            actor=row.actor,
+        )
+    return run_id
 
 
 def cancel(ledger: Ledger, backfill_id: str, *, actor: str, reason: str) -> store.BackfillRow:

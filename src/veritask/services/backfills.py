@@ -205,8 +205,6 @@ def _refusals(platform: Platform, name: str) -> Iterator[None]:
     except InvalidParameters as exc:
         found = [FieldProblem(p.field, None, p.message) for p in exc.problems]
         raise InvalidInput(str(exc), found) from None
-    except backfills.ClearNotAvailable as exc:
-        raise InvalidInput.about("existing", str(exc)) from None
     except backfills.TooManyIntervals as exc:
         raise InvalidInput.about("to", str(exc)) from None
     except backfills.NoSchedule as exc:

@@ -1,14 +1,9 @@
 """Clear and rerun: the two ways an operator runs a finished run's work again (docs/scheduling.md,
 'Clear and rerun').
 
-**Same inputs, same run.** A clear records a ``cleared`` decision on each instance in scope: the
-instance enters a new epoch with no attempt and waits; its trigger rule decides it again and the
-scheduler opens the next attempt number as a rerun (counters reset). Earlier attempts keep their
-records. The run goes back to RUNNING through a run-level event that carries the actor, the
-reason and the scope. A scope holding an active instance is refused, naming it, and nothing is
-recorded. A run whose publication had moved on (PUBLISHED, CHECK_FAILED, PUBLISH_FAILED) goes
-back to PENDING and its publication steps are cleared too: what it published is redone once
-execution succeeds again, so the run never claims a publication of output it is rewriting.
+**Same inputs, same run.** A clear sends the instances in scope back to waiting in the same run
+(scheduling/clearing.py does it, and a backfill's ``existing: failed`` clears through it too);
+this module checks the request and turns the clear's refusals into the services' errors.
 
 **Changed inputs, a new run.** A rerun goes through the one trigger path
 (``scheduling.triggers.trigger``) with ``trigger_kind = rerun``, ``rerun_of`` = the old run, its
@@ -17,64 +12,42 @@ logical time and data interval, and the old parameters with the given ones merge
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections import deque
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from veritask.core import judge, new_events, refusals, run_state
 from veritask.core import reasons as phrases
-from veritask.core.events import ClearScope, Event
-from veritask.core.fold import InstanceSnapshot
+from veritask.core import refusals
 from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.core.states import (
-    InstanceState,
-    PublicationState,
     RunExecutionState,
     TriggerKind,
 )
-from veritask.definitions import parse
 from veritask.definitions.parameters import InvalidParameters, check_values, defaults
 from veritask.ledger import definitions as definition_store
-from veritask.ledger import dialects, errors, queries, run_store
-from veritask.ledger.ledger import StaleDecision
+from veritask.ledger import dialects, queries, run_store
 from veritask.ledger.rows import RunRow
 from veritask.ledger.vocabulary import SubjectType
-from veritask.scheduling import publication, triggers, versions
+from veritask.scheduling import clearing, publication, triggers, versions
 from veritask.scheduling.dispatch import new_event_id
 from veritask.services import views
 from veritask.services.errors import Conflict, FieldProblem, InvalidInput, NotFound
 from veritask.services.platform import Platform
 
-#: What ``failed: true`` clears: every way an instance can end without success.
-FAILED_TO_CLEAR = frozenset(
-    {
-        InstanceState.FAILED,
-        InstanceState.UPSTREAM_FAILED,
-        InstanceState.TIMEOUT,
-        InstanceState.START_FAILED,
-        InstanceState.CANCELLED,
-        InstanceState.CANCEL_FAILED,
-    }
-)
-_CLEARABLE_RUNS = frozenset(
-    {
-        RunExecutionState.RUNNING,
-        RunExecutionState.SUCCESS,
-        RunExecutionState.FAILED,
-        RunExecutionState.CANCELLED,
-    }
-)
-_MOVED_PUBLICATION = frozenset(
-    {PublicationState.PUBLISHED, PublicationState.CHECK_FAILED, PublicationState.PUBLISH_FAILED}
-)
+#: What ``failed: true`` clears; the clear itself is scheduling/clearing.py, which a backfill's
+#: ``existing: failed`` uses too.
+FAILED_TO_CLEAR = clearing.FAILED_TO_CLEAR
 _ROUNDS = 5
-RUN_CLEARED_KIND = "run_cleared"
+RUN_CLEARED_KIND = clearing.RUN_CLEARED_KIND
 RERUN_REQUESTED_KIND = "rerun_requested"
-#: Who a preview's decisions name: they are judged as a clear's would be, never recorded.
-_PREVIEW_ACTOR = "operator:preview"
+
+
+ClearedInstance = clearing.ClearedInstance
+Cleared = clearing.Cleared
+ClearPreview = clearing.ClearPreview
 
 
 class RerunVersion(StrEnum):
@@ -84,39 +57,6 @@ class RerunVersion(StrEnum):
     """The old run's version."""
     LATEST = "latest"
     """The definition's current version."""
-
-
-@dataclass(frozen=True)
-class ClearedInstance:
-    """One instance a clear sent back to waiting, and the attempt number it opens next."""
-
-    instance_id: str
-    task: str
-    previous_state: InstanceState
-    next_attempt: int
-
-
-@dataclass(frozen=True)
-class Cleared:
-    """What a clear recorded."""
-
-    run_id: str
-    scope: str
-    downstream: bool
-    reason: str
-    instances: tuple[ClearedInstance, ...]
-    execution_state: RunExecutionState
-    publication_state: PublicationState
-
-
-@dataclass(frozen=True)
-class ClearPreview:
-    """What a clear would send back to waiting now (:func:`clear_scope`); nothing recorded."""
-
-    run_id: str
-    scope: str
-    downstream: bool
-    instances: tuple[ClearedInstance, ...]
 
 
 @dataclass(frozen=True)
@@ -164,7 +104,7 @@ class ClearChoices:
 
 def clear_choices(detail: views.RunDetail) -> ClearChoices:
     """What a page offers to clear (the clear itself decides again, see :func:`clear`)."""
-    if RunExecutionState(detail.run.execution_state) not in _CLEARABLE_RUNS:
+    if RunExecutionState(detail.run.execution_state) not in clearing.CLEARABLE_RUNS:
         return ClearChoices(False, False, frozenset())
     tasks = frozenset(
         i.task
@@ -185,13 +125,12 @@ def clear_scope(
 ) -> ClearPreview:
     """What :func:`clear` would send back to waiting now, recording nothing: the same checks,
     the same refusals (404, 409 naming an active instance) and the same instances, because
-    :func:`clear` plans with the very same function."""
-    run, graph, ids, scope = _checked_scope(platform, run_id, failed, tasks)
-    # The decisions are built and judged as the clear would, then dropped: never applied.
-    planned = _planned(
-        platform, run, graph, ids, failed, tasks, downstream, _PREVIEW_ACTOR, "preview", scope
-    )
-    return ClearPreview(run_id, scope.value, downstream, tuple(item for _, _, item in planned))
+    the clear plans with the very same function (scheduling/clearing.py)."""
+    _one_scope(failed, tasks)
+    with _cleared_errors():
+        return clearing.clear_scope(
+            platform.ledger, run_id, failed=failed, tasks=tasks, downstream=downstream
+        )
 
 
 def clear(
@@ -212,243 +151,34 @@ def clear(
     why = reason.strip()
     if not why:
         raise InvalidInput.about("reason", refusals.CLEAR_NEEDS_REASON.format())
-    run, graph, ids, scope = _checked_scope(platform, run_id, failed, tasks)
-    for _ in range(_ROUNDS):
-        events = _planned(platform, run, graph, ids, failed, tasks, downstream, actor, why, scope)
-        if expected is not None and {i.instance_id for _, _, i in events} != set(expected):
-            names = ", ".join(item.task for _, _, item in events) or "-"
-            raise Conflict(refusals.CLEAR_SCOPE_CHANGED.format(tasks=names))
-        try:
-            for event, version, _ in events:
-                platform.ledger.apply(event, expected_version=version)
-        except StaleDecision:
-            continue  # one moved meanwhile: judge them all again on what is there now
-        break
-    else:
-        raise Conflict(refusals.KEPT_CHANGING.format(instance_id=run_id))
-    cleared = tuple(item for _, _, item in events)
-    execution, published = _reopen_run(platform, run_id, actor, why, scope, downstream, cleared)
-    return Cleared(run_id, scope.value, downstream, why, cleared, execution, published)
+    _one_scope(failed, tasks)
+    with _cleared_errors():
+        return clearing.clear(
+            platform.ledger,
+            run_id,
+            failed=failed,
+            tasks=tasks,
+            downstream=downstream,
+            reason=why,
+            actor=actor,
+            expected=expected,
+        )
 
 
-def _checked_scope(
-    platform: Platform, run_id: str, failed: bool, tasks: Sequence[str]
-) -> tuple[RunRow, run_state.RunGraph, dict[str, str], ClearScope]:
-    """The run, its graph and instance ids, once the request names one scope of a clearable
-    run; 422, 404 or 409 otherwise."""
+def _one_scope(failed: bool, tasks: Sequence[str]) -> None:
     if failed == bool(tasks):
         raise InvalidInput.about("tasks" if tasks else "failed", refusals.CLEAR_ONE_SCOPE.format())
-    run, graph, ids = _run_graph(platform, run_id)
-    for task in tasks:
-        if task not in ids or task not in graph.keys:
-            raise NotFound(refusals.NO_TASK_IN_RUN.format(run_id=run_id, task=task))
-    state = RunExecutionState(run.execution_state)
-    if state not in _CLEARABLE_RUNS:
-        raise Conflict(
-            refusals.CLEAR_RUN_STATE.format(run_id=run_id, state=state), current_state=state.value
-        )
-    return run, graph, ids, ClearScope.FAILED if failed else ClearScope.TASKS
 
 
-def _planned(
-    platform: Platform,
-    run: RunRow,
-    graph: run_state.RunGraph,
-    ids: dict[str, str],
-    failed: bool,
-    tasks: Sequence[str],
-    downstream: bool,
-    actor: str,
-    why: str,
-    scope: ClearScope,
-) -> list[tuple[Event, int, ClearedInstance]]:
-    """The ``cleared`` decisions of the scope as it stands now (the preview's and the act's)."""
-    targets = _targets(platform, run, graph, ids, failed, tasks, downstream)
-    if failed and not any(origin for _, _, origin in targets):
-        state = run.execution_state
-        raise Conflict(refusals.NOTHING_FAILED.format(run_id=run.id), current_state=state)
-    return _clearing_events(platform, targets, actor, why, scope)
-
-
-def _run_graph(
-    platform: Platform, run_id: str
-) -> tuple[RunRow, run_state.RunGraph, dict[str, str]]:
-    with dialects.read_transaction(platform.engine) as connection:
-        run = queries.get_run(connection, run_id)
-        if run is None:
-            raise NotFound(refusals.NO_RUN.format(run_id=run_id))
-        version = queries.get_definition_version(
-            connection, definition_id=run.definition_id, version=run.definition_version
-        )
-        if version is None:
-            raise NotFound(refusals.VERSION_GONE.format(run_id=run_id))
-        ids = {row.task_key: row.id for row in queries.instances_of_run(connection, run_id)}
-    graph = parse.definition_from_json(version.spec).run_graph()
-    return run, graph, ids
-
-
-def _targets(
-    platform: Platform,
-    run: RunRow,
-    graph: run_state.RunGraph,
-    ids: dict[str, str],
-    failed: bool,
-    tasks: Sequence[str],
-    downstream: bool,
-) -> list[tuple[str, InstanceSnapshot, bool]]:
-    """(task, snapshot, named by the request) for every instance in scope, in graph order."""
-    snapshots: dict[str, InstanceSnapshot] = {}
-    for key, instance_id in ids.items():
-        loaded = platform.ledger.snapshot(instance_id)
-        if loaded is not None:
-            snapshots[key] = loaded[0]
-    if failed:
-        origins = [
-            key
-            for key in graph.keys
-            if key in snapshots and snapshots[key].state in FAILED_TO_CLEAR
-        ]
-    else:
-        origins = list(dict.fromkeys(tasks))
-    reached = set(origins)
-    if downstream:
-        queue = deque(origins)
-        while queue:
-            for below in graph.downstream(queue.popleft()):
-                if below not in reached:
-                    reached.add(below)
-                    queue.append(below)
-    if PublicationState(run.publication_state) in _MOVED_PUBLICATION:
-        reached.update(key for key in ids if publication.is_publication_key(key))
-    ordered = [key for key in (*graph.keys, *sorted(ids)) if key in reached and key in snapshots]
-    named = set(origins)
-    return [(key, snapshots[key], key in named) for key in dict.fromkeys(ordered)]
-
-
-def _clearing_events(
-    platform: Platform,
-    targets: list[tuple[str, InstanceSnapshot, bool]],
-    actor: str,
-    why: str,
-    scope: ClearScope,
-) -> list[tuple[Event, int, ClearedInstance]]:
-    """The ``cleared`` decision of each finished target; 409 naming any active one.
-
-    Instances still waiting (CREATED) are already where a clear would put them.
-    """
-    events: list[tuple[Event, int, ClearedInstance]] = []
-    for task, snapshot, named in targets:
-        if snapshot.state is InstanceState.CREATED:
-            continue
-        if not snapshot.state.is_terminal:
-            raise Conflict(
-                refusals.CLEAR_ACTIVE.format(
-                    task=task, instance_id=snapshot.instance_id, state=snapshot.state
-                ),
-                current_state=snapshot.state.value,
-            )
-        loaded = platform.ledger.snapshot(snapshot.instance_id)
-        policy = platform.ledger.policy_of(snapshot.instance_id)
-        if loaded is None or policy is None:
-            raise NotFound(refusals.NO_INSTANCE.format(instance_id=snapshot.instance_id))
-        current, version = loaded
-        event = new_events.cleared(
-            event_id=new_event_id(),
-            instance_id=snapshot.instance_id,
-            attempt_no=current.epoch + 1,
-            event_time=platform.now(),
-            operator=actor,
-            reason=why,
-            scope=scope if named else ClearScope.DOWNSTREAM,
-        )
-        verdict = judge.judge(current, event, policy)
-        if verdict.outcome is judge.Outcome.REJECTED:
-            raise Conflict(
-                refusals.CLEAR_ACTIVE.format(
-                    task=task, instance_id=snapshot.instance_id, state=current.state
-                ),
-                current_state=current.state.value,
-            )
-        item = ClearedInstance(snapshot.instance_id, task, current.state, current.epoch + 1)
-        events.append((event, version, item))
-    return events
-
-
-def _reopen_run(
-    platform: Platform,
-    run_id: str,
-    actor: str,
-    why: str,
-    scope: ClearScope,
-    downstream: bool,
-    cleared: tuple[ClearedInstance, ...],
-) -> tuple[RunExecutionState, PublicationState]:
-    """Record the clear on the run and move it back to RUNNING (and PENDING, see above)."""
-    evidence: JSONObject = {
-        "reason": why,
-        "scope": scope.value,
-        "downstream": downstream,
-        "operator": actor,
-        "instances": {item.task: item.instance_id for item in cleared},
-    }
-    names = ", ".join(item.task for item in cleared) or "-"
-    for _ in range(_ROUNDS):
-        with dialects.read_transaction(platform.engine) as connection:
-            run = queries.get_run(connection, run_id)
-        if run is None:
-            raise NotFound(refusals.NO_RUN.format(run_id=run_id))
-        execution = RunExecutionState(run.execution_state)
-        published = PublicationState(run.publication_state)
-        now = platform.now()
-        try:
-            with platform.engine.begin() as connection:
-                version = run.version
-                moved = cleared and execution is not RunExecutionState.RUNNING
-                if moved:
-                    version = run_store.set_execution_state(
-                        connection,
-                        run_id=run_id,
-                        expected_version=version,
-                        state=RunExecutionState.RUNNING,
-                        reason=phrases.RUN_CLEARED.format(actor=actor, why=why, tasks=names),
-                        previous=execution,
-                        actor=actor,
-                        event_id=new_event_id(),
-                        now=now,
-                        evidence=evidence,
-                    )
-                    execution = RunExecutionState.RUNNING
-                if published in _MOVED_PUBLICATION:
-                    run_store.set_publication_state(
-                        connection,
-                        run_id=run_id,
-                        expected_version=version,
-                        state=PublicationState.PENDING,
-                        reason=phrases.PUBLICATION_CLEARED.format(actor=actor, why=why),
-                        previous=published,
-                        actor=actor,
-                        event_id=new_event_id(),
-                        now=now,
-                        evidence=evidence,
-                    )
-                    published = PublicationState.PENDING
-                if not moved:  # the move's own event carries the clear otherwise
-                    run_store.record_subject_event(
-                        connection,
-                        subject_type=SubjectType.RUN,
-                        subject_id=run_id,
-                        run_id=run_id,
-                        kind=RUN_CLEARED_KIND,
-                        actor=actor,
-                        event_id=new_event_id(),
-                        now=now,
-                        evidence=evidence,
-                        reason=phrases.RUN_CLEARED.format(actor=actor, why=why, tasks=names),
-                    )
-        except errors.LedgerConflict:
-            continue  # the scheduler moved the run meanwhile: read it again
-        return execution, published
-    raise Conflict(refusals.KEPT_CHANGING.format(instance_id=run_id))
+@contextlib.contextmanager
+def _cleared_errors() -> Iterator[None]:
+    """The clear's refusals as the services' errors (404, 409 with the state in the way)."""
+    try:
+        yield
+    except triggers.NotFound as exc:
+        raise NotFound(str(exc)) from None
+    except clearing.ClearRefused as exc:
+        raise Conflict(str(exc), current_state=exc.current_state) from None
 
 
 # -- rerun --------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from veritask.ui import context
 from veritask.ui.pages import (
     alerts,
     auth,
+    backfills,
     definitions,
     health,
     instances,
@@ -45,7 +46,18 @@ SECURITY_HEADERS: Final = (
 
 def install(app: FastAPI) -> None:
     """Add the UI's routes, static files and refusal pages to ``app``."""
-    for module in (auth, run_list, definitions, runs, reruns, instances, alerts, health, live):
+    for module in (
+        auth,
+        run_list,
+        definitions,
+        backfills,
+        runs,
+        reruns,
+        instances,
+        alerts,
+        health,
+        live,
+    ):
         app.include_router(module.router)
     app.mount(STATIC_PATH, StaticFiles(packages=[("veritask.ui", "static")]), name="ui-static")
     app.add_exception_handler(context.SignInRequired, _to_sign_in)

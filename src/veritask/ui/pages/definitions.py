@@ -12,13 +12,14 @@ from starlette.concurrency import run_in_threadpool
 
 from veritask.core.jsontypes import JSONValue
 from veritask.core.states import TriggerKind
-from veritask.services import definitions, errors, runs
+from veritask.services import backfills, definitions, errors, runs
 from veritask.services.tokens import TokenRole
 from veritask.ui import context, forms
 from veritask.ui.pages.routing import UiRoute
 
 router = APIRouter(prefix="/ui/definitions", route_class=UiRoute, include_in_schema=False)
 RECENT_RUNS = 10
+RECENT_BACKFILLS = 5
 NEW_DEFINITION = """\
 name: my_pipeline
 description: What this pipeline does
@@ -62,10 +63,10 @@ def detail_page(
     older: Annotated[int | None, Query(alias="from", ge=1)] = None,
     newer: Annotated[int | None, Query(alias="to", ge=1)] = None,
 ) -> Response:
-    return _detail(context.page(request), name, older, newer)
+    return detail(context.page(request), name, older, newer)
 
 
-def _detail(
+def detail(
     found: context.Page,
     name: str,
     older: int | None = None,
@@ -74,9 +75,10 @@ def _detail(
     trigger_problems: tuple[errors.FieldProblem, ...] = (),
     typed: str = "",
     status: int = 200,
+    **backfill: object,
 ) -> Response:
     """The definition's page; after a refused trigger, the form again with its problems and
-    what was typed."""
+    what was typed (and the *Backfill…* form's values, problems and preview: pages/backfills.py)."""
     detail = definitions.get_definition(found.platform, name)
     diff: list[tuple[str, str]] | None = None
     if older is not None and newer is not None:
@@ -88,6 +90,9 @@ def _detail(
         )
     latest = [v.version for v in detail.versions]
     recent = runs.list_runs(found.platform, definition=name, limit=RECENT_RUNS * 2).items
+    recent_backfills = backfills.list_backfills(
+        found.platform, definition=name, limit=RECENT_BACKFILLS
+    )
     return context.render(
         found,
         "definition.html",
@@ -100,6 +105,8 @@ def _detail(
         diff=diff,
         diff_from=older or (latest[-2] if len(latest) > 1 else None),
         diff_to=newer or (latest[-1] if latest else None),
+        recent_backfills=recent_backfills,
+        **{"backfill_typed": None, "backfill_problems": (), "preview": None, **backfill},
     )
 
 
@@ -130,7 +137,7 @@ async def trigger(request: Request, name: str) -> Response:
     parameters.update(given)
     if malformed:
         return await run_in_threadpool(
-            _detail, found, name, trigger_problems=tuple(malformed), typed=typed, status=422
+            detail, found, name, trigger_problems=tuple(malformed), typed=typed, status=422
         )
     key_given = str(form.get("idempotency_key") or "").strip() or None
     try:
@@ -146,7 +153,7 @@ async def trigger(request: Request, name: str) -> Response:
     except errors.InvalidInput as exc:
         found_problems = exc.problems or (errors.FieldProblem("", None, str(exc)),)
         return await run_in_threadpool(
-            _detail, found, name, trigger_problems=found_problems, typed=typed, status=422
+            detail, found, name, trigger_problems=found_problems, typed=typed, status=422
         )
     return RedirectResponse(f"/ui/runs/{triggered.run_id}", status_code=303)
 
