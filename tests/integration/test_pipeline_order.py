@@ -12,16 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import ServerThread, open_attempt
-from tests.ui.conftest import Ui
-from veritask.api.app import create_app
-from veritask.api.settings import ApiSettings
+from tests.integration.conftest import open_attempt
+from tests.ui.conftest import Ui, served_ui
 from veritask.cli import main as cli_main
 from veritask.core.run_state import RunGraph, TaskNode
-from veritask.services import definitions, runs, tokens
-from veritask.services.platform import Platform
+from veritask.services import runs
 from veritask.services.tokens import TokenRole
-from veritask.ui import app as ui_app
 
 #: Alphabetical order (a_load, c_side_end, m_report, ...) is not the pipeline's; y_side is
 #: ready beside z_extract and comes second as the definition lists it before a_load.
@@ -53,25 +49,8 @@ ORDER = [
 
 @pytest.fixture
 def served(database_url: str, tmp_path: Path) -> Iterator[Ui]:
-    home = tmp_path / "home"
-    home.mkdir()
-    platform = Platform.open(database_url, home)
-    made = {
-        role: tokens.create_token(platform, role=role, name=f"{role.value}-user").token
-        for role in TokenRole
-    }
-    definitions.apply_definition(platform, ORDERED, actor="test")
-    app = create_app(ApiSettings(database_url, home), platform=platform)
-    ui_app.install(app)
-    found = Ui("", platform, made)
-    try:
-        with ServerThread(app) as server:
-            found.url = server.url
-            yield found
-    finally:
-        for client in found._clients:
-            client.close()
-        platform.close()
+    with served_ui(database_url, tmp_path / "home", ORDERED) as found:
+        yield found
 
 
 def test_pipeline_order_puts_each_task_after_its_upstreams_and_ties_as_defined() -> None:

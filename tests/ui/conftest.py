@@ -11,6 +11,7 @@ without them they are skipped, unless VERITASK_REQUIRE_SERVICES=1: then they fai
 
 from __future__ import annotations
 
+import contextlib
 import html
 import os
 import re
@@ -117,19 +118,18 @@ def _moment(text: str) -> datetime:
     return datetime.fromisoformat(html.unescape(text).replace("Z", "+00:00"))
 
 
-@pytest.fixture
-def ui(tmp_path: Path, sqlite_template: Path) -> Iterator[Ui]:
-    database = tmp_path / "veritask.db"
-    shutil.copy(sqlite_template, database)
-    url = f"sqlite:///{database}"
-    home = tmp_path / "home"
-    home.mkdir()
+@contextlib.contextmanager
+def served_ui(url: str, home: Path, *sources: str) -> Iterator[Ui]:
+    """The API with the UI on ``url``'s database, served from a thread, with a token of each
+    role and the definitions ``sources`` applied."""
+    home.mkdir(exist_ok=True)
     platform = Platform.open(url, home)
     made = {
         role: tokens.create_token(platform, role=role, name=f"{role.value}-user").token
         for role in TokenRole
     }
-    definitions.apply_definition(platform, PIPELINE, actor="test")
+    for source in sources:
+        definitions.apply_definition(platform, source, actor="test")
     app = create_app(ApiSettings(url, home), platform=platform)
     ui_app.install(app)
     found = Ui("", platform, made)
@@ -141,6 +141,14 @@ def ui(tmp_path: Path, sqlite_template: Path) -> Iterator[Ui]:
         for client in found._clients:
             client.close()
         platform.close()
+
+
+@pytest.fixture
+def ui(tmp_path: Path, sqlite_template: Path) -> Iterator[Ui]:
+    database = tmp_path / "veritask.db"
+    shutil.copy(sqlite_template, database)
+    with served_ui(f"sqlite:///{database}", tmp_path / "home", PIPELINE) as found:
+        yield found
 
 
 def require_browser() -> str:

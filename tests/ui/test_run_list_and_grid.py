@@ -12,18 +12,13 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from tests.integration.conftest import ServerThread
 from tests.integration.test_run_lists import T0, Seeded, _run
-from tests.ui.conftest import Ui
-from veritask.api.app import create_app
-from veritask.api.settings import ApiSettings
+from tests.ui.conftest import Ui, served_ui
 from veritask.core.events import OverrideScope
 from veritask.core.run_state import pipeline_order
 from veritask.core.states import InstanceState, PublicationState, RunExecutionState, TriggerKind
-from veritask.services import definitions, overrides, runs, tokens
-from veritask.services.platform import Platform
+from veritask.services import overrides, runs
 from veritask.services.tokens import TokenRole
-from veritask.ui import app as ui_app
 
 #: Definition order zeta, load, alpha, transform, report; alphabetical order differs, and
 #: so does every order that ignores the edges or the definition's order of ready tasks.
@@ -48,26 +43,8 @@ CELL = re.compile(
 
 @pytest.fixture
 def served(database_url: str, tmp_path: Path) -> Iterator[Ui]:
-    home = tmp_path / "home"
-    home.mkdir()
-    platform = Platform.open(database_url, home)
-    made = {
-        role: tokens.create_token(platform, role=role, name=f"{role.value}-user").token
-        for role in TokenRole
-    }
-    definitions.apply_definition(platform, BRANCHY, actor="test")
-    definitions.apply_definition(platform, HELLO, actor="test")
-    app = create_app(ApiSettings(database_url, home), platform=platform)
-    ui_app.install(app)
-    found = Ui("", platform, made)
-    try:
-        with ServerThread(app) as server:
-            found.url = server.url
-            yield found
-    finally:
-        for client in found._clients:
-            client.close()
-        platform.close()
+    with served_ui(database_url, tmp_path / "home", BRANCHY, HELLO) as found:
+        yield found
 
 
 def _trigger(ui: Ui, name: str) -> str:
