@@ -125,6 +125,39 @@ tasks:
     harness.assert_snapshots_are_folds()
 
 
+def test_mixed_upstream_states_decide_as_airflow(harness: Harness) -> None:
+    """one_failed runs on an UPSTREAM_FAILED upstream and all_done_min_one_success is skipped
+    by a skipped upstream even next to a success, as Airflow 3 decides (docs/trigger-rules.md)."""
+    harness.apply(
+        """\
+name: mixed
+concurrency: allow
+tasks:
+  broken: {run: "exit 3"}
+  needs_broken: {run: "true", after: [broken]}
+  alarm: {run: "true", after: [needs_broken], trigger_rule: one_failed}
+  skips_itself: {run: "exit 99"}
+  fine: {run: "true"}
+  gathered: {run: "true", after: [fine, skips_itself], trigger_rule: all_done_min_one_success}
+"""
+    )
+    run_id = harness.trigger("mixed")
+
+    state, reason = harness.finish(run_id)
+    assert harness.states(run_id) == {
+        "broken": I.FAILED,
+        "needs_broken": I.UPSTREAM_FAILED,
+        "alarm": I.SUCCESS,
+        "skips_itself": I.SKIPPED,
+        "fine": I.SUCCESS,
+        "gathered": I.SKIPPED,
+    }
+    assert state is R.SUCCESS, reason
+    instances = harness.instances(run_id)
+    assert harness.attempts(instances["gathered"].id) == [], "gathered never ran"
+    harness.assert_snapshots_are_folds()
+
+
 def test_the_run_state_comes_from_its_leaves(harness: Harness) -> None:
     harness.apply(
         """\

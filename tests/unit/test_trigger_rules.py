@@ -1,8 +1,9 @@
-"""Trigger rules, one table per rule, written from Airflow's documented semantics.
+"""Trigger rules, one table per rule, deciding as Airflow 3's scheduler does.
 
 Each case lists the direct upstream states and the outcome. Codes: ``S`` success, ``F`` failed,
 ``UF`` upstream_failed, ``K`` skipped, ``U`` unfinished (running). docs/trigger-rules.md has
-the same table in words, and the cases where Airflow's code differs from its docs.
+the same table in words, and the cases where Airflow's code differs from its docs;
+test_trigger_rules_parity.py tries every mix of upstream states against every rule.
 """
 
 from __future__ import annotations
@@ -103,11 +104,11 @@ def test_all_done(states: tuple[InstanceState, ...], expected: RuleOutcome) -> N
     ((S, F), RUN),
     ((F, UF), UPF),
     ((K, K), SKIP),
-    ((S, K), RUN),  # skipped upstreams are not counted, docs; Airflow's code skips here
-    ((F, K), UPF),
-    ((UF, K), UPF),
+    ((S, K), SKIP),  # as Airflow 3: any skipped upstream skips it, before anything else
+    ((F, K), SKIP),
+    ((UF, K), SKIP),
     ((S, U), WAIT),
-    ((K, U), WAIT),
+    ((K, U), SKIP),  # does not wait: the skip already settles it
 )
 def test_all_done_min_one_success(states: tuple[InstanceState, ...], expected: RuleOutcome) -> None:
     check(TriggerRule.ALL_DONE_MIN_ONE_SUCCESS, states, expected)
@@ -133,10 +134,10 @@ def test_one_success(states: tuple[InstanceState, ...], expected: RuleOutcome) -
     ((S, S), SKIP),
     ((K, K), SKIP),
     ((S, K), SKIP),
-    ((UF, S), SKIP),  # the docs say "failed": UPSTREAM_FAILED does not count (code: it does)
-    ((UF, UF), SKIP),
+    ((UF, S), RUN),  # as Airflow 3: UPSTREAM_FAILED counts as a failure
+    ((UF, UF), RUN),
     ((S, U), WAIT),
-    ((UF, U), WAIT),
+    ((UF, U), RUN),
 )
 def test_one_failed(states: tuple[InstanceState, ...], expected: RuleOutcome) -> None:
     check(TriggerRule.ONE_FAILED, states, expected)

@@ -1,9 +1,10 @@
 """Trigger rules (docs/trigger-rules.md): whether a task runs, is skipped, fails upstream, or waits.
 
 A rule reads the states of a task's *direct* upstream instances and decides one of four things.
-The semantics are the ones Airflow documents (docs/trigger-rules.md has the table, the mapping
-of Veritask's states and the places where Airflow's code does something else). How upstream
-states count:
+The decisions are the ones Airflow 3's scheduler takes (its ``TriggerRuleDep``), including
+which of failed, upstream_failed and skipped wins when they mix (docs/trigger-rules.md has the
+table, the mapping of Veritask's states and where Airflow's code and documentation disagree).
+How upstream states count:
 
 * **succeeded**: ``SUCCESS``;
 * **failed**: ``FAILED``, ``START_FAILED``, ``TIMEOUT`` and ``CANCELLED`` (each is an attempt
@@ -48,13 +49,13 @@ class TriggerRule(StrEnum):
     teardown tasks). All setups skipped: SKIPPED; none succeeded: UPSTREAM_FAILED. With no
     setup upstream it is all_done."""
     ALL_DONE_MIN_ONE_SUCCESS = "all_done_min_one_success"
-    """Every upstream that was not skipped finished, and at least one succeeded."""
+    """Every upstream finished and at least one succeeded. A skip upstream makes it SKIPPED
+    as soon as it happens (as Airflow 3 does); all finished, none succeeded: UPSTREAM_FAILED."""
     ONE_SUCCESS = "one_success"
     """At least one upstream succeeded; runs as soon as one does, without waiting for the
     rest."""
     ONE_FAILED = "one_failed"
-    """At least one upstream failed (UPSTREAM_FAILED does not count); runs as soon as one
-    does."""
+    """At least one upstream failed or is UPSTREAM_FAILED; runs as soon as one is."""
     ONE_DONE = "one_done"
     """At least one upstream succeeded or failed; runs as soon as one does."""
     NONE_FAILED = "none_failed"
@@ -207,13 +208,16 @@ def evaluate(
         case TriggerRule.ALL_DONE_SETUP_SUCCESS:
             return _all_done_setup_success(t, upstream, setup_upstreams)
         case TriggerRule.ALL_DONE_MIN_ONE_SUCCESS:
+            # As Airflow 3 decides it: a skipped upstream settles the rule as SKIPPED at once,
+            # before anything else is looked at (docs/trigger-rules.md).
+            if t.skipped:
+                return _skip(reasons.UPSTREAM_SKIPPED.format(tasks=_names(t.skipped)))
             if t.unfinished:
                 return _wait(t)
             if t.succeeded:
                 return _run(reasons.ALL_DONE_AND_SUCCEEDED.format(tasks=_names(t.succeeded)))
-            if t.any_failure:
-                return _upstream_failed(reasons.NONE_SUCCEEDED.format(tasks=_names(t.any_failure)))
-            return _skip(reasons.EVERY_UPSTREAM_SKIPPED.format())
+            # Everything finished, nothing skipped, nothing succeeded: only failures are left.
+            return _upstream_failed(reasons.NONE_SUCCEEDED.format(tasks=_names(t.any_failure)))
         case TriggerRule.ONE_SUCCESS:
             if t.succeeded:
                 return _run(reasons.UPSTREAM_SUCCEEDED.format(tasks=_names(t.succeeded)))
@@ -223,8 +227,9 @@ def evaluate(
                 return _upstream_failed(reasons.NONE_SUCCEEDED.format(tasks=_names(t.any_failure)))
             return _skip(reasons.EVERY_UPSTREAM_SKIPPED.format())
         case TriggerRule.ONE_FAILED:
-            if t.failed:
-                return _run(reasons.UPSTREAM_FAILED.format(tasks=_names(t.failed)))
+            # UPSTREAM_FAILED counts as a failure here, as in Airflow 3.
+            if t.any_failure:
+                return _run(reasons.UPSTREAM_FAILED.format(tasks=_names(t.any_failure)))
             if t.unfinished:
                 return _wait(t)
             return _skip(reasons.NO_UPSTREAM_FAILED.format())
