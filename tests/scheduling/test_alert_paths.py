@@ -8,6 +8,7 @@ docs/operations.md, "Alerts": an attempt the engine holds pending past the queue
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -18,6 +19,9 @@ from tests.scheduling.harness import Harness
 from veritask.core.states import InstanceState, RunExecutionState
 from veritask.execution import errors, local, port
 from veritask.ledger import dialects, schema
+from veritask.ledger.ledger import Ledger, utc_now
+from veritask.services import deadlines
+from veritask.services.platform import Platform
 
 I = InstanceState  # noqa: E741
 pytestmark = pytest.mark.slow
@@ -119,3 +123,51 @@ tasks:
         "(the engine said: the supervisor is starting)"
     )
     assert [(n, s) for n, s, *_ in harness.attempts(work.id)] == [(1, "SUCCESS")]
+
+
+def test_a_run_still_waiting_past_its_expected_finish_names_its_upstream(
+    harness: Harness,
+) -> None:
+    harness.apply(
+        """\
+name: upstream
+tasks:
+  load: {run: "true"}
+publish:
+  commit: {run: "true"}
+"""
+    )
+    harness.apply(
+        """\
+name: downstream
+expected_finish: 1h
+wait_for:
+  - definition: upstream
+tasks:
+  report: {run: "true"}
+"""
+    )
+    run_id = harness.trigger("downstream")
+    harness.until(
+        lambda: "waiting for" in harness.instance_reason(harness.instances(run_id)["report"].id),
+        what="the root to wait for upstream",
+    )
+    assert harness.run(run_id)[0] is RunExecutionState.RUNNING
+    home = harness.home
+    on_time = Platform(
+        Ledger(harness.engine, clock=lambda: utc_now() + timedelta(minutes=59)), home
+    )
+    late = Platform(Ledger(harness.engine, clock=lambda: utc_now() + timedelta(hours=2)), home)
+
+    assert deadlines.alert_late_runs(on_time) == 0
+    assert deadlines.alert_late_runs(late) == 1
+    assert deadlines.alert_late_runs(late) == 0  # one alert per run
+
+    assert _alerts(harness, "deadline") == []
+    raised = _alerts(harness, "dependency")
+    assert len(raised) == 1
+    alert = raised[0]
+    assert alert.run_id == run_id
+    assert alert.message.startswith("the run was expected to finish by ")
+    assert "and has not started: waiting for " in alert.message
+    assert "upstream" in alert.message.split("has not started: ")[1]
