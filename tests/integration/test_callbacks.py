@@ -282,3 +282,20 @@ def test_a_commit_with_a_wrong_token_is_401_and_with_another_attempts_403(api: A
     missing = {"instance_id": "nope", "attempt_no": 1, "marker": "m"}
     assert api.client("wrong").post("/api/v2/callbacks/commit", json=missing).status_code == 401
     assert api.client(token).post("/api/v2/callbacks/commit", json=missing).status_code == 403
+
+
+def test_a_conflicting_completion_over_http_raises_the_conflict_alert(api: Api) -> None:
+    instance_id, attempt_no, token = _attempt(api)
+    assert report(api, started(instance_id, attempt_no, token), token).status_code == 200
+    first = report(api, completed(instance_id, attempt_no, token, 2, exit_code=0), token)
+    assert first.json()["outcome"] == "applied"
+
+    second = report(api, completed(instance_id, attempt_no, token, 3, exit_code=1), token)
+
+    assert second.json()["outcome"] == "conflict"
+    listed = api.http.get("/api/v2/alerts", params={"category": "platform"}).json()["items"]
+    assert len(listed) == 1
+    assert listed[0]["message"].startswith("conflicting evidence: ")
+    assert listed[0]["instance_id"] == instance_id
+    assert listed[0]["attempt_no"] == attempt_no
+    assert listed[0]["definition"] == "hello"

@@ -395,6 +395,15 @@ def written_alerts() -> Iterator[tuple[str, str]]:
         alert_messages.DEADLINE.format(due=queued),
         f"the run was expected to finish by {queued} and is still active",
     )
+    waiting = reasons.WAITING_FOR.format(
+        what=reasons.PENDING_NO_RUN.format(
+            what=reasons.DEPENDENCY_LATEST.format(definition="ingest")
+        )
+    )
+    yield (
+        alert_messages.STILL_WAITING.format(due=queued, reason=waiting),
+        f"the run was expected to finish by {queued} and has not started: {waiting}",
+    )
     inconclusive = _inconclusive()
     yield inconclusive, "attempt 1 is LOST and the evidence stays inconclusive"
     timed_out = _dependency_timed_out()

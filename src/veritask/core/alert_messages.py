@@ -96,3 +96,9 @@ UNREACHABLE = Phrase("alert.unreachable", "unreachable")
 DEADLINE = Phrase(
     "alert.deadline", "the run was expected to finish by {due} and is still active", due=Slot.TIME
 )
+STILL_WAITING = Phrase(
+    "alert.still_waiting",
+    "the run was expected to finish by {due} and has not started: {reason}",
+    due=Slot.TIME,
+    reason=Slot.SENTENCE,
+)

@@ -207,6 +207,15 @@ MUST_BE_PUBLISHED = Phrase(
     "must be true: a dependency is released only when the other run is PUBLISHED, never "
     "merely executed",
 )
+WAITS_FOR_UNPUBLISHED = Phrase(
+    "problem.waits_for_unpublished",
+    "{name!r} has no publish section: its runs are never PUBLISHED, so this wait would never end",
+)
+WAITED_FOR_UNPUBLISHED = Phrase(
+    "problem.waited_for_unpublished",
+    "{names} wait for this definition's runs to be PUBLISHED (wait_for): keep a "
+    "publish section, or remove their wait_for first",
+)
 ONLY_PUBLISHED_RELEASES = Phrase(
     "problem.only_published_releases", "must be true: only PUBLISHED releases a dependency"
 )

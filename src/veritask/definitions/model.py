@@ -143,6 +143,8 @@ class WaitFor:
     lag: timedelta = timedelta(0)
     """Map this run's logical time to the upstream's: wait for the run at ``logical_time - lag``
     (``lag: 1d`` waits for yesterday's upstream run)."""
+    line: int | None = field(default=None, compare=False)
+    """Where the source names the upstream, for refusals at apply (not stored)."""
 
     def __post_init__(self) -> None:
         if not self.published:

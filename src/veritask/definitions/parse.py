@@ -484,7 +484,8 @@ class _Reader(Reader):
             timeout = self.duration(w.get("timeout"), f"{path}.timeout", None, positive=True)
             lag = self.duration(w.get("lag"), f"{path}.lag", timedelta(0)) or timedelta(0)
             if definition and published:
-                result.append(WaitFor(definition, True, timeout, lag))
+                line = entry_line(w.get("definition"))
+                result.append(WaitFor(definition, True, timeout, lag, line))
         return tuple(result)
 
     # -- policies --------------------------------------------------------------------------

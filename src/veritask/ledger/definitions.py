@@ -189,6 +189,20 @@ def current_specs(connection: Connection) -> dict[str, JSONValue]:
     return {row.id: row.spec for row in rows}
 
 
+def live_specs_by_name(connection: Connection) -> dict[str, JSONValue]:
+    """The current spec of every definition not being deleted or gone, by name."""
+    d, v = schema.definitions.c, schema.definition_versions.c
+    rows = connection.execute(
+        sa.select(d.name, v.spec)
+        .join(
+            schema.definition_versions,
+            sa.and_(v.definition_id == d.id, v.version == d.current_version),
+        )
+        .where(d.lifecycle.not_in(("deleting", "deleted", "purged")))
+    ).all()
+    return {row.name: row.spec for row in rows}
+
+
 def count_runs(connection: Connection, definition_id: str) -> int:
     """How many runs the definition has, whatever their state."""
     r = schema.runs.c

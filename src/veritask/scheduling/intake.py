@@ -1,12 +1,20 @@
-"""Worker events from the wire into the core's events (the outbox and the HTTP callback)."""
+"""Worker events from the wire into the core's events, and what their verdicts raise.
+
+Both ways a worker's report comes in (the outbox the scheduler's collector reads and the HTTP
+callback) go through here, so that what a verdict calls for is done once, for both.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from veritask.core import alert_messages, judge
 from veritask.core.events import Event, EventKind
 from veritask.core.jsontypes import JSONObject
 from veritask.execution import wire
+from veritask.ledger import alerts, dialects, queries
+from veritask.ledger.ledger import Applied, Ledger
+from veritask.ledger.vocabulary import AlertCategory
 
 
 class MalformedReport(ValueError):
@@ -41,3 +49,30 @@ def to_event(payload: wire.WorkerEvent | JSONObject) -> Event:
         if isinstance(exc, MalformedReport):
             raise
         raise MalformedReport(str(exc)) from None
+
+
+def heed_verdict(
+    ledger: Ledger, event: Event, applied: Applied, *, run_id: str | None = None
+) -> None:
+    """Raise what a worker report's verdict calls for, whichever way the report came in.
+
+    A conflict (a second, different completion of one attempt) is evidence the platform cannot
+    reconcile by itself: it opens a platform alert. ``run_id`` saves a read when the caller
+    knows the instance's run.
+    """
+    if applied.outcome is not judge.Outcome.CONFLICT:
+        return
+    if run_id is None:
+        with dialects.read_transaction(ledger.engine) as connection:
+            instance = queries.get_instance(connection, event.instance_id)
+        run_id = instance.run_id if instance is not None else None
+    alerts.raise_quietly(
+        ledger,
+        category=AlertCategory.PLATFORM,
+        dedup_key=f"conflict:{event.instance_id}:{event.attempt_no}",
+        message=alert_messages.CONFLICTING_EVIDENCE.format(reason=applied.reason),
+        run_id=run_id,
+        instance_id=event.instance_id,
+        attempt_no=event.attempt_no or None,
+        evidence={"event_id": event.event_id, "kind": event.kind.value},
+    )

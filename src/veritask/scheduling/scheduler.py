@@ -389,8 +389,9 @@ class Scheduler:
         for (_, event), result in zip(chunk, results, strict=True):
             if result.outcome is not judge.Outcome.REJECTED:
                 self.gathering.note(event.instance_id, in_flight=result.state in _ACTIVE)
-            if result.outcome is judge.Outcome.CONFLICT:
-                self._alert_conflict(event, result.reason)
+            intake.heed_verdict(
+                self.ledger, event, result, run_id=self._routes.get(event.instance_id)
+            )
         return len(chunk)
 
     def _touch(self, news: Iterable[tuple[Event, Applied]]) -> None:
@@ -472,18 +473,6 @@ class Scheduler:
             message=message,
             run_id=run_id,
             evidence={},
-        )
-
-    def _alert_conflict(self, event: Event, reason: str) -> None:
-        alerts.raise_quietly(
-            self.ledger,
-            category=AlertCategory.PLATFORM,
-            dedup_key=f"conflict:{event.instance_id}:{event.attempt_no}",
-            message=alert_messages.CONFLICTING_EVIDENCE.format(reason=reason),
-            run_id=self._routes.get(event.instance_id),
-            instance_id=event.instance_id,
-            attempt_no=event.attempt_no or None,
-            evidence={"event_id": event.event_id, "kind": event.kind.value},
         )
 
 

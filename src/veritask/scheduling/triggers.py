@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from veritask.core import decide, reasons, refusals
+from veritask.core import decide, problems, reasons, refusals
 from veritask.core.errors import VeritaskError
 from veritask.core.jsontypes import JSONValue
 from veritask.core.states import (
@@ -25,6 +25,7 @@ from veritask.core.states import (
     TriggerKind,
 )
 from veritask.definitions import codec, schedule
+from veritask.definitions.errors import DefinitionError, Problem
 from veritask.definitions.model import ConcurrencyPolicy, Definition
 from veritask.definitions.parameters import check_values, defaults
 from veritask.definitions.parse import parse_definition
@@ -90,6 +91,7 @@ def apply_definition(ledger: Ledger, text: str, *, actor: str = "api") -> Applie
             raise Refused(
                 refusals.DEFINITION_IS.format(name=definition.name, lifecycle=existing.lifecycle)
             )
+        _refuse_endless_waits(connection, definition)
         definition_id, version, created = definition_store.save_definition_version(
             connection,
             name=definition.name,
@@ -114,6 +116,52 @@ def apply_definition(ledger: Ledger, text: str, *, actor: str = "api") -> Applie
         )
     versions.remember(definition_id, version, definition)
     return Applied(definition_id, definition.name, version, created)
+
+
+def _refuse_endless_waits(connection: Connection, definition: Definition) -> None:
+    """Only a PUBLISHED run releases a ``wait_for``: both ends must keep a publish section.
+
+    A definition may not wait for one that exists without ``publish``, and a definition that
+    others wait for may not drop its ``publish``: either way the waiting runs would never start.
+    An upstream not applied yet is checked when it is applied.
+    """
+    specs = definition_store.live_specs_by_name(connection)
+    found = []
+    for i, wait in enumerate(definition.wait_for):
+        upstream = specs.get(wait.definition)
+        if isinstance(upstream, dict) and upstream.get("publish") is None:
+            found.append(
+                Problem(
+                    f"wait_for[{i}].definition",
+                    wait.line,
+                    problems.WAITS_FOR_UNPUBLISHED.format(name=wait.definition),
+                )
+            )
+    if definition.publish is None:
+        waiting = sorted(
+            name
+            for name, spec in specs.items()
+            if name != definition.name and definition.name in _waited_for(spec)
+        )
+        if waiting:
+            names = ", ".join(repr(name) for name in waiting)
+            found.append(
+                Problem("publish", None, problems.WAITED_FOR_UNPUBLISHED.format(names=names))
+            )
+    if found:
+        raise DefinitionError(found)
+
+
+def _waited_for(spec: JSONValue) -> set[str]:
+    """The names a stored spec's ``wait_for`` lists."""
+    waits = spec.get("wait_for") if isinstance(spec, dict) else None
+    if not isinstance(waits, list):
+        return set()
+    return {
+        str(wait["definition"])
+        for wait in waits
+        if isinstance(wait, dict) and isinstance(wait.get("definition"), str)
+    }
 
 
 def trigger(

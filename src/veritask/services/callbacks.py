@@ -87,6 +87,7 @@ def record_worker_report(
         raise NotFound(refusals.NO_INSTANCE.format(instance_id=event.instance_id))
     snapshot, _ = loaded
     applied = platform.ledger.apply(event)
+    intake.heed_verdict(platform.ledger, event, applied)
     if applied.outcome is judge.Outcome.REJECTED:
         if names_a_foreign_log(event):
             _alert_foreign_log(platform, event)

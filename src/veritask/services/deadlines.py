@@ -3,20 +3,25 @@
 The expected finish is counted from the run's logical time (a scheduled or backfilled run)
 or, for a manual or API run without one, from its creation. Only active runs are read, so the
 pass stays small; the alert is deduplicated per run and routed by the definition's owner.
+A late run whose roots still wait for other pipelines (``wait_for``) raises a ``dependency``
+alert instead, naming what it waits for: nothing of its own has run, the upstream is late.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from veritask.core import alert_messages
-from veritask.core.states import RunExecutionState
+from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
 from veritask.ledger import alerts, dialects, queries
 from veritask.ledger import definitions as stored_definitions
+from veritask.ledger.database import Connection
 from veritask.ledger.vocabulary import AlertCategory
+from veritask.scheduling import dependencies, versions
 from veritask.services.platform import Platform
 
 _ACTIVE = (RunExecutionState.QUEUED.value, RunExecutionState.RUNNING.value)
+_BY_HAND = (TriggerKind.MANUAL.value, TriggerKind.API.value)
 
 
 def alert_late_runs(platform: Platform) -> int:
@@ -41,6 +46,18 @@ def alert_late_runs(platform: Platform) -> int:
         due = start + timedelta(seconds=seconds)
         if now <= due:
             continue
+        with dialects.read_transaction(platform.engine) as connection:
+            waiting = _still_waiting(connection, row.id, now)
+        if waiting is not None:
+            raised += alerts.raise_alert(
+                platform.ledger,
+                category=AlertCategory.DEPENDENCY,
+                dedup_key=f"{AlertCategory.DEPENDENCY}:late:{row.id}",
+                message=alert_messages.STILL_WAITING.format(due=due.isoformat(), reason=waiting),
+                evidence={"expected_finish_seconds": seconds, "due": due.isoformat()},
+                run_id=row.id,
+            )
+            continue
         raised += alerts.raise_alert(
             platform.ledger,
             category=AlertCategory.DEADLINE,
@@ -50,3 +67,26 @@ def alert_late_runs(platform: Platform) -> int:
             run_id=row.id,
         )
     return raised
+
+
+def _still_waiting(connection: Connection, run_id: str, now: datetime) -> str | None:
+    """Why the run's roots have not started, when they wait for other pipelines; else None."""
+    row = queries.get_run(connection, run_id)
+    if row is None or row.execution_state != RunExecutionState.RUNNING.value:
+        return None
+    definition = versions.read(connection, row.definition_id, row.definition_version)
+    if not definition.wait_for:
+        return None
+    roots = {key for key, task in definition.tasks.items() if not task.after}
+    instances = queries.instances_of_run(connection, row.id)
+    if any(i.task_key in roots and i.state != InstanceState.CREATED.value for i in instances):
+        return None
+    verdict = dependencies.check(
+        connection,
+        definition,
+        # As the scheduler does: a run by hand waits for the upstream's latest publication.
+        logical_time=None if row.trigger_kind in _BY_HAND else row.logical_time,
+        created_at=row.created_at,
+        now=now,
+    )
+    return None if verdict.released else verdict.reason
