@@ -10,7 +10,7 @@ from sqlalchemy.engine import Engine
 from tests.contract.test_apply_ledger import SUCCESS, acked, opened, report
 from veritask.core.events import EventKind
 from veritask.core.jsontypes import JSONObject
-from veritask.core.states import TriggerKind
+from veritask.core.states import PublicationState, TriggerKind
 from veritask.ledger import audit, dialects, migrate, schema
 from veritask.ledger.ledger import Ledger
 from veritask.scheduling import triggers
@@ -97,3 +97,40 @@ def test_export_then_replay_gives_identical_snapshots(
         assert audit.verify(Ledger(target)).ok
     finally:
         target.dispose()
+
+
+def test_verify_detects_run_states_changed_behind_their_back_and_repair_restores_them(
+    engine: Engine,
+) -> None:
+    ledger = Ledger(engine)
+    run_id = _story(ledger)
+    r = schema.runs.c
+    with dialects.read_transaction(engine) as connection:
+        before = connection.execute(
+            sa.select(r.execution_state, r.execution_reason, r.publication_state)
+        ).one()
+    with engine.begin() as connection:
+        connection.execute(
+            schema.runs.update().values(execution_state="FAILED", publication_state="PUBLISHED")
+        )
+    found = audit.verify(ledger)
+    assert found.mismatches == [
+        f"run {run_id}: execution_state is FAILED, its events say {before.execution_state}",
+        f"run {run_id}: publication_state is PUBLISHED, but no event ever moved it from "
+        "where a run starts (NOT_REQUIRED or PENDING)",
+    ]
+    starts = {"audited": PublicationState.NOT_REQUIRED}
+    with dialects.read_transaction(engine) as connection:
+        names = dict(
+            connection.execute(sa.select(schema.definitions.c.id, schema.definitions.c.name)).all()
+        )
+    repaired = audit.verify(
+        ledger, repair=True, publication_start=lambda definition, _: starts[names[definition]]
+    )
+    assert (found.runs, repaired.repaired) == (1, 1)
+    assert audit.verify(ledger).ok
+    with dialects.read_transaction(engine) as connection:
+        after = connection.execute(
+            sa.select(r.execution_state, r.execution_reason, r.publication_state)
+        ).one()
+    assert tuple(after) == tuple(before)

@@ -70,11 +70,16 @@ def _platform(database_url: str | None, *, migrated: bool = True) -> Iterator[Pl
 
 @click.command("verify")
 @DATABASE_OPTION
-@click.option("--repair", is_flag=True, help="Rebuild snapshots that differ from their events.")
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Rebuild snapshots (instances', runs') that differ from their events.",
+)
 @JSON_OPTION
 def verify_command(database_url: str | None, repair: bool, as_json: bool) -> None:
-    """Re-fold every instance's events and compare with the stored snapshots; check the
-    invariants at rest. Exit 0 if everything held (after --repair: holds now), 1 otherwise."""
+    """Re-fold every instance's events and compare with the stored snapshots; follow every
+    run's events and compare with its stored states; check the invariants at rest.
+    Exit 0 if everything held (after --repair: holds now), 1 otherwise."""
     from veritask.services import operations
 
     with _platform(database_url) as platform:
@@ -84,6 +89,7 @@ def verify_command(database_url: str | None, repair: bool, as_json: bool) -> Non
             {
                 "ok": report.ok,
                 "instances": report.instances,
+                "runs": report.runs,
                 "mismatches": list(report.mismatches),
                 "violations": list(report.violations),
                 "repaired": report.repaired,
@@ -94,7 +100,9 @@ def verify_command(database_url: str | None, repair: bool, as_json: bool) -> Non
             render.out.print(line)
         verdict = "all held" if report.ok else "NOT all held"
         repaired = f"; {report.repaired} repaired" if repair else ""
-        render.out.print(f"{report.instances} instances verified: {verdict}{repaired}")
+        render.out.print(
+            f"{report.instances} instances and {report.runs} runs verified: {verdict}{repaired}"
+        )
     raise SystemExit(0 if report.ok else EXIT_FAILED)
 
 

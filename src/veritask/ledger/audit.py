@@ -1,7 +1,8 @@
 """Proof that the events are the truth: verify snapshots, export histories, replay them.
 
 ``verify`` re-folds every instance's recorded events with the pure core and compares the
-result with the stored snapshot and attempt rows; ``repair`` rewrites what differs (with
+result with the stored snapshot and attempt rows, and follows every run's run-level events to
+the states they leave it in (ledger/run_audit.py); ``repair`` rewrites what differs (with
 compare-and-set). It also checks the invariants that can be checked at rest. ``export``
 writes a run's whole history as JSON Lines; ``replay`` rebuilds every snapshot from such an
 export in an empty database.
@@ -27,7 +28,7 @@ from veritask.core.states import (
     TERMINAL_INSTANCE_STATES,
     RunExecutionState,
 )
-from veritask.ledger import dialects, schema, statements
+from veritask.ledger import dialects, run_audit, schema, statements
 from veritask.ledger.ledger import Ledger
 
 FORMAT = "veritask-export/1"
@@ -38,6 +39,7 @@ class Report:
     """What ``verify`` found; ``ok`` when every snapshot and invariant held."""
 
     instances: int = 0
+    runs: int = 0
     mismatches: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     repaired: int = 0
@@ -47,8 +49,18 @@ class Report:
         return not self.mismatches and not self.violations
 
 
-def verify(ledger: Ledger, *, repair: bool = False) -> Report:
-    """Re-fold every instance and compare; check the invariants at rest."""
+def verify(
+    ledger: Ledger,
+    *,
+    repair: bool = False,
+    publication_start: run_audit.PublicationStart | None = None,
+) -> Report:
+    """Re-fold every instance and compare; follow every run's events and compare; check the
+    invariants at rest.
+
+    ``publication_start`` says where a run of (definition id, version) starts its publication
+    (no event records it); without it, a run no publication event moved may be in either.
+    """
     report = Report()
     t = schema.task_instances.c
     with dialects.read_transaction(ledger.engine) as connection:
@@ -65,8 +77,37 @@ def verify(ledger: Ledger, *, repair: bool = False) -> Report:
             if repair:
                 _rewrite(ledger, row.id, row.version, expected, policy)
                 report.repaired += 1
+    _verify_runs(ledger, report, repair=repair, publication_start=publication_start)
     report.violations.extend(_invariants(ledger))
     return report
+
+
+def _verify_runs(
+    ledger: Ledger,
+    report: Report,
+    *,
+    repair: bool,
+    publication_start: run_audit.PublicationStart | None,
+) -> None:
+    with dialects.read_transaction(ledger.engine) as connection:
+        histories = run_audit.run_histories(connection)
+    for history in histories:
+        report.runs += 1
+        start = (
+            None
+            if publication_start is None
+            else publication_start(history.definition_id, history.definition_version)
+        )
+        check = run_audit.check_run(history, start)
+        report.mismatches.extend(f"run {history.run_id}: {p}" for p in check.problems)
+        report.violations.extend(f"run {history.run_id}: {p}" for p in check.broken_links)
+        values = check.restoring(history)
+        if repair and values:
+            with ledger.engine.begin() as connection:
+                if run_audit.restore_run_states(
+                    connection, history.run_id, version=history.version, values=values
+                ):
+                    report.repaired += 1
 
 
 def _compare(ledger: Ledger, row: Any, expected: InstanceSnapshot, policy: TaskPolicy) -> list[str]:

@@ -19,7 +19,7 @@ from veritask.core.jsontypes import JSONObject
 from veritask.execution import local
 from veritask.ledger import dialects, observations
 from veritask.scheduling.lease import STALE_AFTER
-from veritask.services import health
+from veritask.services import health, run_checks
 from veritask.services.platform import Platform
 
 #: A worker whose reports carry times this far ahead of ours has a clock that is ahead.
@@ -68,8 +68,8 @@ def diagnose(platform: Platform) -> list[Check]:
     """Every check, in order; the later ones are skipped when the database is not usable."""
     found = [database(platform)]
     if found[0].status is Status.FAIL:
-        return [*found, *(skipped(name) for name in ("schedulers", "clock skew"))]
-    steps: list[Callable[[Platform], Check]] = [schedulers, clock_skew]
+        return [*found, *(skipped(name) for name in ("schedulers", "clock skew", "runs"))]
+    steps: list[Callable[[Platform], Check]] = [schedulers, clock_skew, runs]
     found.extend(step(platform) for step in steps)
     found.append(executor(platform.home))
     found.extend(disk(platform.home))
@@ -173,6 +173,28 @@ def clock_skew(platform: Platform) -> Check:
     return Check(
         "clock skew", Status.OK, f"within {ahead:.2f} s on {len(by_host)} host(s)", figures
     )
+
+
+def runs(platform: Platform) -> Check:
+    """The run half of ``verify``: each run's stored states are where its events leave them,
+    its events follow on from each other, and a finished run's state is its instances'."""
+    found = run_checks.check_runs(platform)
+    problems = [*found.mismatches, *found.violations]
+    figures: JSONObject = {
+        "runs": found.runs,
+        "mismatches": len(found.mismatches),
+        "violations": len(found.violations),
+    }
+    if problems:
+        shown = "; ".join(problems[:3])
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        return Check(
+            "runs",
+            Status.FAIL,
+            f"{len(problems)} problem(s), `veritask verify` fails: {shown}{more}",
+            figures,
+        )
+    return Check("runs", Status.OK, f"{found.runs} runs agree with their events", figures)
 
 
 def executor(home: Path) -> Check:

@@ -20,7 +20,7 @@ from veritask.core import refusals
 from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.ledger import audit, dialects, operations_log, queries, retention
 from veritask.ledger.vocabulary import OperationKind
-from veritask.services import logs, reading
+from veritask.services import logs, reading, run_checks
 from veritask.services.definitions import ACTIVE_RUN_STATES
 from veritask.services.errors import Conflict, NotFound
 from veritask.services.platform import Platform
@@ -88,23 +88,33 @@ def recent_operations(platform: Platform, *, limit: int = 50) -> list[JSONObject
 
 
 def verify(platform: Platform, *, repair: bool, actor: str) -> audit.Report:
-    """Re-fold every instance, compare with its snapshot, check the invariants at rest.
+    """Re-fold every instance, compare with its snapshot; follow every run's events, compare
+    with its stored states and with what its instances imply; check the invariants at rest.
 
-    With ``repair``, snapshots that differ are rebuilt from their events (a recorded
-    operation), then everything is verified again: the report returned is that second look.
+    With ``repair``, snapshots (of instances and runs) that differ are rebuilt from their
+    events (a recorded operation), then everything is verified again: the report returned
+    is that second look.
     """
-    found = audit.verify(platform.ledger)
+    found = _verify(platform, repair=False)
     if not repair or not found.mismatches:
         return found
     parameters: JSONObject = {"mismatches": len(found.mismatches)}
     with recorded(
         platform, OperationKind.REPAIR, actor=actor, dry_run=False, parameters=parameters
     ) as operation:
-        repaired = audit.verify(platform.ledger, repair=True)
+        repaired = _verify(platform, repair=True)
         operation.result = {"repaired": repaired.repaired}
-    after = audit.verify(platform.ledger)
+    after = _verify(platform, repair=False)
     after.repaired = repaired.repaired
     return after
+
+
+def _verify(platform: Platform, *, repair: bool) -> audit.Report:
+    report = audit.verify(
+        platform.ledger, repair=repair, publication_start=run_checks.publication_start(platform)
+    )
+    report.violations.extend(run_checks.disagreements_with_instances(platform))
+    return report
 
 
 def export_run(platform: Platform, run_id: str) -> Iterator[JSONObject]:
