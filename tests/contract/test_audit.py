@@ -15,8 +15,10 @@ from veritask.ledger import audit, dialects, migrate, schema
 from veritask.ledger.ledger import Ledger
 from veritask.scheduling import triggers
 
+#: Runs may overlap: the export test triggers a second run while the story's is retrying.
 DEFINITION = """
 name: audited
+concurrency: allow
 tasks:
   extract: {run: "true"}
   load: {run: "true", after: [extract], retry: {max_retries: 2, delay: 1s}}
