@@ -6,14 +6,17 @@ same database the API server reads, on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
-from tests.integration.conftest import Api
+from tests.integration.conftest import HELLO, Api, completed, open_attempt, report, started
 from tests.scheduling.harness import Harness
+from veritask.cli import render
 from veritask.core.states import RunExecutionState
 
 pytestmark = pytest.mark.slow
@@ -100,3 +103,48 @@ def test_a_failing_call_tasks_exception_and_frames_are_its_error_message(
     assert 'failing_job.py", line 6, in _load' in message
     assert message.endswith("ValueError: no table named users")
     assert attempt["peak_rss_bytes"] > 0
+
+
+def test_a_reported_error_is_bounded_and_the_first_report_keeps_it(api: Api) -> None:
+    api.apply(HELLO)
+    instance_id = api.instance_ids(api.trigger("hello"))["greet"]
+    token = "token-" + uuid.uuid4().hex
+    attempt_no = open_attempt(api.platform, instance_id, token)
+    report(api, started(instance_id, attempt_no, token), token)
+    first = completed(instance_id, attempt_no, token, seq=2, exit_code=1)
+    assert isinstance(first["evidence"], dict)
+    first["evidence"]["error_message"] = "x" * 10_000 + "the end"
+    assert report(api, first, token).status_code == 200
+    second = completed(instance_id, attempt_no, token, seq=3, exit_code=1)
+    assert isinstance(second["evidence"], dict)
+    second["evidence"]["error_message"] = "a different story"
+    report(api, second, token)
+
+    (attempt,) = api.http.get(f"/api/v2/instances/{instance_id}").json()["attempts"]
+    assert attempt["error_message"] == ("x" * 10_000 + "the end")[-4096:]
+    assert attempt["cpu_user_seconds"] is None  # this worker reported none
+
+
+def test_show_prints_the_cost_and_the_last_error_of_each_attempt(api: Api) -> None:
+    api.apply(HELLO)
+    instance_id = api.instance_ids(api.trigger("hello"))["greet"]
+    token = "token-" + uuid.uuid4().hex
+    attempt_no = open_attempt(api.platform, instance_id, token)
+    report(api, started(instance_id, attempt_no, token), token)
+    event = completed(instance_id, attempt_no, token, seq=2, exit_code=2)
+    assert isinstance(event["evidence"], dict)
+    event["evidence"].update(
+        error_message="psql: error: connection refused",
+        cpu_user_seconds=0.004,
+        cpu_system_seconds=0.002,
+        peak_rss_bytes=3 * 2**20,
+    )
+    assert report(api, event, token).status_code == 200
+    shown = api.http.get(f"/api/v2/instances/{instance_id}").json()
+
+    console = Console(width=200, record=True)
+    console.print(render.attempts_table("greet", shown["attempts"]))
+
+    printed = console.export_text()
+    assert "cpu 0.00s user 0.00s sys, rss 3.0 MiB" in printed
+    assert "Last error of attempt 1:\npsql: error: connection refused" in printed
