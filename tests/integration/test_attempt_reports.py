@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from rich.console import Console
 
 from tests.integration.conftest import HELLO, Api, completed, open_attempt, report, started
 from tests.scheduling.harness import Harness
 from veritask.cli import render
 from veritask.core.states import RunExecutionState
+from veritask.ledger import audit, schema
 
 pytestmark = pytest.mark.slow
 
@@ -148,3 +150,29 @@ def test_show_prints_the_cost_and_the_last_error_of_each_attempt(api: Api) -> No
     printed = console.export_text()
     assert "cpu 0.00s user 0.00s sys, rss 3.0 MiB" in printed
     assert "Last error of attempt 1:\npsql: error: connection refused" in printed
+
+
+def test_a_repair_that_rebuilds_the_attempt_rows_keeps_their_reports(api: Api) -> None:
+    api.apply(HELLO)
+    instance_id = api.instance_ids(api.trigger("hello"))["greet"]
+    token = "token-" + uuid.uuid4().hex
+    attempt_no = open_attempt(api.platform, instance_id, token)
+    report(api, started(instance_id, attempt_no, token), token)
+    event = completed(instance_id, attempt_no, token, seq=2, exit_code=1)
+    assert isinstance(event["evidence"], dict)
+    event["evidence"].update(error_message="it broke", peak_rss_bytes=4096)
+    assert report(api, event, token).status_code == 200
+    ledger = api.platform.ledger
+    with ledger.engine.begin() as connection:
+        connection.execute(
+            sa.update(schema.task_instances)
+            .where(schema.task_instances.c.id == instance_id)
+            .values(state="SUCCESS")
+        )
+    assert not audit.verify(ledger).ok
+
+    assert audit.verify(ledger, repair=True).repaired == 1
+    assert audit.verify(ledger).ok
+
+    (attempt,) = api.http.get(f"/api/v2/instances/{instance_id}").json()["attempts"]
+    assert (attempt["error_message"], attempt["peak_rss_bytes"]) == ("it broke", 4096)

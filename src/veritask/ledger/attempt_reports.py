@@ -42,12 +42,12 @@ _RECORD = (
 )
 
 
-def report_of(event: Event) -> dict[str, object] | None:
-    """The error and resource use an event reports for its attempt; None when it has none."""
-    evidence: Mapping[str, object] = event.evidence
-    if event.kind is EventKind.COMPLETED:
+def report_of(kind: str, evidence: Mapping[str, object]) -> dict[str, object] | None:
+    """The error and resource use an event of ``kind`` with this evidence reports for its
+    attempt; None when it has none."""
+    if kind == EventKind.COMPLETED:
         error = _text(evidence.get("error_message"))
-    elif event.kind is EventKind.ENGINE_OBSERVED:
+    elif kind == EventKind.ENGINE_OBSERVED:
         details = evidence.get("details")
         if not isinstance(details, Mapping):
             return None
@@ -72,17 +72,41 @@ def record(connection: Connection, reported: Iterable[tuple[Event, Outcome]]) ->
     for event, outcome in reported:
         if outcome not in _KEPT_OUTCOMES:
             continue
-        values = report_of(event)
+        values = report_of(event.kind, event.evidence)
         if values is not None:
-            rows.append(
-                {
-                    "b_instance_id": event.instance_id,
-                    "b_attempt_no": event.attempt_no,
-                    **{f"b_{name}": value for name, value in values.items()},
-                }
-            )
+            rows.append(_bound(event.instance_id, event.attempt_no, values))
     if rows:
         connection.execute(_RECORD, rows)
+
+
+def record_again(connection: Connection, instance_id: str) -> None:
+    """Write the reports onto an instance's attempt rows again from its recorded events, in
+    their order (after a replay or a repair rebuilt the rows from the fold)."""
+    e = schema.events.c
+    found = connection.execute(
+        sa.select(e.attempt_no, e.kind, e.evidence)
+        .where(
+            e.instance_id == instance_id,
+            e.kind.in_((EventKind.COMPLETED.value, EventKind.ENGINE_OBSERVED.value)),
+            e.outcome.in_([outcome.value for outcome in _KEPT_OUTCOMES]),
+        )
+        .order_by(e.position)
+    )
+    rows = []
+    for attempt_no, kind, evidence in found:
+        values = report_of(kind, evidence) if isinstance(evidence, Mapping) else None
+        if values is not None and attempt_no is not None:
+            rows.append(_bound(instance_id, attempt_no, values))
+    if rows:
+        connection.execute(_RECORD, rows)
+
+
+def _bound(instance_id: str, attempt_no: int, values: Mapping[str, object]) -> dict[str, object]:
+    return {
+        "b_instance_id": instance_id,
+        "b_attempt_no": attempt_no,
+        **{f"b_{name}": value for name, value in values.items()},
+    }
 
 
 def _server_error(details: Mapping[str, object]) -> str | None:
