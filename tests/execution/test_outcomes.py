@@ -63,7 +63,12 @@ def test_a_task_killed_by_a_signal_we_did_not_send_is_killed(engine: Engine) -> 
     assert observation.exit_code is None
     assert observation.details["signal"] == signal.SIGKILL
     completed = engine.wait_delivered(spec)
-    assert evidence(completed) == {
+    reported = evidence(completed)
+    usage = {
+        k: reported.pop(k) for k in ("cpu_user_seconds", "cpu_system_seconds", "peak_rss_bytes")
+    }
+    # It printed nothing: a killed task with no output has no error message to report.
+    assert reported == {
         "exit_code": None,
         "signal": 9,
         "error_category": "killed",
@@ -71,6 +76,7 @@ def test_a_task_killed_by_a_signal_we_did_not_send_is_killed(engine: Engine) -> 
         "log_path": str(engine.attempt(spec).log),
         "output": None,
     }
+    assert usage["peak_rss_bytes"] > 0  # type: ignore[operator]
 
 
 def test_a_command_that_cannot_start_is_a_start_error(engine: Engine) -> None:

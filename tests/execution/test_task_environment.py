@@ -137,6 +137,22 @@ def test_a_secret_from_the_environment_reaches_the_task_and_is_masked_in_its_log
     _assert_masked(engine, spec)
 
 
+@pytest.mark.usefixtures("platform_environment")
+def test_a_failed_tasks_error_message_masks_the_secret_it_printed(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VERITASK_SECRET_WAREHOUSE_PASSWORD", SECRET_VALUE)
+    spec = _with_secret(
+        engine, CHECK_SECRET + ' && echo "login failed for $PGPASSWORD" >&2; exit 2'
+    )
+
+    assert engine.run(spec).error_category is port.ErrorCategory.TASK_ERROR
+
+    message = evidence(engine.wait_delivered(spec))["error_message"]
+    assert message == "password: ***.\nsplit: ***.\nlogin failed for ***"
+    _assert_masked(engine, spec)
+
+
 def _secrets_file(tmp_path: Path, mode: int) -> Path:
     path = tmp_path / "secrets.json"
     path.write_text(json.dumps({"warehouse_password": SECRET_VALUE}))
@@ -217,6 +233,30 @@ def test_a_held_back_start_of_a_value_is_written_when_the_output_ends(tmp_path: 
     text = (tmp_path / "task.log").read_text()
     assert text.startswith(f"ends with {SECRET_VALUE[:5]}[veritask-worker ")
     assert text.endswith("] a note that quotes ***\n")
+
+
+def test_the_error_tail_keeps_the_last_lines_past_the_log_cap(tmp_path: Path) -> None:
+    sink = task_process.LogSink(tmp_path / "task.log", cap_bytes=64)
+    for n in range(1, 1001):
+        sink.write_output(f"line {n}\n".encode())
+    sink.close()
+
+    # The log stopped at its cap; the tail still holds the end, 20 lines of it.
+    assert "line 1000" not in (tmp_path / "task.log").read_text()
+    assert sink.error_tail() == "\n".join(f"line {n}" for n in range(981, 1001))
+
+
+def test_the_error_tail_is_bounded_in_bytes_and_starts_at_a_whole_line(tmp_path: Path) -> None:
+    sink = task_process.LogSink(tmp_path / "task.log", cap_bytes=1 << 20)
+    sink.write_output(b"x" * 10_000 + b"\n" + b"y" * 5_000 + b"\nthe end\n")
+    sink.close()
+
+    tail = sink.error_tail()
+    assert len(tail.encode()) <= task_process.ERROR_TAIL_BYTES
+    assert tail.endswith("the end") and "x" not in tail
+    one_long_line = task_process.LogSink(tmp_path / "other.log", cap_bytes=1 << 20)
+    one_long_line.write_output(b"z" * 10_000 + b"\n")
+    assert one_long_line.error_tail() == "z" * (task_process.ERROR_TAIL_BYTES - 1)
 
 
 def test_a_scheduler_with_a_platform_setting_in_the_pass_through_refuses_to_start() -> None:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import re
+import uuid
+
+import httpx
 
 from tests.contract.test_audit import _story
+from tests.integration.conftest import completed, open_attempt, started
 from tests.ui.conftest import Ui, api_intervals, csrf_of, drawn_intervals
 from veritask.services import definitions, runs, tokens
 from veritask.services.tokens import TokenRole
@@ -313,3 +317,28 @@ def test_a_parameter_line_without_equals_is_refused_and_starts_nothing(ui: Ui) -
     # The form comes back with what was typed, to correct it.
     assert ">day=2024-01-01\n\nregion eu</textarea>" in page
     assert runs.list_runs(ui.platform, definition="open").items == ()
+
+
+def test_the_instance_page_shows_each_attempts_last_error_and_cost(ui: Ui) -> None:
+    run_id = runs.trigger_run(ui.platform, "pipeline", actor="operator:ann").run_id
+    instance_id = runs.get_run(ui.platform, run_id).instances[0].id
+    token = "token-" + uuid.uuid4().hex
+    attempt_no = open_attempt(ui.platform, instance_id, token)
+    worker = httpx.Client(base_url=ui.url, headers={"Authorization": f"Bearer {token}"})
+    with worker:
+        assert worker.post("/api/v2/callbacks/events", json=started(instance_id, 1, token))
+        event = completed(instance_id, attempt_no, token, seq=2, exit_code=1)
+        assert isinstance(event["evidence"], dict)
+        event["evidence"].update(
+            error_message="Traceback (most recent call last):\nKeyError: '<users>'",
+            cpu_user_seconds=1.25,
+            cpu_system_seconds=0.5,
+            peak_rss_bytes=50 * 2**20,
+        )
+        assert worker.post("/api/v2/callbacks/events", json=event).status_code == 200
+
+    page = ui.signed_in(TokenRole.VIEWER).http.get(f"/ui/instances/{instance_id}").text
+
+    assert "Last error of attempt 1" in page
+    assert "KeyError: &#39;&lt;users&gt;&#39;" in page  # the task's text, escaped
+    assert "CPU 1.25s user, 0.50s system; peak RSS 50.0 MiB" in page

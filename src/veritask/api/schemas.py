@@ -177,6 +177,11 @@ class Attempt(Out):
     progress: Progress | None
     conflict: bool
     late: list[str]
+    error_message: str | None = None
+    """The last error (a failed task's last output lines, the SQL server's message)."""
+    cpu_user_seconds: float | None = None
+    cpu_system_seconds: float | None = None
+    peak_rss_bytes: int | None = None
 
 
 class Instance(Out):

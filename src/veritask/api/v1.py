@@ -38,6 +38,7 @@ class V1Attempt(schemas.Out):
     started_at: datetime | None
     ended_at: datetime | None
     exit_code: int | None
+    error_message: str | None = None
 
 
 class V1Instance(schemas.Out):
@@ -100,6 +101,7 @@ def _attempt(a: views.Attempt) -> V1Attempt:
         started_at=a.started_at,
         ended_at=a.ended_at,
         exit_code=a.exit_code,
+        error_message=a.error_message,
     )
 
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import TextIO
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
@@ -178,11 +178,23 @@ def progress(attempt: JSONObject) -> str:
     return f"{text(found.get('phase'))}{amount}{message}"
 
 
-def attempts_table(task: str, attempts: Iterable[JSONObject]) -> Table:
+def attempts_table(task: str, attempts: Iterable[JSONObject]) -> Group:
+    """The attempts, one row each, then each attempt's last error under the table."""
     table = Table(title=f"Attempts of {task}", title_justify="left")
-    columns = ("#", "STATE", "STARTED", "ENDED", "EXIT", "CATEGORY", "EXTERNAL ID", "REASON")
+    columns = (
+        "#",
+        "STATE",
+        "STARTED",
+        "ENDED",
+        "EXIT",
+        "CATEGORY",
+        "COST",
+        "EXTERNAL ID",
+        "REASON",
+    )
     for column in columns:
         table.add_column(column, overflow="fold")
+    errors: list[Text] = []
     for a in attempts:
         late = a.get("late")
         reason = text(a.get("reason")) + (
@@ -195,10 +207,27 @@ def attempts_table(task: str, attempts: Iterable[JSONObject]) -> Table:
             when(a.get("ended_at")),
             text(a.get("exit_code")),
             text(a.get("error_category")),
+            cost(a),
             text(a.get("external_id")),
             reason,
         )
-    return table
+        message = a.get("error_message")
+        if isinstance(message, str) and message:
+            errors.append(Text(f"Last error of attempt {text(a.get('attempt_no'))}:", style="bold"))
+            errors.append(Text(message))
+    return Group(table, *errors)
+
+
+def cost(attempt: JSONObject) -> str:
+    """``cpu 1.20s user 0.30s sys, rss 45.1 MiB``: what the attempt's process used, if known."""
+    user, system = attempt.get("cpu_user_seconds"), attempt.get("cpu_system_seconds")
+    rss = attempt.get("peak_rss_bytes")
+    parts = []
+    if isinstance(user, int | float) and isinstance(system, int | float):
+        parts.append(f"cpu {user:.2f}s user {system:.2f}s sys")
+    if isinstance(rss, int):
+        parts.append(f"rss {rss / 2**20:.1f} MiB")
+    return ", ".join(parts)
 
 
 def history_table(events: Iterable[JSONObject]) -> Table:

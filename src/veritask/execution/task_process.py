@@ -34,6 +34,11 @@ NOTE_BUDGET_BYTES = 64 * 1024
 #: (masking a shorter one would hide common words and tell what the secret is).
 MASK = b"***"
 MASK_MIN_LENGTH = 4
+#: How much of the end of a failed task's output becomes its attempt's ``error_message``: the
+#: last lines (a traceback's exception and frames, a command's last complaint), bounded so
+#: that a report stays small.
+ERROR_TAIL_BYTES = 4096
+ERROR_TAIL_LINES = 20
 
 
 class LogSink:
@@ -65,6 +70,9 @@ class LogSink:
         #: end may be the start of one of them (a value split across two reads).
         self._masked: tuple[bytes, ...] = ()
         self._held = b""
+        #: The last bytes of the task's output, masked, kept past the log cap too: the end of
+        #: the output is where a failure says why.
+        self._tail = bytearray()
 
     @property
     def dropped_bytes(self) -> int:
@@ -81,13 +89,30 @@ class LogSink:
         with self._lock:
             if self._masked:
                 data = self._mask_held(data)
+            self._keep_tail(data)
             self._write_capped(data)
 
     def end_output(self) -> None:
         """The task's output ended: what was held back for masking is written."""
         with self._lock:
             held, self._held = self._held, b""
+            self._keep_tail(held)
             self._write_capped(held)
+
+    def error_tail(self) -> str:
+        """The last lines of the task's output (at most 20 lines, 4 KiB), secrets masked;
+        empty when it wrote nothing."""
+        with self._lock:
+            tail = bytes(self._tail)
+        body = tail.rstrip(b"\n")
+        if len(tail) == ERROR_TAIL_BYTES and b"\n" in body:
+            tail = body[body.index(b"\n") + 1 :]  # the first line was cut: drop its end
+        lines = tail.decode(errors="replace").rstrip().splitlines()
+        return "\n".join(lines[-ERROR_TAIL_LINES:])
+
+    def _keep_tail(self, data: bytes) -> None:
+        self._tail += data[-ERROR_TAIL_BYTES:]
+        del self._tail[:-ERROR_TAIL_BYTES]
 
     def _mask_held(self, data: bytes) -> bytes:
         """``data`` after the held-back bytes, masked; the tail that could begin a value is

@@ -57,6 +57,15 @@ class CompletedEvidence(TypedDict):
     start_error: NotRequired[str]
     """Why the worker could not start the task, when it knows (a secret no provider holds);
     absent otherwise."""
+    error_message: NotRequired[str]
+    """A failed attempt's last error: the last lines of the task's output (a callable's
+    traceback, a command's stderr), at most 4 KiB, secrets masked; absent on success."""
+    cpu_user_seconds: NotRequired[float]
+    """CPU time the task's process (and the children it waited for) spent in user mode."""
+    cpu_system_seconds: NotRequired[float]
+    """The same in the kernel."""
+    peak_rss_bytes: NotRequired[int]
+    """The largest resident set of the task's process or of a child it waited for."""
 
 
 class OutputCommittedEvidence(TypedDict):

@@ -38,6 +38,7 @@ import contextlib
 import fcntl
 import json
 import os
+import resource
 import selectors
 import signal
 import socket
@@ -138,6 +139,8 @@ class AttemptRun:
         self._channel_buffer = b""
         #: Why the task could not be started, when the worker knows (a secret no one holds).
         self._start_error: str | None = None
+        #: What the task's process cost, from the wait that reaped it.
+        self._usage: resource.struct_rusage | None = None
         #: How the task ended, once the run knows it: what it wrote, or found, as ``exit.json``.
         self.exit_record: records.ExitRecord | None = None
 
@@ -265,7 +268,8 @@ class AttemptRun:
         # The leader ended. What is left of its group dies with it; killing it before the
         # leader is reaped means its group id cannot have been reused by then.
         procfs.signal_group(task.pgid, signal.SIGKILL)
-        _, status = os.waitpid(task.pid, 0)
+        # wait4, not waitpid: the same reaping, with the child's own resource use.
+        _, status, self._usage = os.wait4(task.pid, 0)
         if task.popen is not None:
             task.popen.returncode = os.waitstatus_to_exitcode(status)
         return status
@@ -301,6 +305,15 @@ class AttemptRun:
         )
         if self._start_error is not None:
             evidence["start_error"] = self._start_error[:1000]
+        if category not in (port.ErrorCategory.NONE, port.ErrorCategory.SKIPPED):
+            error = self.log.error_tail() or self._start_error
+            if error:
+                evidence["error_message"] = error
+        if self._usage is not None:
+            evidence["cpu_user_seconds"] = round(self._usage.ru_utime, 6)
+            evidence["cpu_system_seconds"] = round(self._usage.ru_stime, 6)
+            # Linux counts ru_maxrss in KiB.
+            evidence["peak_rss_bytes"] = self._usage.ru_maxrss * 1024
         event = self._event("completed", evidence, event_time=ended_at)
         # Durable, and the exit record under its second name before the journal has it.
         spooled = self.journal.append(event, durable=True, also=self.attempt.exit_record)

@@ -28,7 +28,7 @@ from veritask.core.states import (
     TERMINAL_INSTANCE_STATES,
     RunExecutionState,
 )
-from veritask.ledger import dialects, run_audit, schema, statements
+from veritask.ledger import attempt_reports, dialects, run_audit, schema, statements
 from veritask.ledger.ledger import Ledger
 
 FORMAT = "veritask-export/1"
@@ -165,6 +165,7 @@ def _rewrite(
         connection.execute(a.delete().where(a.c.instance_id == instance_id))
         for view in snapshot.attempts:
             connection.execute(a.insert(), statements.attempt_row(instance_id, view, policy))
+        attempt_reports.record_again(connection, instance_id)
 
 
 def _invariants(ledger: Ledger) -> list[str]:

@@ -30,6 +30,7 @@ from veritask.core.judge import Outcome
 from veritask.core.policy import TaskPolicy
 from veritask.core.states import InstanceState
 from veritask.ledger import (
+    attempt_reports,
     dialects,
     errors,
     metric_values,
@@ -361,6 +362,7 @@ class Ledger:
             )
         applied = self._record(connection, loaded, stamped, expected_version=expected_version)
         self._write_snapshot(connection, event.instance_id, loaded)
+        attempt_reports.record(connection, [(stamped, applied.outcome)])
         return applied
 
     def _apply_many(
@@ -382,6 +384,7 @@ class Ledger:
         loaded_by_id.update(self._load_many(connection, missing))
         known = self._known_many(connection, [e.event_id for e in events])
         rows: list[dict[str, object]] = []
+        recorded: list[tuple[Event, Outcome]] = []
         results = []
         for event in events:
             stamped = replace(event, observed_at=now)
@@ -400,6 +403,7 @@ class Ledger:
                 continue
             row = statements.event_row(stamped, loaded.run_id, verdict)
             rows.append(row)
+            recorded.append((stamped, verdict.outcome))
             # A second copy later in this batch is a duplicate of this one.
             known[event.event_id] = _Known(str(row["fingerprint"]), verdict.outcome, verdict.reason)
             loaded.snapshot = verdict.after
@@ -416,6 +420,7 @@ class Ledger:
         if rows:
             connection.execute(statements.statements_for(connection).insert_events, rows)
         self._write_snapshots(connection, loaded_by_id)
+        attempt_reports.record(connection, recorded)
         return results
 
     def _load_many(

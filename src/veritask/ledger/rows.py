@@ -123,6 +123,10 @@ class AttemptRow(_FromRow):
     progress_done: int | None
     progress_total: int | None
     progress_message: str | None
+    error_message: str | None
+    cpu_user_seconds: float | None
+    cpu_system_seconds: float | None
+    peak_rss_bytes: int | None
 
 
 @dataclass(frozen=True)

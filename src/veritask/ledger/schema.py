@@ -198,6 +198,11 @@ attempts = sa.Table(
     sa.Column("progress_done", sa.BigInteger, nullable=True),
     sa.Column("progress_total", sa.BigInteger, nullable=True),
     sa.Column("progress_message", sa.Text, nullable=True),
+    # Written once by the first completion report that carries them (ledger/attempt_reports.py).
+    sa.Column("error_message", sa.Text, nullable=True),
+    sa.Column("cpu_user_seconds", sa.Float, nullable=True),
+    sa.Column("cpu_system_seconds", sa.Float, nullable=True),
+    sa.Column("peak_rss_bytes", sa.BigInteger, nullable=True),
     sa.ForeignKeyConstraint(["instance_id"], ["task_instances.id"]),
     sa.CheckConstraint("attempt_no >= 1", name="attempt_no_positive"),
     # Expired leases: ``lease_expires_at < now`` among attempts a worker holds.

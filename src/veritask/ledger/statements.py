@@ -18,7 +18,7 @@ from veritask.core.events import Event, EventKind, fingerprint
 from veritask.core.fold import AttemptView
 from veritask.core.jsontypes import JSONObject
 from veritask.core.policy import TaskPolicy
-from veritask.ledger import schema
+from veritask.ledger import attempt_reports, schema
 
 _instances = schema.task_instances
 #: An instance's policy as stored text, for :class:`PolicyTexts`: the ledger's batches and the
@@ -216,7 +216,11 @@ class Statements:
     upsert_attempt: sa.Insert
 
 
-_ATTEMPT_COLUMNS = [c.name for c in schema.attempts.columns if not c.primary_key]
+_ATTEMPT_COLUMNS = [
+    c.name
+    for c in schema.attempts.columns
+    if not c.primary_key and c.name not in attempt_reports.REPORT_COLUMNS
+]
 _BUILT: dict[str, Statements] = {}
 
 

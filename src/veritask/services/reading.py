@@ -77,6 +77,10 @@ def _attempt_view(a: fold.AttemptView, row: AttemptRow | None) -> views.Attempt:
         progress=progress,
         conflict=a.conflict,
         late=a.late,
+        error_message=row.error_message if row is not None else None,
+        cpu_user_seconds=row.cpu_user_seconds if row is not None else None,
+        cpu_system_seconds=row.cpu_system_seconds if row is not None else None,
+        peak_rss_bytes=row.peak_rss_bytes if row is not None else None,
     )
 
 

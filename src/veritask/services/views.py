@@ -140,6 +140,13 @@ class Attempt:
     conflict: bool
     late: tuple[str, ...]
     """Facts kept on this attempt's record after a decision closed it."""
+    error_message: str | None = None
+    """The last error: a failed task's last output lines (shell stderr, a callable's
+    traceback) or the SQL server's message; secrets masked, at most 4 KiB."""
+    cpu_user_seconds: float | None = None
+    cpu_system_seconds: float | None = None
+    peak_rss_bytes: int | None = None
+    """Resource use of the task's process (shell and call tasks); None when not reported."""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
 from veritask.execution.sql import markers
 from veritask.ledger import dialects, schema
 from veritask.scheduling import triggers
+from veritask.services import runs
+from veritask.services.platform import Platform
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -168,3 +170,21 @@ def test_a_statement_killed_in_the_server_is_failed_with_the_servers_evidence(
     assert isinstance(details, dict)
     assert details["error_sqlstate"] == "57P01"  # terminating connection: administrator command
     assert details["backend_pid"] == pid
+
+
+def test_a_failed_statement_carries_the_servers_error_as_its_error_message(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster.start_scheduler()
+    run_id = cluster.trigger("INSERT INTO loaded SELECT 1 / 0")
+
+    assert cluster.finished(run_id)[0] is RunExecutionState.FAILED
+    platform = Platform.open(cluster.url, tmp_path / "reader")
+    try:
+        instance = cluster.db.instances(run_id)["load"].id
+        attempt = runs.get_instance(platform, instance).instance.attempts[0]
+    finally:
+        platform.close()
+    assert attempt.error_message == "division by zero (SQLSTATE 22012)"
+    # What a statement cost is the server's to tell, and PostgreSQL tells it to nobody cheaply.
+    assert attempt.cpu_user_seconds is None and attempt.peak_rss_bytes is None
