@@ -16,8 +16,10 @@ from veritask.ledger import schema
 from veritask.ledger.ledger import Ledger
 from veritask.scheduling import triggers, versions
 
+#: Runs may overlap: a test triggers twice while the first run is still active.
 TEXT = """\
 name: versions-{n}
+concurrency: allow
 tasks:
   extract: {{run: "true"}}
   load: {{run: "true", after: [extract]}}

@@ -7,13 +7,19 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from tests.scheduling.harness import Harness
-from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
+from veritask.core.states import InstanceState, TriggerKind
 from veritask.definitions.parse import parse_definition
 from veritask.scheduling import triggers
 
 
-def test_no_instance_of_a_run_that_never_started_is_left_waiting(harness: Harness) -> None:
+def test_a_run_refused_by_forbid_is_never_made_so_nothing_is_left_waiting(
+    harness: Harness,
+) -> None:
+    # Once a refused run was made CANCELLED and its instances could be left waiting; now the
+    # request itself is refused and no run (nor instance) exists to be left behind.
     harness.apply(
         """\
 name: waits
@@ -26,16 +32,13 @@ tasks:
     harness.until(
         lambda: harness.states(first)["work"] is InstanceState.RUNNING, what="work to run"
     )
-    refused = triggers.trigger(
-        harness.ledger, name="waits", kind=TriggerKind.MANUAL, actor="operator:test"
-    )
-    assert refused.execution_state is RunExecutionState.CANCELLED
+    with pytest.raises(triggers.Overlap) as refused:
+        triggers.trigger(harness.ledger, name="waits", kind=TriggerKind.MANUAL, actor="operator:t")
+    assert refused.value.active_run_ids == [first]
     for _ in range(5):
         harness.tick()
 
-    assert all(state.is_terminal for state in harness.states(refused.run_id).values()), (
-        harness.states(refused.run_id)
-    )
+    assert set(harness.all_instance_ids()) == set(harness.instances(first)[k].id for k in ["work"])
 
 
 def test_a_definition_can_set_the_cancel_window() -> None:
