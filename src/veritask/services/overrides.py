@@ -80,8 +80,7 @@ def override(
         targets = [_target(platform, keys_to_ids[key], key, asked) for key in task_keys]
         _refuse_if_any_refuses(platform, targets, instance_id)
         try:
-            for target in targets:
-                platform.ledger.apply(target.event, expected_version=target.version)
+            _apply_all(platform, targets)
         except StaleDecision:
             continue  # one moved meanwhile: judge them all again on what is there now
         break
@@ -162,6 +161,21 @@ def _refuse_if_any_refuses(platform: Platform, targets: list[_Target], origin: s
             refusals.OVERRIDE_REFUSED.format(refusals="; ".join(refused)),
             current_state=current.value,
         )
+
+
+def _apply_all(platform: Platform, targets: list[_Target]) -> None:
+    """Every target's override in one transaction, each against the version it was judged
+    on: one instance moved since (or now refusing) records none of them."""
+    try:
+        platform.ledger.apply_batch(
+            [target.event for target in targets],
+            expected_versions={target.instance_id: target.version for target in targets},
+        )
+    except StaleDecision:
+        raise
+    except errors.LedgerConflict as conflict:
+        # Judged acceptable a moment ago and refused now: the same as having moved.
+        raise StaleDecision(str(conflict)) from conflict
 
 
 def _settle_run(
