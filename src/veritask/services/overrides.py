@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from veritask.core import judge, new_events, refusals, run_state
 from veritask.core.events import Event, OverrideScope
 from veritask.core.fold import InstanceSnapshot
-from veritask.core.states import InstanceState, RunExecutionState
+from veritask.core.states import InstanceState, PublicationState, RunExecutionState
 from veritask.definitions import parse
 from veritask.ledger import dialects, errors, queries, run_store
 from veritask.ledger.database import Connection
@@ -29,6 +29,10 @@ from veritask.services.platform import Platform
 
 OVERRIDE_STATES = (InstanceState.SUCCESS, InstanceState.FAILED)
 _ROUNDS = 5
+#: Publication states past which a run has published, or is publishing, what it made.
+_STARTED = frozenset(
+    {PublicationState.CHECKING, PublicationState.PUBLISHING, PublicationState.PUBLISHED}
+)
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ def override(
     for _ in range(_ROUNDS):
         targets = [_target(platform, keys_to_ids[key], key, asked) for key in task_keys]
         _refuse_if_any_refuses(platform, targets, instance_id)
+        _refuse_if_it_unpublishes(platform, run_id, graph, targets, to_state)
         try:
             _apply_all(platform, targets)
         except StaleDecision:
@@ -160,6 +165,34 @@ def _refuse_if_any_refuses(platform: Platform, targets: list[_Target], origin: s
         raise Conflict(
             refusals.OVERRIDE_REFUSED.format(refusals="; ".join(refused)),
             current_state=current.value,
+        )
+
+
+def _refuse_if_it_unpublishes(
+    platform: Platform,
+    run_id: str,
+    graph: run_state.RunGraph,
+    targets: list[_Target],
+    to_state: InstanceState,
+) -> None:
+    """A run whose publication has started cannot be made FAILED: what it published is out,
+    and a failed run publishes nothing (docs/operations.md, 'Overrides')."""
+    if to_state is not InstanceState.FAILED:
+        return  # SUCCESS lets publication take its normal steps; it never skips them
+    with dialects.read_transaction(platform.engine) as connection:
+        run = queries.get_run(connection, run_id)
+        briefs = run_store.instances_brief(connection, run_id)
+    if run is None:
+        raise NotFound(refusals.NO_RUN.format(run_id=run_id))
+    publication = PublicationState(run.publication_state)
+    if publication not in _STARTED:
+        return
+    states = {brief.task_key: brief.state for brief in briefs}
+    states.update({target.task: to_state for target in targets})
+    if run_state.execution_state(graph, states).state is RunExecutionState.FAILED:
+        raise Conflict(
+            refusals.OVERRIDE_UNPUBLISHES.format(run_id=run_id, state=publication),
+            current_state=publication.value,
         )
 
 
