@@ -23,11 +23,7 @@ tasks:
 """
 
 
-def _finished_but_running(api: Api) -> tuple[str, dict[str, str]]:
-    """A RUNNING run whose every instance has just succeeded, before a tick settled it."""
-    api.apply(TWO)
-    run_id = api.trigger("two")
-    ids = api.instance_ids(run_id)
+def _make_running(api: Api, run_id: str) -> None:
     with api.platform.engine.begin() as connection:
         version, state = run_store.run_version(connection, run_id)
         if state is not RunExecutionState.RUNNING:
@@ -42,11 +38,23 @@ def _finished_but_running(api: Api) -> tuple[str, dict[str, str]]:
                 event_id=str(uuid.uuid4()),
                 now=api.platform.now(),
             )
-    for task in ("first", "second"):
+
+
+def _succeed(api: Api, ids: dict[str, str], tasks: tuple[str, ...]) -> None:
+    for task in tasks:
         token = "token-" + uuid.uuid4().hex
         attempt_no = open_attempt(api.platform, ids[task], token)
         report(api, started(ids[task], attempt_no, token), token)
         report(api, completed(ids[task], attempt_no, token, seq=2), token)
+
+
+def _finished_but_running(api: Api) -> tuple[str, dict[str, str]]:
+    """A RUNNING run whose every instance has just succeeded, before a tick settled it."""
+    api.apply(TWO)
+    run_id = api.trigger("two")
+    ids = api.instance_ids(run_id)
+    _make_running(api, run_id)
+    _succeed(api, ids, ("first", "second"))
     return run_id, ids
 
 
@@ -74,3 +82,28 @@ def test_a_cancel_that_came_after_every_instance_succeeded_leaves_the_run_succes
     found = veritask("verify", "--database-url", database_url, "--json", home=tmp_path / "cli")
     assert found.returncode == 0, found.stdout
     assert json.loads(found.stdout)["ok"] is True
+
+
+TWO_PUBLISHED = TWO.replace("name: two", "name: two_published") + (
+    'publish:\n  checks:\n    - {name: rows, run: "true"}\n  commit: {run: "true"}\n'
+)
+
+
+def test_a_run_cancelled_too_late_publishes_nothing(api: Api, tmp_path: Path) -> None:
+    api.apply(TWO_PUBLISHED)
+    run_id = api.trigger("two_published")
+    ids = api.instance_ids(run_id)
+    _make_running(api, run_id)
+    _succeed(api, ids, ("first", "second"))
+    assert api.http.post(f"/api/v2/runs/{run_id}/cancel", json={"reason": "x"}).is_success
+    scheduled = Scheduled(api.platform.engine, tmp_path / "scheduler")
+    try:
+        scheduled.until(lambda: api.run(run_id)["publication_state"] != "PENDING")
+    finally:
+        scheduled.close()
+    run = api.run(run_id)
+    assert run["execution_state"] == "SUCCESS"
+    states = {i["task"]: i["state"] for i in run["instances"]}
+    assert states["publish.check.rows"] == "CANCELLED"
+    assert states["publish.commit"] == "CANCELLED"
+    assert run["publication_state"] == "CHECK_FAILED"
