@@ -18,7 +18,7 @@ from tests.integration.conftest import (
 )
 from veritask.core import new_events
 from veritask.core.events import OverrideScope
-from veritask.core.states import InstanceState, RunExecutionState
+from veritask.core.states import InstanceState, PublicationState, RunExecutionState
 from veritask.ledger import run_store
 from veritask.services import overrides
 from veritask.services.platform import Platform
@@ -262,3 +262,69 @@ def test_a_downstream_override_retried_after_a_conflict_applies_every_instance_o
         assert shown["state"] == "SUCCESS"
         mine = [e for e in shown["events"] if e["actor"] == "operator:admin"]
         assert [e["kind"] for e in mine] == ["override"]
+
+
+PUBLISHING = """\
+name: publishing
+tasks:
+  greet: {run: "true"}
+publish:
+  commit: {run: "true"}
+"""
+
+
+def test_a_publication_that_starts_while_an_override_is_judged_refuses_it(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api.apply(PUBLISHING)
+    run_id = api.trigger("publishing")
+    instance_id = api.instance_ids(run_id)["greet"]
+    token = "token-" + uuid.uuid4().hex
+    attempt_no = open_attempt(api.platform, instance_id, token)
+    report(api, started(instance_id, attempt_no, token), token)
+    report(api, completed(instance_id, attempt_no, token, seq=2), token)
+    with api.platform.engine.begin() as connection:
+        version, state = run_store.run_version(connection, run_id)
+        run_store.set_execution_state(
+            connection,
+            run_id=run_id,
+            expected_version=version,
+            state=RunExecutionState.SUCCESS,
+            reason="every leaf succeeded",
+            previous=state,
+            actor="scheduler",
+            event_id=str(uuid.uuid4()),
+            now=api.platform.now(),
+        )
+    judged = overrides._refuse_if_any_refuses
+
+    def judge_then_publish(platform: Platform, targets: list[Any], origin: str) -> None:
+        # The scheduler opens the commit between the judging and the applying.
+        judged(platform, targets, origin)
+        with platform.engine.begin() as connection:
+            version, _ = run_store.run_version(connection, run_id)
+            run_store.set_publication_state(
+                connection,
+                run_id=run_id,
+                expected_version=version,
+                state=PublicationState.PUBLISHING,
+                reason="commit running",
+                previous=PublicationState.PENDING,
+                actor="scheduler",
+                event_id=str(uuid.uuid4()),
+                now=platform.now(),
+            )
+
+    monkeypatch.setattr(overrides, "_refuse_if_any_refuses", judge_then_publish)
+    response = api.http.post(
+        f"/api/v2/instances/{instance_id}/override",
+        json={"state": "FAILED", "reason": "bad data", "scope": "run"},
+    )
+    assert response.status_code == 409, response.text
+    assert response.json()["current_state"] == "PUBLISHING"
+    assert "publication has started" in response.json()["detail"]
+    shown = api.http.get(f"/api/v2/instances/{instance_id}").json()
+    assert shown["state"] == "SUCCESS"
+    assert [e for e in shown["events"] if e["kind"] == "override"] == []
+    run = api.run(run_id)
+    assert (run["execution_state"], run["publication_state"]) == ("SUCCESS", "PUBLISHING")

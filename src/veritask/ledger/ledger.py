@@ -306,7 +306,11 @@ class Ledger:
         )
 
     def apply_batch(
-        self, events: Sequence[Event], *, expected_versions: Mapping[str, int] | None = None
+        self,
+        events: Sequence[Event],
+        *,
+        expected_versions: Mapping[str, int] | None = None,
+        then: Callable[[Connection], None] | None = None,
     ) -> list[Applied]:
         """Apply many events in one transaction, in the order given, for high-rate callers.
 
@@ -316,13 +320,17 @@ class Ledger:
         With ``expected_versions`` (instance id → the version a decision was taken on) the
         batch is one decision over several instances, all or nothing: if any of them moved
         since, :class:`StaleDecision` is raised, and if any event would be refused,
-        :class:`errors.LedgerConflict`; either way nothing at all is recorded.
+        :class:`errors.LedgerConflict`; either way nothing at all is recorded. ``then`` runs
+        in the same transaction once the events are written (it sees them); whatever it
+        raises rolls the whole batch back.
         """
         for _ in range(MAX_RACES):
             touched: dict[str, _Loaded | None] = {}
             try:
                 with self.engine.begin() as connection:
                     applied = self._apply_many(connection, events, touched, expected_versions)
+                    if then is not None:
+                        then(connection)
             except _LostRace:
                 continue
             self._remember(touched)
