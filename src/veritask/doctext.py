@@ -141,6 +141,18 @@ TABLE_RULES = """### What the table allows, and what it does not
 - An **override** is an operator's decision (who, why, and its scope: the instance, the
   instance and its downstream, or the whole run) that sets SUCCESS or FAILED on the current
   epoch. It erases no fact and is shown as an override everywhere.
+- **A terminal instance may still change, on completion evidence only**
+  (`stronger_completion_overrules`). The fold decides on the strongest evidence it holds
+  ([outcomes-and-fencing.md](outcomes-and-fencing.md), 'The fold's precedence'), so a
+  completion of the current attempt that arrives after a weaker ending outranks it: the
+  worker's exit 0 after the engine's exit record said FAILED, a completion after the engine
+  confirmed a stop (CANCELLED). Two completions that disagree are a `conflict`, kept both and
+  alerted. Nothing else moves a finished instance: no lease, no reconciler decision, no
+  request; an operator's override (the strongest decision) and a clear or rerun (a new epoch)
+  are deliberate acts, recorded as such. A fenced (ABANDONED) attempt is never revived: a
+  completion after the fence is kept as a note. A late change does not undo what was already
+  decided on the old state: a downstream skip or `upstream_failed` stays as recorded until an
+  operator clears or reruns it.
 - The table includes the edges a late or lost event implies (QUEUED → SUCCESS when the
   `started` report never arrived). A request that is illegal *now*, such as cancelling a
   finished instance, is refused by the API with 409 and never reaches the ledger.

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
+
+import pytest
 
 from tests.integration.conftest import (
     HELLO,
@@ -13,8 +16,12 @@ from tests.integration.conftest import (
     report,
     started,
 )
-from veritask.core.states import RunExecutionState
+from veritask.core import new_events
+from veritask.core.events import OverrideScope
+from veritask.core.states import InstanceState, PublicationState, RunExecutionState
 from veritask.ledger import run_store
+from veritask.services import overrides
+from veritask.services.platform import Platform
 from veritask.services.tokens import TokenRole
 
 NO_RETRY = HELLO.replace("    run: echo hello", "    run: echo hello\n    retry: {max_retries: 0}")
@@ -175,3 +182,149 @@ def test_an_override_that_keeps_the_run_failed_still_recomputes_its_reason(api: 
     history = api.http.get(f"/api/v2/runs/{run_id}/events").json()
     moved = [e for e in history["events"] if e["kind"] == "run_state_changed"]
     assert moved[-1]["reason"] == run["execution_reason"]
+
+
+def test_a_conflict_partway_through_a_downstream_override_applies_none_of_it(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api.apply(PIPELINE)
+    run_id = api.trigger("pipeline")
+    ids = api.instance_ids(run_id)
+    judged = overrides._refuse_if_any_refuses
+
+    def judge_then_move_the_second(platform: Platform, targets: list[Any], origin: str) -> None:
+        # Between judging every target and applying them, another operator moves ``load``.
+        judged(platform, targets, origin)
+        platform.ledger.apply(
+            new_events.override(
+                event_id=str(uuid.uuid4()),
+                instance_id=targets[1].instance_id,
+                attempt_no=targets[1].snapshot.epoch,
+                event_time=platform.now(),
+                operator="operator:other",
+                to_state=InstanceState.FAILED,
+                reason="moved meanwhile",
+                scope=OverrideScope.INSTANCE,
+                origin_instance=targets[1].instance_id,
+            )
+        )
+
+    monkeypatch.setattr(overrides, "_refuse_if_any_refuses", judge_then_move_the_second)
+    response = api.http.post(
+        f"/api/v2/instances/{ids['transform']}/override",
+        json={"state": "SUCCESS", "reason": "loaded by hand", "scope": "downstream"},
+    )
+    assert response.status_code == 409
+    assert "kept changing" in response.json()["detail"]
+    transform = api.http.get(f"/api/v2/instances/{ids['transform']}").json()
+    assert transform["state"] == "CREATED"
+    assert [e for e in transform["events"] if e["kind"] == "override"] == []
+    load = api.http.get(f"/api/v2/instances/{ids['load']}").json()
+    assert {e["actor"] for e in load["events"] if e["kind"] == "override"} == {"operator:other"}
+
+
+def test_a_downstream_override_retried_after_a_conflict_applies_every_instance_once(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api.apply(PIPELINE)
+    run_id = api.trigger("pipeline")
+    ids = api.instance_ids(run_id)
+    judged = overrides._refuse_if_any_refuses
+    rounds: list[int] = []
+
+    def move_the_second_once(platform: Platform, targets: list[Any], origin: str) -> None:
+        judged(platform, targets, origin)
+        rounds.append(len(rounds))
+        if len(rounds) == 1:
+            platform.ledger.apply(
+                new_events.override(
+                    event_id=str(uuid.uuid4()),
+                    instance_id=targets[1].instance_id,
+                    attempt_no=targets[1].snapshot.epoch,
+                    event_time=platform.now(),
+                    operator="operator:other",
+                    to_state=InstanceState.FAILED,
+                    reason="moved meanwhile",
+                    scope=OverrideScope.INSTANCE,
+                    origin_instance=targets[1].instance_id,
+                )
+            )
+
+    monkeypatch.setattr(overrides, "_refuse_if_any_refuses", move_the_second_once)
+    response = api.http.post(
+        f"/api/v2/instances/{ids['transform']}/override",
+        json={"state": "SUCCESS", "reason": "loaded by hand", "scope": "downstream"},
+    )
+    assert response.status_code == 200
+    assert len(rounds) == 2
+    for task in ("transform", "load"):
+        shown = api.http.get(f"/api/v2/instances/{ids[task]}").json()
+        assert shown["state"] == "SUCCESS"
+        mine = [e for e in shown["events"] if e["actor"] == "operator:admin"]
+        assert [e["kind"] for e in mine] == ["override"]
+
+
+PUBLISHING = """\
+name: publishing
+tasks:
+  greet: {run: "true"}
+publish:
+  commit: {run: "true"}
+"""
+
+
+def test_a_publication_that_starts_while_an_override_is_judged_refuses_it(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api.apply(PUBLISHING)
+    run_id = api.trigger("publishing")
+    instance_id = api.instance_ids(run_id)["greet"]
+    token = "token-" + uuid.uuid4().hex
+    attempt_no = open_attempt(api.platform, instance_id, token)
+    report(api, started(instance_id, attempt_no, token), token)
+    report(api, completed(instance_id, attempt_no, token, seq=2), token)
+    with api.platform.engine.begin() as connection:
+        version, state = run_store.run_version(connection, run_id)
+        run_store.set_execution_state(
+            connection,
+            run_id=run_id,
+            expected_version=version,
+            state=RunExecutionState.SUCCESS,
+            reason="every leaf succeeded",
+            previous=state,
+            actor="scheduler",
+            event_id=str(uuid.uuid4()),
+            now=api.platform.now(),
+        )
+    judged = overrides._refuse_if_any_refuses
+
+    def judge_then_publish(platform: Platform, targets: list[Any], origin: str) -> None:
+        # The scheduler opens the commit between the judging and the applying.
+        judged(platform, targets, origin)
+        with platform.engine.begin() as connection:
+            version, _ = run_store.run_version(connection, run_id)
+            run_store.set_publication_state(
+                connection,
+                run_id=run_id,
+                expected_version=version,
+                state=PublicationState.PUBLISHING,
+                reason="commit running",
+                previous=PublicationState.PENDING,
+                actor="scheduler",
+                event_id=str(uuid.uuid4()),
+                now=platform.now(),
+            )
+
+    monkeypatch.setattr(overrides, "_refuse_if_any_refuses", judge_then_publish)
+    response = api.http.post(
+        f"/api/v2/instances/{instance_id}/override",
+        json={"state": "FAILED", "reason": "bad data", "scope": "run"},
+    )
+    assert response.status_code == 409, response.text
+    assert response.json()["current_state"] == "PUBLISHING"
+    assert "publication has started" in response.json()["detail"]
+    shown = api.http.get(f"/api/v2/instances/{instance_id}").json()
+    assert shown["state"] == "SUCCESS"
+    assert [e for e in shown["events"] if e["kind"] == "override"] == []
+    run = api.run(run_id)
+    assert (run["execution_state"], run["publication_state"]) == ("SUCCESS", "PUBLISHING")

@@ -11,6 +11,7 @@ from veritask.core.run_state import (
     RunGraph,
     TaskNode,
     TaskRole,
+    after_cancel,
     execution_state,
     find_cycles,
 )
@@ -284,3 +285,23 @@ def test_property_a_finished_run_is_decided(
 ) -> None:
     verdict = execution_state(run_graph, dict(zip(KEYS, states, strict=True)))
     assert verdict.state in (SUCCESS, FAILED)
+
+
+def test_a_cancel_ends_as_the_instances_say() -> None:
+    chain = graph(task("a"), task("b", "a"))
+    assert after_cancel(chain, {"a": S, "b": R}) is None
+    stopped = after_cancel(chain, {"a": S, "b": InstanceState.CANCELLED})
+    assert stopped is not None
+    assert (stopped.state, stopped.reason) == (
+        RunExecutionState.CANCELLED,
+        "cancelled; every instance stopped",
+    )
+    too_late = after_cancel(chain, {"a": S, "b": S})
+    assert too_late is not None
+    assert too_late.state is SUCCESS
+    assert too_late.reason.startswith("every leaf succeeded")
+    assert "the cancel came too late" in too_late.reason
+    failed = after_cancel(chain, {"a": S, "b": F})
+    assert failed is not None
+    assert failed.state is FAILED
+    assert "leaf b failed" in failed.reason and "too late" in failed.reason

@@ -440,6 +440,11 @@ AND_MORE = Phrase("reason.and_more", "{tasks} and {count} more", count=Slot.NUMB
 BLOCKING = Phrase("reason.blocking", "{reason} (blocking: {tasks})", reason=_S)
 RUN_CANCELLED = Phrase("reason.run_cancelled", "the run is cancelled")
 ALL_STOPPED = Phrase("reason.all_stopped", "cancelled; every instance stopped")
+CANCEL_TOO_LATE = Phrase(
+    "reason.cancel_too_late",
+    "{reason}; the cancel came too late: every instance had ended before it took effect",
+    reason=_S,
+)
 RULE_SAYS = Phrase("reason.rule_says", "{rule}: {reason}", rule=Slot.CODE, reason=_S)
 BRANCH_CHOSE = Phrase("reason.branch_chose", "branch: {task} chose {tasks}")
 BRANCH_CHOSE_NOTHING = Phrase("reason.branch_chose_nothing", "branch: {task} chose nothing")

@@ -94,6 +94,12 @@ ALERT_RESOLVED = Phrase(
     "refusal.alert_resolved", "alert {alert_id} is already resolved", alert_id=Slot.NUMBER
 )
 KEPT_CHANGING = Phrase("refusal.kept_changing", "instance {instance_id} kept changing; try again")
+OVERRIDE_UNPUBLISHES = Phrase(
+    "refusal.override_unpublishes",
+    "run {run_id} is {state}: its publication has started, so an override cannot make its "
+    "execution FAILED; a run that failed publishes nothing",
+    state=Slot.STATE,
+)
 OVERRIDE_REFUSED = Phrase(
     "refusal.override_refused", "override refused: {refusals}", refusals=Slot.SENTENCE
 )

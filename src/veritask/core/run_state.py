@@ -19,8 +19,9 @@ RUNNING reason). Unfinished instances with none of those is a **deadlock**: FAIL
 blocked instances. Since :func:`trigger_rules.evaluate` never waits once every upstream is
 finished, a deadlock means instances wait for each other: a cycle that slipped through.
 
-The run-level states QUEUED, CANCELLING and CANCELLED come from concurrency and cancel requests,
-not from the instances, and are not decided here.
+The run-level states QUEUED and CANCELLING come from concurrency and cancel requests, not from
+the instances. How a cancel ends does come from them (:func:`after_cancel`): CANCELLED only if
+the cancel stopped something.
 """
 
 from __future__ import annotations
@@ -254,6 +255,23 @@ def execution_state(
     if ignored:
         reason = reasons.TEARDOWN_IGNORED.format(ended=_describe(ignored, state_of))
     return RunVerdict(RunExecutionState.SUCCESS, reason)
+
+
+def after_cancel(graph: RunGraph, states: Mapping[str, InstanceState]) -> RunVerdict | None:
+    """How a CANCELLING run ends once every instance has (None while any is unfinished).
+
+    CANCELLED if the cancel stopped at least one instance. If every instance had ended by
+    itself before the cancel took effect, the run is what they imply (SUCCESS when its leaves
+    succeeded), with a reason saying the cancel came too late: a run whose every instance
+    succeeded was not cancelled.
+    """
+    ended = {key: states.get(key, InstanceState.CREATED) for key in graph.keys}
+    if not all(state.is_terminal for state in ended.values()):
+        return None
+    if any(state is InstanceState.CANCELLED for state in ended.values()):
+        return RunVerdict(RunExecutionState.CANCELLED, reasons.ALL_STOPPED.format())
+    verdict = execution_state(graph, ended)
+    return RunVerdict(verdict.state, reasons.CANCEL_TOO_LATE.format(reason=verdict.reason))
 
 
 def find_cycles(after: Mapping[str, Sequence[str]]) -> list[tuple[str, ...]]:

@@ -410,10 +410,12 @@ class RunAdvancer:
             if states[b.task_key] is InstanceState.UP_FOR_RETRY and b.retry_at is not None
         }
         if run.execution_state is RunExecutionState.CANCELLING:
-            if all(state.is_terminal for state in states.values()):
-                target, reason = RunExecutionState.CANCELLED, reasons.ALL_STOPPED.format()
-            else:
+            if not all(state.is_terminal for state in states.values()):
                 return run.execution_state
+            ended = run_state.after_cancel(graph, states)
+            if ended is None:
+                return run.execution_state
+            target, reason = ended.state, ended.reason
         else:
             verdict = run_state.execution_state(graph, states, waiting_for_time=waiting)
             target, reason = verdict.state, verdict.reason

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from veritask.core import judge, new_events, refusals, run_state
 from veritask.core.events import Event, OverrideScope
 from veritask.core.fold import InstanceSnapshot
-from veritask.core.states import InstanceState, RunExecutionState
+from veritask.core.states import InstanceState, PublicationState, RunExecutionState
 from veritask.definitions import parse
 from veritask.ledger import dialects, errors, queries, run_store
 from veritask.ledger.database import Connection
@@ -29,6 +29,10 @@ from veritask.services.platform import Platform
 
 OVERRIDE_STATES = (InstanceState.SUCCESS, InstanceState.FAILED)
 _ROUNDS = 5
+#: Publication states past which a run has published, or is publishing, what it made.
+_STARTED = frozenset(
+    {PublicationState.CHECKING, PublicationState.PUBLISHING, PublicationState.PUBLISHED}
+)
 
 
 @dataclass(frozen=True)
@@ -80,14 +84,12 @@ def override(
         targets = [_target(platform, keys_to_ids[key], key, asked) for key in task_keys]
         _refuse_if_any_refuses(platform, targets, instance_id)
         try:
-            for target in targets:
-                platform.ledger.apply(target.event, expected_version=target.version)
+            state = _apply_all(platform, run_id, graph, targets, asked)
         except StaleDecision:
             continue  # one moved meanwhile: judge them all again on what is there now
         break
     else:
         raise Conflict(refusals.KEPT_CHANGING.format(instance_id=instance_id))
-    state = _settle_run(platform, run_id, graph, actor)
     return views.Overridden(
         run_id, to_state, scope.value, tuple(keys_to_ids[key] for key in task_keys), state
     )
@@ -164,33 +166,76 @@ def _refuse_if_any_refuses(platform: Platform, targets: list[_Target], origin: s
         )
 
 
+def _apply_all(
+    platform: Platform,
+    run_id: str,
+    graph: run_state.RunGraph,
+    targets: list[_Target],
+    asked: _Asked,
+) -> RunExecutionState:
+    """Every target's override and the run's settling in one transaction, each override
+    against the version it was judged on: one instance (or the run) moved since, or now
+    refusing, records none of them. The run's execution state it leaves."""
+    settled: list[RunExecutionState] = []
+
+    def settle(connection: Connection) -> None:
+        settled.append(_settle_run(connection, platform, run_id, graph, asked))
+
+    try:
+        platform.ledger.apply_batch(
+            [target.event for target in targets],
+            expected_versions={target.instance_id: target.version for target in targets},
+            then=settle,
+        )
+    except StaleDecision:
+        raise
+    except errors.LedgerConflict as conflict:
+        # Judged acceptable a moment ago and refused now, or the run moved: as if moved.
+        raise StaleDecision(str(conflict)) from conflict
+    return settled[-1]
+
+
 def _settle_run(
-    platform: Platform, run_id: str, graph: run_state.RunGraph, actor: str
+    connection: Connection,
+    platform: Platform,
+    run_id: str,
+    graph: run_state.RunGraph,
+    asked: _Asked,
 ) -> RunExecutionState:
     """A finished run's execution state follows its overridden leaves, and so does its reason
     when the state stays (a run still FAILED no longer fails because of an instance now
-    SUCCESS); an active run's is the scheduler's to move (it re-derives it every tick)."""
-    with dialects.read_transaction(platform.engine) as connection:
-        version, current = run_store.run_version(connection, run_id)
-        briefs = run_store.instances_brief(connection, run_id)
+    SUCCESS); an active run's is the scheduler's to move (it re-derives it every tick).
+
+    Publication follows execution: a run whose publication has started cannot be made FAILED
+    (what it published is out, and a failed run publishes nothing); a run made SUCCESS
+    publishes through its own steps, which no override touches. The run's compare-and-set
+    makes this decision and the publication state it was taken on one."""
+    run = queries.get_run(connection, run_id)
+    if run is None:
+        raise NotFound(refusals.NO_RUN.format(run_id=run_id))
+    version, current = run_store.run_version(connection, run_id)
     if current not in (RunExecutionState.SUCCESS, RunExecutionState.FAILED):
         return current
-    states = {brief.task_key: brief.state for brief in briefs}
+    states = {
+        brief.task_key: brief.state for brief in run_store.instances_brief(connection, run_id)
+    }
     verdict = run_state.execution_state(graph, states)
-    try:
-        with platform.engine.begin() as connection:
-            run_store.set_execution_state(
-                connection,
-                run_id=run_id,
-                expected_version=version,
-                state=verdict.state,
-                reason=f"{verdict.reason} (after an override by {actor})",
-                previous=current,
-                actor=actor,
-                event_id=new_event_id(),
-                now=platform.now(),
-                evidence={"instances": {key: state.value for key, state in states.items()}},
-            )
-    except errors.LedgerConflict:
-        return current  # someone else moved the run; the reader sees their state
+    publication = PublicationState(run.publication_state)
+    if verdict.state is RunExecutionState.FAILED and publication in _STARTED:
+        raise Conflict(
+            refusals.OVERRIDE_UNPUBLISHES.format(run_id=run_id, state=publication),
+            current_state=publication.value,
+        )
+    run_store.set_execution_state(
+        connection,
+        run_id=run_id,
+        expected_version=version,
+        state=verdict.state,
+        reason=f"{verdict.reason} (after an override by {asked.actor})",
+        previous=current,
+        actor=asked.actor,
+        event_id=new_event_id(),
+        now=platform.now(),
+        evidence={"instances": {key: state.value for key, state in states.items()}},
+    )
     return verdict.state
