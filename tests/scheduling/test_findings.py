@@ -38,7 +38,7 @@ tasks:
     for _ in range(5):
         harness.tick()
 
-    assert set(harness.all_instance_ids()) == set(harness.instances(first)[k].id for k in ["work"])
+    assert set(harness.all_instance_ids()) == {harness.instances(first)["work"].id}
 
 
 def test_a_definition_can_set_the_cancel_window() -> None:
