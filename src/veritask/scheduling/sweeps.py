@@ -167,25 +167,38 @@ class Sweeper:
         """
         done = 0
         contexts = _Contexts(context_for)
-        due = [
-            (row.id, row.run_id)
-            for row in self._rows(_EVERYTHING if everything else _RECONCILED_STATES)
-            if self._reconcile_due(row, now, everything)
-        ]
+        for row in self._rows(_EVERYTHING if everything else _RECONCILED_STATES):
+            if self._reconcile_due(row, now, everything):
+                done += self._reconcile_guarded(row.id, row.run_id, now, contexts, everything)
         if not everything:
-            listed = {instance_id for instance_id, _ in due}
-            due += [(i, run_id) for i, run_id in self._absent.items() if i not in listed]
-        for instance_id, run_id in due:
-            try:
-                done += self._reconcile_one(instance_id, run_id, now, contexts, everything)
-            except Exception:
-                log.exception(
-                    "reconciliation failed for instance %s",
-                    instance_id,
-                    extra={"run_id": run_id, "instance_id": instance_id},
+            for instance_id, run_id in list(self._absent.items()):
+                done += self._reconcile_guarded(
+                    instance_id, run_id, now, contexts, everything, running_only=True
                 )
-                self._alert_platform(instance_id, run_id, alert_messages.RECONCILER_FAILED.format())
         return done
+
+    def _reconcile_guarded(
+        self,
+        instance_id: str,
+        run_id: str,
+        now: datetime,
+        contexts: _Contexts,
+        everything: bool,
+        *,
+        running_only: bool = False,
+    ) -> int:
+        try:
+            return self._reconcile_one(
+                instance_id, run_id, now, contexts, everything, running_only=running_only
+            )
+        except Exception:  # one instance never stops the sweep
+            log.exception(
+                "reconciliation failed for instance %s",
+                instance_id,
+                extra={"run_id": run_id, "instance_id": instance_id},
+            )
+            self._alert_platform(instance_id, run_id, alert_messages.RECONCILER_FAILED.format())
+            return 0
 
     def _reconcile_due(self, row: queries.SweepRow, now: datetime, everything: bool) -> bool:
         if row.state is InstanceState.SCHEDULED:
@@ -205,14 +218,18 @@ class Sweeper:
         now: datetime,
         contexts: _Contexts,
         everything: bool,
+        *,
+        running_only: bool = False,
     ) -> int:
         loaded = self.ledger.snapshot(instance_id)
         policy = self.ledger.policy_of(instance_id)
         if loaded is None or policy is None:
+            self._absent.pop(instance_id, None)
             return 0
         snapshot, version = loaded
         current = snapshot.current
-        if current is None:
+        if current is None or (running_only and current.state is not AttemptState.RUNNING):
+            self._absent.pop(instance_id, None)  # moved on; the sweep of its state has it
             return 0
         policy = self._effective(policy)
         context = contexts(run_id)
