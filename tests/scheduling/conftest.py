@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -11,6 +11,7 @@ import pytest
 from tests.scheduling.harness import FAST, Harness
 from tests.unit.test_phrases import unread
 from veritask.execution import local
+from veritask.ledger.ledger import utc_now
 from veritask.scheduling.settings import Settings
 
 MakeHarness = Callable[..., Harness]
@@ -29,10 +30,11 @@ def make_harness(database_url: str, tmp_path: Path) -> Iterator[MakeHarness]:
         *,
         executor_class: type[local.LocalExecutor] = local.LocalExecutor,
         settings: Settings = FAST,
+        clock: Callable[[], datetime] = utc_now,
     ) -> Harness:
         home = tmp_path / "home"
         executor = executor_class(home=home, slots=4, idle_exit_after=timedelta(seconds=60))
-        harness = Harness(database_url, home, executor=executor, settings=settings)
+        harness = Harness(database_url, home, executor=executor, settings=settings, clock=clock)
         made.append(harness)
         return harness
 

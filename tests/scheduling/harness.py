@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
 
@@ -28,7 +28,7 @@ from veritask.core.fold import fold
 from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
 from veritask.execution import layout, local, procfs, records
 from veritask.ledger import dialects, schema
-from veritask.ledger.ledger import Ledger
+from veritask.ledger.ledger import Ledger, utc_now
 from veritask.scheduling import triggers
 from veritask.scheduling.scheduler import Scheduler
 from veritask.scheduling.settings import Settings
@@ -109,9 +109,9 @@ class Recorded:
 class Ledgers:
     """Read helpers over a database, for assertions."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, clock: Callable[[], datetime] = utc_now) -> None:
         self.engine = engine
-        self.ledger = Ledger(engine)
+        self.ledger = Ledger(engine, clock=clock)
 
     def run(self, run_id: str) -> tuple[RunExecutionState, str]:
         r = schema.runs.c
@@ -235,8 +235,9 @@ class Harness(Ledgers):
         *,
         executor: local.LocalExecutor | None = None,
         settings: Settings = FAST,
+        clock: Callable[[], datetime] = utc_now,
     ) -> None:
-        super().__init__(dialects.create_engine(url))
+        super().__init__(dialects.create_engine(url), clock=clock)
         self.url = url
         self.home = home
         self.executor = executor or local.LocalExecutor(

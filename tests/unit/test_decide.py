@@ -399,6 +399,96 @@ def test_after_the_window_on_unknown_wait_stays_lost_and_raises_an_alert() -> No
     assert state_of(story) is InstanceState.LOST
 
 
+# -- reconcile: a RUNNING attempt the engine does not know (restart, docs/scheduling.md 5) ---
+
+
+def absent(policy: TaskPolicy = POLICY) -> tuple[Story, datetime]:
+    """A RUNNING instance whose engine answered not_found, and when that was recorded."""
+    story = running(policy)
+    now = story.tick()
+    gone = observe(EngineState.NOT_FOUND, now, source="attempt_dir")
+    event = only(reconcile(story, gone, now), EventKind.ENGINE_OBSERVED)
+    assert event.evidence["engine_state"] == "not_found"
+    record_at(story, event, now)
+    assert state_of(story) is InstanceState.RUNNING
+    return story, now
+
+
+def test_a_running_attempt_the_engine_does_not_know_waits_out_the_window_unchanged() -> None:
+    story, since = absent()
+    now = since + POLICY.evidence_window - TICK
+    assert reconcile(story, observe(EngineState.NOT_FOUND, now, source="attempt_dir"), now) == (
+        NOTHING
+    )
+
+
+@pytest.mark.parametrize(
+    ("on_unknown", "decided"),
+    [(OnUnknown.RETRY, InstanceState.UP_FOR_RETRY), (OnUnknown.FAIL, InstanceState.FAILED)],
+)
+def test_a_running_attempt_the_engine_does_not_know_is_fenced_by_policy_after_the_window(
+    on_unknown: OnUnknown, decided: InstanceState
+) -> None:
+    policy = dataclasses.replace(POLICY, on_unknown=on_unknown)
+    story, since = absent(policy)
+    now = since + policy.evidence_window
+    result = reconcile(story, observe(EngineState.NOT_FOUND, now, source="attempt_dir"), now)
+    event = only(result, EventKind.FENCED)
+    gathered = event.evidence["gathered"]
+    assert isinstance(gathered, dict) and gathered["unknown_since"] == since.isoformat()
+    record_at(story, event, now)
+    assert state_of(story) is decided
+    assert story.snapshot.current is not None
+    assert story.snapshot.current.state is AttemptState.ABANDONED
+
+
+def test_a_running_attempt_the_engine_does_not_know_with_on_unknown_wait_only_alerts() -> None:
+    policy = dataclasses.replace(POLICY, on_unknown=OnUnknown.WAIT)
+    story, since = absent(policy)
+    now = since + policy.evidence_window
+    result = reconcile(story, observe(EngineState.NOT_FOUND, now, source="attempt_dir"), now)
+    assert result.events == ()
+    assert result.alert is not None and "RUNNING in the ledger" in result.alert
+
+
+def test_a_report_after_the_engines_not_found_starts_the_window_again() -> None:
+    story, since = absent()
+    story.tick()
+    story.heartbeat()
+    now = since + POLICY.evidence_window
+    again = reconcile(story, observe(EngineState.NOT_FOUND, now, source="attempt_dir"), now)
+    record_at(story, only(again, EventKind.ENGINE_OBSERVED), now)
+    later = now + POLICY.evidence_window - TICK
+    assert reconcile(story, observe(EngineState.NOT_FOUND, later), later) == NOTHING
+
+
+def test_a_lease_that_lapses_after_the_engines_not_found_keeps_the_window_it_started() -> None:
+    story, since = absent()
+    story.tick(POLICY.lease.total_seconds())
+    current = story.snapshot.current
+    assert current is not None
+    lapse = decide.monitor(story.snapshot, POLICY, now=story.clock, next_id=story.next_id)
+    record_at(story, only_kind(lapse, EventKind.LEASE_EXPIRED), story.clock)
+    assert state_of(story) is InstanceState.LOST
+    now = since + POLICY.evidence_window
+    result = reconcile(story, observe(EngineState.NOT_FOUND, now, source="attempt_dir"), now)
+    only(result, EventKind.FENCED)
+
+
+def only_kind(events: list[Event], kind: EventKind) -> Event:
+    assert [e.kind for e in events] == [kind], events
+    return events[0]
+
+
+def test_a_running_attempt_is_fenced_only_on_the_engines_not_found() -> None:
+    story = running()
+    story.tick()
+    verdict = story.fence()
+    assert verdict.outcome is Outcome.REJECTED
+    assert "only while the engine answers it does not know it" in (verdict.reason or "")
+    assert state_of(story) is InstanceState.RUNNING
+
+
 def test_the_evidence_window_can_start_when_the_caller_says() -> None:
     story, since = lost()
     unknown_since = since + timedelta(minutes=10)

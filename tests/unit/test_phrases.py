@@ -404,8 +404,20 @@ def written_alerts() -> Iterator[tuple[str, str]]:
         alert_messages.STILL_WAITING.format(due=queued, reason=waiting),
         f"the run was expected to finish by {queued} and has not started: {waiting}",
     )
+    yield (
+        alert_messages.ABSENT_AT_RECOVERY.format(
+            attempt_no=n, engine="not_found", source="attempt_dir", seconds=600.0
+        ),
+        f"attempt {n} is RUNNING in the ledger but the engine answers not_found (attempt_dir); "
+        "on_unknown decides after the 600 s evidence window",
+    )
     inconclusive = _inconclusive()
     yield inconclusive, "attempt 1 is LOST and the evidence stays inconclusive"
+    yield (
+        reasons.ABSENT_INCONCLUSIVE.format(attempt_no=1),
+        "attempt 1 is RUNNING in the ledger, the engine still does not know it and the "
+        "evidence stays inconclusive",
+    )
     timed_out = _dependency_timed_out()
     yield (
         timed_out,

@@ -40,6 +40,15 @@ LOST = Phrase(
     attempt_no=_N,
     seconds=_N,
 )
+ABSENT_AT_RECOVERY = Phrase(
+    "alert.absent_at_recovery",
+    "attempt {attempt_no} is RUNNING in the ledger but the engine answers {engine} ({source}); "
+    "on_unknown decides after the {seconds:g} s evidence window",
+    attempt_no=_N,
+    engine=Slot.TEXT,
+    source=Slot.TEXT,
+    seconds=_N,
+)
 RETRY_LATE = Phrase(
     "alert.retry_late", "UP_FOR_RETRY since {retry_at} and not retried yet", retry_at=Slot.TIME
 )

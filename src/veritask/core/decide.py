@@ -15,6 +15,7 @@ from veritask.core import judge, new_events, reasons
 from veritask.core.events import Event
 from veritask.core.fold import AttemptView, InstanceSnapshot
 from veritask.core.jsontypes import JSONObject
+from veritask.core.phrases import Phrase
 from veritask.core.policy import OnUnknown, TaskPolicy
 from veritask.core.states import AttemptState, EngineState, InstanceState
 
@@ -158,7 +159,8 @@ def reconcile(
 ) -> Reconciliation:
     """Decide on the engine's evidence what became of the current attempt.
 
-    The decisions are the reconciler's table in docs/scheduling.md, section 4.
+    The decisions are the reconciler's table in docs/scheduling.md, section 4, and the
+    restart table of section 5 (a RUNNING attempt the engine does not know).
 
     ``observation`` is None when the executor could not be asked at all. The evidence window
     runs from ``unknown_since``, by default when the lease decision was recorded.
@@ -195,7 +197,19 @@ def reconcile(
         facts = snapshot.facts.attempt(current.attempt_no)
         lease = facts.lease_expired if facts else None
         since = unknown_since or (lease.platform_time if lease else now)
+        if unknown_since is None and facts is not None and facts.absent_since is not None:
+            since = min(since, facts.absent_since)  # the engine's not_found came first
         return _reconcile_lost(policy, current, observation, now, since, about)
+    if state is AttemptState.RUNNING and engine is EngineState.NOT_FOUND and observation:
+        # Found at a restart: the ledger holds it RUNNING, the engine has no trace of it. The
+        # first such answer is recorded as evidence and the window runs from it, as from a
+        # lapsed lease; a report meanwhile refutes it (``absent_since``).
+        facts = snapshot.facts.attempt(current.attempt_no)
+        absent = facts.absent_since if facts else None
+        if absent is None:
+            return Reconciliation((new_events.engine_observed(**about(), observation=observation),))
+        inconclusive = reasons.ABSENT_INCONCLUSIVE
+        return _reconcile_lost(policy, current, observation, now, absent, about, inconclusive)
     return Reconciliation()
 
 
@@ -240,6 +254,7 @@ def _reconcile_lost(
     now: datetime,
     since: datetime,
     about: Callable[[], new_events.Subject],
+    inconclusive: Phrase = reasons.INCONCLUSIVE,
 ) -> Reconciliation:
     if now < since + policy.evidence_window:
         return Reconciliation()
@@ -251,7 +266,7 @@ def _reconcile_lost(
         "window_seconds": policy.evidence_window.total_seconds(),
     }
     if policy.on_unknown is OnUnknown.WAIT:
-        return Reconciliation(alert=reasons.INCONCLUSIVE.format(attempt_no=current.attempt_no))
+        return Reconciliation(alert=inconclusive.format(attempt_no=current.attempt_no))
     fenced = new_events.fenced(
         **about(),
         reason=reasons.FATE_UNKNOWN.format(window=policy.evidence_window),

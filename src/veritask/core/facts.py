@@ -173,6 +173,22 @@ class AttemptFacts:
     completions: tuple[Completion, ...] = ()
 
     @property
+    def absent_since(self) -> datetime | None:
+        """Since when the engine has answered that it does not know this attempt.
+
+        None unless the engine's last recorded word is ``not_found`` and no report of the
+        attempt arrived after it: a report refutes the absence, and a later ``not_found``
+        starts it again.
+        """
+        seen = self.engine_last
+        if seen is None or seen.evidence.get("engine_state") != EngineState.NOT_FOUND.value:
+            return None
+        heard = self.last_report
+        if heard is not None and heard.platform_time > seen.platform_time:
+            return None
+        return seen.platform_time
+
+    @property
     def lease_basis(self) -> int:
         """The highest report sequence any lease-expiry decision saw (-1 when none)."""
         if self.lease_expired is None:

@@ -187,7 +187,11 @@ def _decision_problem(snapshot: InstanceSnapshot, event: Event) -> str | None:
             ):
                 return reasons.ILLEGAL_NEVER_RECEIVED.format(state=state)
         case EventKind.FENCED:
-            if attempt_state not in (AttemptState.LOST, AttemptState.QUEUED):
+            if attempt_state is AttemptState.RUNNING and current is not None:
+                facts = snapshot.facts.attempt(current.attempt_no)
+                if facts is None or facts.absent_since is None:
+                    return reasons.FENCE_WHILE_HEARD.format()
+            elif attempt_state not in (AttemptState.LOST, AttemptState.QUEUED):
                 return reasons.ILLEGAL_FENCE.format(state=state)
             if event.evidence["on_unknown"] not in (OnUnknown.RETRY, OnUnknown.FAIL):
                 return reasons.FENCE_ON_UNKNOWN.format()

@@ -286,6 +286,10 @@ ILLEGAL_FENCE = Phrase(
     "illegal now: the instance is {state}; only a LOST or QUEUED attempt can be fenced",
     state=Slot.STATE,
 )
+FENCE_WHILE_HEARD = Phrase(
+    "reason.fence_while_heard",
+    "illegal now: a RUNNING attempt is fenced only while the engine answers it does not know it",
+)
 FENCE_ON_UNKNOWN = Phrase(
     "reason.fence_on_unknown", "evidence.on_unknown: fencing follows on_unknown retry or fail"
 )
@@ -411,6 +415,12 @@ FATE_UNKNOWN = Phrase(
 INCONCLUSIVE = Phrase(
     "reason.inconclusive",
     "attempt {attempt_no} is LOST and the evidence stays inconclusive",
+    attempt_no=Slot.NUMBER,
+)
+ABSENT_INCONCLUSIVE = Phrase(
+    "reason.absent_inconclusive",
+    "attempt {attempt_no} is RUNNING in the ledger, the engine still does not know it and the "
+    "evidence stays inconclusive",
     attempt_no=Slot.NUMBER,
 )
 

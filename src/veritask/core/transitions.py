@@ -198,11 +198,12 @@ INSTANCE_RULES: tuple[Rule[InstanceState], ...] = (
     ),
     _rule(
         "fenced_after_the_evidence_window",
-        [I.LOST, I.QUEUED],
+        [I.LOST, I.QUEUED, I.RUNNING],
         [I.UP_FOR_RETRY, I.FAILED],
         [K.FENCED],
         "reconciler",
-        "the fate stayed unknown: on_unknown retry or fail, the old attempt fenced off",
+        "the fate stayed unknown (a lease that lapsed, or an engine that has not heard of a "
+        "RUNNING attempt since recovery): on_unknown retry or fail, the old attempt fenced off",
     ),
     _rule(
         "retry_opens_the_next_attempt",
@@ -320,7 +321,7 @@ ATTEMPT_RULES: tuple[Rule[AttemptState], ...] = (
         "reconciler",
         "",
     ),
-    _rule("fenced", [A.LOST, A.QUEUED], [A.ABANDONED], [K.FENCED], "reconciler", ""),
+    _rule("fenced", [A.LOST, A.QUEUED, A.RUNNING], [A.ABANDONED], [K.FENCED], "reconciler", ""),
 )
 
 

@@ -68,6 +68,10 @@ class Sweeper:
         self.settings = settings
         self.submissions = submissions
         self._stops_sent: set[tuple[str, int]] = set()
+        # RUNNING instances whose engine answered not_found (instance -> run): the reconciler,
+        # which reads no RUNNING instance otherwise, asks again until the window decides. The
+        # ledger keeps the evidence; this only says whom to ask (a restart's recovery asks all).
+        self._absent: dict[str, str] = {}
         self._policies = statements.PolicyTexts()
 
     # -- monitor ------------------------------------------------------------------------
@@ -164,18 +168,37 @@ class Sweeper:
         done = 0
         contexts = _Contexts(context_for)
         for row in self._rows(_EVERYTHING if everything else _RECONCILED_STATES):
-            if not self._reconcile_due(row, now, everything):
-                continue
-            try:
-                done += self._reconcile_one(row.id, row.run_id, now, contexts, everything)
-            except Exception:
-                log.exception(
-                    "reconciliation failed for instance %s",
-                    row.id,
-                    extra={"run_id": row.run_id, "instance_id": row.id, "attempt_no": row.epoch},
+            if self._reconcile_due(row, now, everything):
+                done += self._reconcile_guarded(row.id, row.run_id, now, contexts, everything)
+        if not everything:
+            for instance_id, run_id in list(self._absent.items()):
+                done += self._reconcile_guarded(
+                    instance_id, run_id, now, contexts, everything, running_only=True
                 )
-                self._alert_platform(row.id, row.run_id, alert_messages.RECONCILER_FAILED.format())
         return done
+
+    def _reconcile_guarded(
+        self,
+        instance_id: str,
+        run_id: str,
+        now: datetime,
+        contexts: _Contexts,
+        everything: bool,
+        *,
+        running_only: bool = False,
+    ) -> int:
+        try:
+            return self._reconcile_one(
+                instance_id, run_id, now, contexts, everything, running_only=running_only
+            )
+        except Exception:  # one instance never stops the sweep
+            log.exception(
+                "reconciliation failed for instance %s",
+                instance_id,
+                extra={"run_id": run_id, "instance_id": instance_id},
+            )
+            self._alert_platform(instance_id, run_id, alert_messages.RECONCILER_FAILED.format())
+            return 0
 
     def _reconcile_due(self, row: queries.SweepRow, now: datetime, everything: bool) -> bool:
         if row.state is InstanceState.SCHEDULED:
@@ -195,14 +218,18 @@ class Sweeper:
         now: datetime,
         contexts: _Contexts,
         everything: bool,
+        *,
+        running_only: bool = False,
     ) -> int:
         loaded = self.ledger.snapshot(instance_id)
         policy = self.ledger.policy_of(instance_id)
         if loaded is None or policy is None:
+            self._absent.pop(instance_id, None)
             return 0
         snapshot, version = loaded
         current = snapshot.current
-        if current is None:
+        if current is None or (running_only and current.state is not AttemptState.RUNNING):
+            self._absent.pop(instance_id, None)  # moved on; the sweep of its state has it
             return 0
         policy = self._effective(policy)
         context = contexts(run_id)
@@ -233,9 +260,25 @@ class Sweeper:
         result = decide.reconcile(
             snapshot, policy, observation, now=now, next_id=dispatch.new_event_id
         )
+        absent = (
+            current.state is AttemptState.RUNNING
+            and observation is not None
+            and observation.engine_state is EngineState.NOT_FOUND
+        )
+        if absent and not any(e.kind is EventKind.FENCED for e in result.events):
+            self._absent[instance_id] = run_id
+        else:
+            self._absent.pop(instance_id, None)
         if result.stop_engine:
             self._stop(snapshot, context, force=True)
         recorded = self._record(list(result.events), version) if result.events else 0
+        if (
+            absent
+            and observation is not None
+            and recorded
+            and result.events[0].kind is (EventKind.ENGINE_OBSERVED)
+        ):
+            self._alert_absent(snapshot, run_id, policy, observation)
         if result.submit:
             recorded += self._resubmit(snapshot, context)
         if result.alert:
@@ -478,6 +521,31 @@ class Sweeper:
             instance_id=snapshot.instance_id,
             attempt_no=snapshot.epoch or None,
             evidence={"state": snapshot.state.value, "reason": snapshot.reason},
+        )
+
+    def _alert_absent(
+        self,
+        snapshot: InstanceSnapshot,
+        run_id: str,
+        policy: TaskPolicy,
+        observation: decide.Observation,
+    ) -> None:
+        """The ledger says RUNNING, the engine does not know the attempt: its answer is the
+        evidence (docs/scheduling.md, section 5)."""
+        category = AlertCategory.RECONCILIATION
+        self._raise(
+            category,
+            f"{category}:{snapshot.instance_id}:{snapshot.epoch}:absent",
+            alert_messages.ABSENT_AT_RECOVERY.format(
+                attempt_no=snapshot.epoch,
+                engine=observation.engine_state.value,
+                source=observation.source,
+                seconds=policy.evidence_window.total_seconds(),
+            ),
+            run_id=run_id,
+            instance_id=snapshot.instance_id,
+            attempt_no=snapshot.epoch or None,
+            evidence={"state": snapshot.state.value, "engine": observation.evidence()},
         )
 
     def _alert_platform(self, instance_id: str, run_id: str, message: str) -> None:
