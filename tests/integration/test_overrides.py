@@ -195,19 +195,7 @@ def test_a_conflict_partway_through_a_downstream_override_applies_none_of_it(
     def judge_then_move_the_second(platform: Platform, targets: list[Any], origin: str) -> None:
         # Between judging every target and applying them, another operator moves ``load``.
         judged(platform, targets, origin)
-        platform.ledger.apply(
-            new_events.override(
-                event_id=str(uuid.uuid4()),
-                instance_id=targets[1].instance_id,
-                attempt_no=targets[1].snapshot.epoch,
-                event_time=platform.now(),
-                operator="operator:other",
-                to_state=InstanceState.FAILED,
-                reason="moved meanwhile",
-                scope=OverrideScope.INSTANCE,
-                origin_instance=targets[1].instance_id,
-            )
-        )
+        _another_operator_fails(platform, targets[1])
 
     monkeypatch.setattr(overrides, "_refuse_if_any_refuses", judge_then_move_the_second)
     response = api.http.post(
@@ -236,19 +224,7 @@ def test_a_downstream_override_retried_after_a_conflict_applies_every_instance_o
         judged(platform, targets, origin)
         rounds.append(len(rounds))
         if len(rounds) == 1:
-            platform.ledger.apply(
-                new_events.override(
-                    event_id=str(uuid.uuid4()),
-                    instance_id=targets[1].instance_id,
-                    attempt_no=targets[1].snapshot.epoch,
-                    event_time=platform.now(),
-                    operator="operator:other",
-                    to_state=InstanceState.FAILED,
-                    reason="moved meanwhile",
-                    scope=OverrideScope.INSTANCE,
-                    origin_instance=targets[1].instance_id,
-                )
-            )
+            _another_operator_fails(platform, targets[1])
 
     monkeypatch.setattr(overrides, "_refuse_if_any_refuses", move_the_second_once)
     response = api.http.post(
@@ -328,3 +304,20 @@ def test_a_publication_that_starts_while_an_override_is_judged_refuses_it(
     assert [e for e in shown["events"] if e["kind"] == "override"] == []
     run = api.run(run_id)
     assert (run["execution_state"], run["publication_state"]) == ("SUCCESS", "PUBLISHING")
+
+
+def _another_operator_fails(platform: Platform, target: Any) -> None:
+    """Another operator's override lands on ``target`` between judging and applying."""
+    platform.ledger.apply(
+        new_events.override(
+            event_id=str(uuid.uuid4()),
+            instance_id=target.instance_id,
+            attempt_no=target.snapshot.epoch,
+            event_time=platform.now(),
+            operator="operator:other",
+            to_state=InstanceState.FAILED,
+            reason="moved meanwhile",
+            scope=OverrideScope.INSTANCE,
+            origin_instance=target.instance_id,
+        )
+    )
