@@ -22,7 +22,7 @@ from veritask.core import alert_messages, decide, judge, phrasebook, reasons
 from veritask.core.phrases import Phrase, Slot
 from veritask.core.policy import OnUnknown, RetryPolicy, TaskPolicy
 from veritask.core.run_state import RunGraph, TaskNode, TaskRole, execution_state
-from veritask.core.states import EngineState, InstanceState, PublicationState
+from veritask.core.states import EngineState, InstanceState, PublicationState, RunExecutionState
 from veritask.core.trigger_rules import TriggerRule, evaluate
 from veritask.ui import i18n
 
@@ -427,6 +427,26 @@ def written_alerts() -> Iterator[tuple[str, str]]:
         alert_messages.FOREIGN_LOG_PATH.format(attempt_no=n, path="/srv/veritask/token"),
         f"refused a report of attempt {n} whose log_path names another file "
         "('/srv/veritask/token'): a forged report or a broken worker",
+    )
+    decided = [
+        alert_messages.DOWNSTREAM_DECIDED.format(task="load", state=InstanceState.UPSTREAM_FAILED),
+        alert_messages.RUN_ENDED_ON.format(state=RunExecutionState.FAILED),
+        alert_messages.PUBLICATION_ON.format(state=PublicationState.PUBLISHED),
+    ]
+    yield decided[0], "downstream task load is UPSTREAM_FAILED"
+    yield decided[1], "the run ended FAILED"
+    yield decided[2], "its publication is PUBLISHED"
+    yield (
+        alert_messages.DECIDED_ON_THE_OLD_STATE.format(
+            attempt_no=n,
+            previous=InstanceState.FAILED,
+            state=InstanceState.SUCCESS,
+            decided="; ".join(decided),
+        ),
+        f"late completion evidence of attempt {n} changed the instance from FAILED to SUCCESS; "
+        "decided on the old state and left as it is: downstream task load is UPSTREAM_FAILED; "
+        "the run ended FAILED; its publication is PUBLISHED; an operator may clear them to "
+        "decide again",
     )
 
 

@@ -33,6 +33,23 @@ CONFLICTING_EVIDENCE = Phrase(
 
 # -- reconciliation, retry timing, queue and quota -------------------------------------------
 
+DECIDED_ON_THE_OLD_STATE = Phrase(
+    "alert.decided_on_the_old_state",
+    "late completion evidence of attempt {attempt_no} changed the instance from {previous} to "
+    "{state}; decided on the old state and left as it is: {decided}; an operator may clear "
+    "them to decide again",
+    attempt_no=_N,
+    previous=Slot.STATE,
+    state=Slot.STATE,
+    decided=Slot.SENTENCE,
+)
+#: What :data:`DECIDED_ON_THE_OLD_STATE` names, joined with ``; ``.
+DOWNSTREAM_DECIDED = Phrase(
+    "alert.downstream_decided", "downstream task {task} is {state}", state=Slot.STATE
+)
+RUN_ENDED_ON = Phrase("alert.run_ended_on", "the run ended {state}", state=Slot.STATE)
+PUBLICATION_ON = Phrase("alert.publication_on", "its publication is {state}", state=Slot.STATE)
+
 LOST = Phrase(
     "alert.lost",
     "attempt {attempt_no} is LOST: no report within its lease ({seconds:g} s); "

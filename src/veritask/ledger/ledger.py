@@ -65,6 +65,8 @@ class Applied:
     version: int | None
     #: For a duplicate: the outcome the event got when it was first recorded.
     original_outcome: Outcome | None = None
+    #: For a recorded event: the instance's state just before it (what it may have moved).
+    previous_state: InstanceState | None = None
 
     @property
     def state(self) -> InstanceState | None:
@@ -437,6 +439,7 @@ class Ledger:
                     verdict.reason,
                     verdict.after,
                     loaded.version + 1,
+                    previous_state=verdict.before.state,
                 )
             )
         if rows:
@@ -556,6 +559,7 @@ class Ledger:
             verdict.reason,
             verdict.after,
             loaded.version + 1,
+            previous_state=verdict.before.state,
         )
 
     def _known(self, connection: Connection, event_id: str) -> _Known | None:

@@ -15,6 +15,7 @@ from veritask.execution import wire
 from veritask.ledger import alerts, dialects, queries
 from veritask.ledger.ledger import Applied, Ledger
 from veritask.ledger.vocabulary import AlertCategory
+from veritask.scheduling import overruled
 
 
 class MalformedReport(ValueError):
@@ -57,9 +58,12 @@ def heed_verdict(
     """Raise what a worker report's verdict calls for, whichever way the report came in.
 
     A conflict (a second, different completion of one attempt) is evidence the platform cannot
-    reconcile by itself: it opens a platform alert. ``run_id`` saves a read when the caller
-    knows the instance's run.
+    reconcile by itself: it opens a platform alert. A report that changed a finished instance
+    alerts about what was already decided on its old state (:mod:`.overruled`). ``run_id``
+    saves a read when the caller knows the instance's run.
     """
+    if overruled.changed_a_finished_instance(event, applied):
+        overruled.alert_decisions_on_the_old_state(ledger, event, applied)
     if applied.outcome is not judge.Outcome.CONFLICT:
         return
     if run_id is None:
