@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import uuid
+from typing import Any
+
 import pytest
 
 from tests.scheduling.harness import Harness
+from veritask.core import new_events
+from veritask.core.events import OverrideScope
 from veritask.core.states import InstanceState as I
 from veritask.core.states import RunExecutionState as R
+from veritask.scheduling import clearing
 from veritask.services import reruns
 from veritask.services.errors import Conflict, InvalidInput, NotFound
 from veritask.services.platform import Platform
@@ -203,3 +209,78 @@ def test_rerun_preview_shows_the_version_and_the_parameters_the_new_run_records(
         platform, old, parameters={"table": "orders"}, actor="operator:a", expected_version=1
     )
     assert (new.definition_version, new.parameters) == (1, preview.parameters)
+
+
+def _another_operator_overrides(harness: Harness, instance_id: str) -> None:
+    """Another operator's override lands on ``instance_id`` between judging and applying."""
+    loaded = harness.ledger.snapshot(instance_id)
+    assert loaded is not None
+    harness.ledger.apply(
+        new_events.override(
+            event_id=str(uuid.uuid4()),
+            instance_id=instance_id,
+            attempt_no=loaded[0].epoch,
+            event_time=harness.ledger.clock(),
+            operator="operator:other",
+            to_state=I.FAILED,
+            reason="moved meanwhile",
+            scope=OverrideScope.INSTANCE,
+            origin_instance=instance_id,
+        )
+    )
+
+
+def _cleared_by(harness: Harness, instance_id: str, actor: str) -> list[str]:
+    return [
+        r.kind for r in harness.history(instance_id) if r.kind == "cleared" and r.actor == actor
+    ]
+
+
+def test_a_clear_that_races_another_writer_clears_none_of_its_scope(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = _failed_run(harness, str(harness.home / "never"))
+    ids = {task: row.id for task, row in harness.instances(run_id).items()}
+    planned = clearing._planned
+
+    def plan_then_move_load(*args: Any) -> Any:
+        # Between judging the scope and recording it, another operator moves ``load``.
+        events = planned(*args)
+        _another_operator_overrides(harness, ids["load"])
+        return events
+
+    monkeypatch.setattr(clearing, "_planned", plan_then_move_load)
+    with pytest.raises(Conflict, match="kept changing"):
+        reruns.clear(_platform(harness), run_id, failed=True, reason="x", actor="operator:alice")
+    # All or nothing: ``flaky``, judged and unmoved, was not cleared either, nor the run.
+    assert harness.states(run_id)["flaky"] is I.FAILED
+    assert _cleared_by(harness, ids["flaky"], "operator:alice") == []
+    assert _cleared_by(harness, ids["load"], "operator:alice") == []
+    assert harness.run(run_id)[0] is R.FAILED
+
+
+def test_a_clear_judged_again_after_a_race_clears_every_instance_once(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = _failed_run(harness, str(harness.home / "never"))
+    ids = {task: row.id for task, row in harness.instances(run_id).items()}
+    planned = clearing._planned
+    rounds: list[int] = []
+
+    def move_load_once(*args: Any) -> Any:
+        events = planned(*args)
+        rounds.append(len(rounds))
+        if len(rounds) == 1:
+            _another_operator_overrides(harness, ids["load"])
+        return events
+
+    monkeypatch.setattr(clearing, "_planned", move_load_once)
+    cleared = reruns.clear(
+        _platform(harness), run_id, failed=True, reason="x", actor="operator:alice"
+    )
+    assert len(rounds) == 2
+    assert [(c.task, c.next_attempt) for c in cleared.instances] == [("flaky", 2), ("load", 1)]
+    for task in ("flaky", "load"):
+        assert _cleared_by(harness, ids[task], "operator:alice") == ["cleared"]
+        assert harness.states(run_id)[task] is I.CREATED
+    assert harness.run(run_id)[0] is R.RUNNING

@@ -4,10 +4,13 @@ A clear records a ``cleared`` decision on each instance in scope: the instance e
 epoch with no attempt and waits; its trigger rule decides it again and the scheduler opens the
 next attempt number as a rerun (counters reset). Earlier attempts keep their records. The run
 goes back to RUNNING through a run-level event that carries the actor, the reason and the
-scope. A scope holding an active instance is refused, naming it, and nothing is recorded. A run
-whose publication had moved on (PUBLISHED, CHECK_FAILED, PUBLISH_FAILED) goes back to PENDING
-and its publication steps are cleared too: what it published is redone once execution succeeds
-again, so the run never claims a publication of output it is rewriting.
+scope. A scope holding an active instance is refused, naming it, and nothing is recorded.
+Every ``cleared`` decision and the run's move are one transaction, each decision against the
+version it was judged on: an instance or the run that moves meanwhile records none of them, and
+the whole scope is judged again (409 after a few rounds). A run whose publication had moved on
+(PUBLISHED, CHECK_FAILED, PUBLISH_FAILED) goes back to PENDING and its publication steps are
+cleared too: what it published is redone once execution succeeds again, so the run never claims
+a publication of output it is rewriting.
 
 It lives here, below the services, because two callers need it: an operator's clear
 (services/reruns.py, which checks the request) and a backfill's ``existing: failed``, which
@@ -19,6 +22,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from veritask.core import judge, new_events, refusals, run_state
 from veritask.core import reasons as phrases
@@ -28,7 +32,8 @@ from veritask.core.jsontypes import JSONObject
 from veritask.core.states import InstanceState, PublicationState, RunExecutionState
 from veritask.definitions import parse
 from veritask.ledger import dialects, errors, queries, run_store
-from veritask.ledger.ledger import Ledger, StaleDecision
+from veritask.ledger.database import Connection
+from veritask.ledger.ledger import Ledger
 from veritask.ledger.rows import RunRow
 from veritask.ledger.vocabulary import SubjectType
 from veritask.scheduling import publication, triggers
@@ -144,16 +149,23 @@ def clear(
         if expected is not None and {i.instance_id for _, _, i in events} != set(expected):
             names = ", ".join(item.task for _, _, item in events) or "-"
             raise ClearRefused(refusals.CLEAR_SCOPE_CHANGED.format(tasks=names))
+        cleared = tuple(item for _, _, item in events)
+        reopen = _Reopening(run_id, actor, why, scope, downstream, cleared, ledger.clock())
         try:
-            for event, version, _ in events:
-                ledger.apply(event, expected_version=version)
-        except StaleDecision:
-            continue  # one moved meanwhile: judge them all again on what is there now
+            ledger.apply_batch(
+                [event for event, _, _ in events],
+                expected_versions={event.instance_id: version for event, version, _ in events},
+                then=reopen,
+            )
+        except errors.LedgerConflict:
+            # An instance or the run moved meanwhile (or now refuses): nothing was recorded;
+            # judge them all again on what is there now.
+            continue
         break
     else:
         raise ClearRefused(refusals.KEPT_CHANGING.format(instance_id=run_id))
-    cleared = tuple(item for _, _, item in events)
-    execution, published = _reopen_run(ledger, run_id, actor, why, scope, downstream, cleared)
+    assert reopen.result is not None  # apply_batch returned: it ran
+    execution, published = reopen.result
     return Cleared(run_id, scope.value, downstream, why, cleared, execution, published)
 
 
@@ -296,78 +308,78 @@ def _clearing_events(
     return events
 
 
-def _reopen_run(
-    ledger: Ledger,
-    run_id: str,
-    actor: str,
-    why: str,
-    scope: ClearScope,
-    downstream: bool,
-    cleared: tuple[ClearedInstance, ...],
-) -> tuple[RunExecutionState, PublicationState]:
-    """Record the clear on the run and move it back to RUNNING (and PENDING, see above)."""
-    evidence: JSONObject = {
-        "reason": why,
-        "scope": scope.value,
-        "downstream": downstream,
-        "operator": actor,
-        "instances": {item.task: item.instance_id for item in cleared},
-    }
-    names = ", ".join(item.task for item in cleared) or "-"
-    for _ in range(_ROUNDS):
-        with dialects.read_transaction(ledger.engine) as connection:
-            run = queries.get_run(connection, run_id)
+@dataclass
+class _Reopening:
+    """Record the clear on the run and move it back to RUNNING (and PENDING, see the module
+    docstring), in the transaction that records the instances' ``cleared`` decisions: the
+    run's compare-and-set failing rolls them back too."""
+
+    run_id: str
+    actor: str
+    why: str
+    scope: ClearScope
+    downstream: bool
+    cleared: tuple[ClearedInstance, ...]
+    now: datetime
+    #: The run's states the clear left, once the transaction ran.
+    result: tuple[RunExecutionState, PublicationState] | None = None
+
+    def __call__(self, connection: Connection) -> None:
+        run = queries.get_run(connection, self.run_id)
         if run is None:
-            raise triggers.NotFound(refusals.NO_RUN.format(run_id=run_id))
+            raise triggers.NotFound(refusals.NO_RUN.format(run_id=self.run_id))
+        actor, why, now = self.actor, self.why, self.now
+        evidence: JSONObject = {
+            "reason": why,
+            "scope": self.scope.value,
+            "downstream": self.downstream,
+            "operator": actor,
+            "instances": {item.task: item.instance_id for item in self.cleared},
+        }
+        names = ", ".join(item.task for item in self.cleared) or "-"
         execution = RunExecutionState(run.execution_state)
         published = PublicationState(run.publication_state)
-        now = ledger.clock()
-        try:
-            with ledger.engine.begin() as connection:
-                version = run.version
-                moved = cleared and execution is not RunExecutionState.RUNNING
-                if moved:
-                    version = run_store.set_execution_state(
-                        connection,
-                        run_id=run_id,
-                        expected_version=version,
-                        state=RunExecutionState.RUNNING,
-                        reason=phrases.RUN_CLEARED.format(actor=actor, why=why, tasks=names),
-                        previous=execution,
-                        actor=actor,
-                        event_id=new_event_id(),
-                        now=now,
-                        evidence=evidence,
-                    )
-                    execution = RunExecutionState.RUNNING
-                if published in _MOVED_PUBLICATION:
-                    run_store.set_publication_state(
-                        connection,
-                        run_id=run_id,
-                        expected_version=version,
-                        state=PublicationState.PENDING,
-                        reason=phrases.PUBLICATION_CLEARED.format(actor=actor, why=why),
-                        previous=published,
-                        actor=actor,
-                        event_id=new_event_id(),
-                        now=now,
-                        evidence=evidence,
-                    )
-                    published = PublicationState.PENDING
-                if not moved:  # the move's own event carries the clear otherwise
-                    run_store.record_subject_event(
-                        connection,
-                        subject_type=SubjectType.RUN,
-                        subject_id=run_id,
-                        run_id=run_id,
-                        kind=RUN_CLEARED_KIND,
-                        actor=actor,
-                        event_id=new_event_id(),
-                        now=now,
-                        evidence=evidence,
-                        reason=phrases.RUN_CLEARED.format(actor=actor, why=why, tasks=names),
-                    )
-        except errors.LedgerConflict:
-            continue  # the scheduler moved the run meanwhile: read it again
-        return execution, published
-    raise ClearRefused(refusals.KEPT_CHANGING.format(instance_id=run_id))
+        version = run.version
+        moved = bool(self.cleared) and execution is not RunExecutionState.RUNNING
+        if moved:
+            version = run_store.set_execution_state(
+                connection,
+                run_id=self.run_id,
+                expected_version=version,
+                state=RunExecutionState.RUNNING,
+                reason=phrases.RUN_CLEARED.format(actor=actor, why=why, tasks=names),
+                previous=execution,
+                actor=actor,
+                event_id=new_event_id(),
+                now=now,
+                evidence=evidence,
+            )
+            execution = RunExecutionState.RUNNING
+        if published in _MOVED_PUBLICATION:
+            run_store.set_publication_state(
+                connection,
+                run_id=self.run_id,
+                expected_version=version,
+                state=PublicationState.PENDING,
+                reason=phrases.PUBLICATION_CLEARED.format(actor=actor, why=why),
+                previous=published,
+                actor=actor,
+                event_id=new_event_id(),
+                now=now,
+                evidence=evidence,
+            )
+            published = PublicationState.PENDING
+        if not moved:  # the move's own event carries the clear otherwise
+            run_store.record_subject_event(
+                connection,
+                subject_type=SubjectType.RUN,
+                subject_id=self.run_id,
+                run_id=self.run_id,
+                kind=RUN_CLEARED_KIND,
+                actor=actor,
+                event_id=new_event_id(),
+                now=now,
+                evidence=evidence,
+                reason=phrases.RUN_CLEARED.format(actor=actor, why=why, tasks=names),
+            )
+        self.result = (execution, published)
