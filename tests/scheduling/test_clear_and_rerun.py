@@ -11,7 +11,9 @@ from tests.scheduling.harness import Harness
 from veritask.core import new_events
 from veritask.core.events import OverrideScope
 from veritask.core.states import InstanceState as I
+from veritask.core.states import PublicationState
 from veritask.core.states import RunExecutionState as R
+from veritask.ledger import dialects, queries
 from veritask.scheduling import clearing
 from veritask.services import reruns
 from veritask.services.errors import Conflict, InvalidInput, NotFound
@@ -284,3 +286,40 @@ def test_a_clear_judged_again_after_a_race_clears_every_instance_once(
         assert _cleared_by(harness, ids[task], "operator:alice") == ["cleared"]
         assert harness.states(run_id)[task] is I.CREATED
     assert harness.run(run_id)[0] is R.RUNNING
+
+
+PUBLISHED = """\
+name: published
+defaults: {retry: {max_retries: 0}, timeout: 30s}
+tasks:
+  load: {run: "true"}
+publish:
+  commit: {run: "true"}
+"""
+
+
+def _publication(harness: Harness, run_id: str) -> PublicationState:
+    with dialects.read_transaction(harness.engine) as connection:
+        run = queries.get_run(connection, run_id)
+    assert run is not None
+    return PublicationState(run.publication_state)
+
+
+def test_a_clear_of_a_published_run_reopens_it_and_its_publication_in_one_step(
+    harness: Harness,
+) -> None:
+    harness.apply(PUBLISHED)
+    run_id = harness.trigger("published")
+    harness.until(lambda: _publication(harness, run_id) is PublicationState.PUBLISHED)
+    cleared = reruns.clear(
+        _platform(harness), run_id, tasks=["load"], reason="again", actor="operator:alice"
+    )
+    # The task and the publication step are cleared with the run's move, in one transaction.
+    assert {c.task for c in cleared.instances} == {"load", "publish.commit"}
+    assert (cleared.execution_state, cleared.publication_state) == (
+        R.RUNNING,
+        PublicationState.PENDING,
+    )
+    assert _publication(harness, run_id) is PublicationState.PENDING
+    harness.until(lambda: _publication(harness, run_id) is PublicationState.PUBLISHED)
+    assert len(harness.attempts(harness.instances(run_id)["publish.commit"].id)) == 2
