@@ -186,7 +186,9 @@ def state_machine_page() -> str:
         + _states_table(ActorKind, head="actor")
         + "\n## Runs\n\n"
         + _states_table(states.RunExecutionState)
-        + "\n### Publication\n\n"
+        + "\n"
+        + doctext.RUN_RULES
+        + "### Publication\n\n"
         + _states_table(states.PublicationState)
         + "\n### Trigger kinds\n\n"
         + _states_table(states.TriggerKind, head="kind")

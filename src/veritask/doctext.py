@@ -98,7 +98,9 @@ OBJECTS = """## Runs, task instances and attempts
   state is the fold of its attempts, the retry policy and the decisions about the instance.
 - An **attempt** is one process-level try of an instance, numbered 1, 2, …. It carries a
   secret token, the executor and the engine's external id, the worker, its lease and last
-  report, its times, exit code, error category, log and progress.
+  report, its times, exit code, error category, error message (its last error, null on a
+  success), log and progress, and what its process used: user and system CPU seconds and
+  peak resident memory, as the worker measured them.
 
 Rules that hold for all of them:
 
@@ -151,11 +153,55 @@ TABLE_RULES = """### What the table allows, and what it does not
   request; an operator's override (the strongest decision) and a clear or rerun (a new epoch)
   are deliberate acts, recorded as such. A fenced (ABANDONED) attempt is never revived: a
   completion after the fence is kept as a note. A late change does not undo what was already
-  decided on the old state: a downstream skip or `upstream_failed` stays as recorded until an
-  operator clears or reruns it.
+  decided on the old state: downstream instances skipped, failed upstream or run, and a run
+  that ended or published on it, stay as recorded. When there is any such decision, the
+  change raises one `reconciliation` alert, "late completion evidence of attempt N changed
+  the instance from FAILED to SUCCESS; decided on the old state and left as it is: …",
+  naming each downstream instance with its state, the run's end and its publication state;
+  an operator clears them (a clear is a new epoch, decided on the new state) or leaves them.
+  The alert is raised whichever way the completion came, the outbox or the callback API.
+- The trigger rules decide a CREATED instance on its upstream states with Airflow's
+  precedence when they mix (failed, upstream failed and skipped together):
+  [trigger-rules.md](trigger-rules.md), 'Precedence when states mix'.
+- A RUNNING attempt the engine no longer knows (found at a restart) is not a failure: the
+  `reconciliation` alert is raised at once, and `fenced_after_the_evidence_window` applies
+  only once the evidence window has passed since that answer
+  ([scheduling.md](scheduling.md), section 5).
 - The table includes the edges a late or lost event implies (QUEUED → SUCCESS when the
   `started` report never arrived). A request that is illegal *now*, such as cancelling a
   finished instance, is refused by the API with 409 and never reaches the ledger.
+
+"""
+
+
+RUN_RULES = """What moves a run, besides its instances:
+
+- **Cancel.** A cancelled run ends CANCELLED when the cancel stopped at least one instance.
+  If every instance had already ended by itself, the run ends in the state they imply, its
+  reason ending "the cancel came too late"; its publication steps are cancelled anyway, so a
+  cancelled run never publishes.
+- **Override.** An override with `scope: downstream` or `scope: run` is all or nothing: every
+  instance is judged, then all are recorded in one transaction with the run's new state, or
+  none is (409 when they kept moving). `scope: run` reaches the run's tasks, never its
+  publication steps: an override never publishes, a run made SUCCESS publishes through its
+  own steps, and a run whose publication has started cannot be made FAILED.
+- **Clear.** A clear is all or nothing too: the `cleared` decision of every instance in scope
+  and the run's return to RUNNING (its publication to PENDING, when it had moved on) are one
+  transaction, each instance against the version it was judged on. Another writer moving one
+  of them meanwhile records none; the scope is judged again, and 409 if it keeps moving.
+- **Late evidence.** An ended run is not settled again when a late completion changes one of
+  its instances; the alert of 'What the table allows' names it, for an operator to clear.
+  Until then, if its instances now imply another end, `verify` and `doctor` report it as a
+  run whose instances disagree with its events.
+- **Waiting for a publication.** A `wait_for` holds a run's roots CREATED until the other
+  definition's run of the same logical time (minus `lag`) is PUBLISHED, never merely
+  executed. One on a definition that publishes nothing could never end, so applying it is
+  refused ([definitions.md](definitions.md), 'wait_for'). A run still waiting past its
+  `expected_finish` raises a `dependency` alert naming what it waits for; past the wait's
+  `timeout` its roots are UPSTREAM_FAILED, alerted too.
+- **Checked at rest.** `veritask verify` and `doctor` check every run's stored execution and
+  publication states against its run events, and an ended run against its instances
+  ([operations.md](operations.md)).
 
 """
 

@@ -47,7 +47,8 @@ class AlertCategory(StrEnum):
     RETRY_TIMING = "retry_timing"
     """UP_FOR_RETRY past its retry_at."""
     RECONCILIATION = "reconciliation"
-    """LOST, or evidence that stayed inconclusive."""
+    """LOST, evidence that stayed inconclusive, or late evidence that changed a finished
+    instance after decisions were taken on its old state."""
     ENGINE = "engine"
     """CANCEL_FAILED: the engine did not confirm a stop."""
     PLATFORM = "platform"
