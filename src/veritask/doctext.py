@@ -129,7 +129,10 @@ TABLE_RULES = """### What the table allows, and what it does not
   UP_FOR_RETRY and SCHEDULED as attempt N+1.
 - A lease that runs out moves RUNNING to LOST and nowhere else. From LOST the reconciler
   decides on evidence ([scheduling.md](scheduling.md), section 4); a report of the same,
-  unfenced attempt that the lease decision had not seen brings it back to RUNNING.
+  unfenced attempt that the lease decision had not seen brings it back to RUNNING, and so
+  does the engine's answer that the attempt's process runs (a silent worker is not a dead
+  task): that answer renews the lease, and only evidence of an end, or of absence past the
+  evidence window, ends the attempt.
 - A cancel moves it to CANCELLING; CANCELLED when the engine confirms the stop;
   CANCEL_FAILED when it does not within the cancel window. A completion that arrives first
   decides instead, and its reason says the cancel lost the race.
@@ -215,7 +218,12 @@ OUTCOMES_RULES = """## Choices in the rules
 - **LOST is cleared by sequence, not by arrival time.** Worker reports carry a per-attempt
   sequence number; `lease_expired` records the highest one it saw. A report with a higher
   sequence revives the attempt. This means "a report observed after the LOST decision", but
-  it needs no clock comparison between servers.
+  it needs no clock comparison between servers. The engine's word is compared by time
+  instead, both sides being the platform's own decisions: an `engine_observed` saying
+  `running` revives the attempt only when it was recorded after the latest `lease_expired`.
+- **No attempt opens beside one the engine says still runs.** A fenced attempt's successor
+  waits while the engine reports the old one pending or running, and the stop is sent again
+  (and escalated) until the engine says it ended.
 - **A cancel while nothing runs is an instance decision.** Cancelling a CREATED or UP_FOR_RETRY
   instance has no process to stop, so it takes effect at once (CANCELLED, reason "while it
   waited to retry"); a cancel of a running attempt waits for the engine's confirmation.
