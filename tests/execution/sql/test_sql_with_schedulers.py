@@ -25,7 +25,8 @@ from veritask.services.platform import Platform
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
-def definition(statement: str) -> str:
+def definition(statement: str, policy: str = "") -> str:
+    """``policy`` adds lines to the task (indented as its other fields)."""
     return f"""
 name: nightly
 tasks:
@@ -35,7 +36,7 @@ tasks:
     lease: 2s
     evidence_window: 1s
     on_unknown: fail
-"""
+{policy}"""
 
 
 class Cluster:
@@ -62,8 +63,8 @@ class Cluster:
         self.processes.append(process)
         return process
 
-    def trigger(self, statement: str) -> str:
-        triggers.apply_definition(self.db.ledger, definition(statement))
+    def trigger(self, statement: str, policy: str = "") -> str:
+        triggers.apply_definition(self.db.ledger, definition(statement, policy))
         return triggers.trigger(
             self.db.ledger, name="nightly", kind=TriggerKind.MANUAL, actor="operator:test"
         ).run_id
@@ -98,6 +99,17 @@ class Cluster:
             ).scalars()
             return [dict(row) for row in rows]
 
+    def engine_word(self, run_id: str) -> dict[str, object]:
+        """What the server said when the statement ended: the ``completed`` report its watcher
+        made of ``describe``'s answer, or the reconciler's ``engine_observed``."""
+        for report in self.evidence(run_id, "completed"):
+            engine = report.get("engine")
+            assert isinstance(engine, dict), report
+            return {**engine, "error_category": report["error_category"]}
+        observed = self.evidence(run_id, "engine_observed")
+        assert observed, "the end is the engine's word, not a guess"
+        return observed[-1]
+
     def close(self) -> None:
         for process in self.processes:
             if process.poll() is None:
@@ -130,8 +142,7 @@ def test_a_long_statement_survives_every_veritask_process_and_is_reconciled_to_s
     assert state is RunExecutionState.SUCCESS
     assert cluster.db.instances(run_id)["load"].state is InstanceState.SUCCESS
     assert warehouse_query(cluster.warehouse_url, "SELECT count(*) FROM loaded") == [(1,)]
-    observed = cluster.evidence(run_id, "engine_observed")
-    assert observed and observed[-1]["source"] == "sql_marker"
+    assert cluster.engine_word(run_id)["source"] == "sql_marker"
     assert len(cluster.db.attempts(cluster.db.instances(run_id)["load"].id)) == 1
 
 
@@ -161,9 +172,7 @@ def test_a_statement_killed_in_the_server_is_failed_with_the_servers_evidence(
     state, _ = cluster.finished(run_id)
     assert state is RunExecutionState.FAILED
     assert cluster.db.instances(run_id)["load"].state is InstanceState.FAILED
-    observed = cluster.evidence(run_id, "engine_observed")
-    assert observed, "the failure is the engine's word, not a guess"
-    evidence = observed[-1]
+    evidence = cluster.engine_word(run_id)
     assert evidence["engine_state"] == "failed"
     assert evidence["error_category"] == "killed"
     details = evidence.get("details")
