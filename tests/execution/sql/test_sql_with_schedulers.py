@@ -99,6 +99,19 @@ class Cluster:
             ).scalars()
             return [dict(row) for row in rows]
 
+    def last_report_seq(self, instance_id: str) -> int:
+        e = schema.events.c
+        with dialects.read_transaction(self.db.engine) as connection:
+            found = connection.execute(
+                sa.select(sa.func.max(e.seq)).where(e.instance_id == instance_id)
+            ).scalar_one()
+        return int(found or 0)
+
+    def schedulers_registered(self) -> int:
+        with dialects.read_transaction(self.db.engine) as connection:
+            found = connection.execute(sa.select(sa.func.count()).select_from(schema.schedulers))
+            return int(found.scalar_one())
+
     def engine_word(self, run_id: str) -> dict[str, object]:
         """What the server said when the statement ended: the ``completed`` report its watcher
         made of ``describe``'s answer, or the reconciler's ``engine_observed``."""
@@ -197,3 +210,34 @@ def test_a_failed_statement_carries_the_servers_error_as_its_error_message(
     assert attempt.error_message == "division by zero (SQLSTATE 22012)"
     # What a statement cost is the server's to tell, and PostgreSQL tells it to nobody cheaply.
     assert attempt.cpu_user_seconds is None and attempt.peak_rss_bytes is None
+
+
+def test_another_scheduler_takes_up_the_reports_of_a_statement_whose_watcher_died(
+    cluster: Cluster,
+) -> None:
+    first = cluster.start_scheduler()
+    run_id = cluster.trigger("INSERT INTO loaded SELECT 1 FROM pg_sleep(6)")
+    instance = cluster.db.instances(run_id)["load"].id
+    wait_for(
+        lambda: cluster.db.instances(run_id)["load"].state is InstanceState.RUNNING,
+        what="the statement to be reported running",
+        timeout=10,
+    )
+    cluster.start_scheduler()
+    wait_for(lambda: cluster.schedulers_registered() == 2, what="the second scheduler", timeout=15)
+    # The second one's recovery found the attempt RUNNING in the server and watches it too:
+    # without that, nothing would report on it once the first is gone.
+    first.kill()
+    first.wait(timeout=10)
+    beat_at_kill = cluster.last_report_seq(instance)
+    wait_for(
+        lambda: cluster.last_report_seq(instance) > beat_at_kill,
+        what="a report from the scheduler left (a heartbeat, or the completion)",
+        timeout=10,
+    )
+
+    state, _ = cluster.finished(run_id)
+
+    assert state is RunExecutionState.SUCCESS, "not fenced: the server shows it running"
+    assert [a[1] for a in cluster.db.attempts(instance)] == ["SUCCESS"]
+    assert warehouse_query(cluster.warehouse_url, "SELECT count(*) FROM loaded") == [(1,)]
