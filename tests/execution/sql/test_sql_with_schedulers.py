@@ -6,6 +6,8 @@ named by ``VERITASK_SQL_URL_WAREHOUSE``, and looks at the server itself for the 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,13 +101,29 @@ class Cluster:
             ).scalars()
             return [dict(row) for row in rows]
 
-    def last_report_seq(self, instance_id: str) -> int:
-        e = schema.events.c
-        with dialects.read_transaction(self.db.engine) as connection:
-            found = connection.execute(
-                sa.select(sa.func.max(e.seq)).where(e.instance_id == instance_id)
-            ).scalar_one()
-        return int(found or 0)
+    def sender(
+        self, run_id: str, processes: list[subprocess.Popen[bytes]]
+    ) -> subprocess.Popen[bytes]:
+        """The scheduler process holding the connection that sent the run's statement: the
+        one whose socket has the backend's client port (``/proc/net/tcp``)."""
+        instance = self.db.instances(run_id)["load"].id
+        name = markers.AttemptName(instance, 1).application_name
+        ((port,),) = warehouse_query(
+            self.warehouse_url,
+            f"SELECT client_port FROM pg_stat_activity WHERE application_name = '{name}'",
+        )
+        inodes = set()
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{fields[9]}]")
+        for process in processes:
+            for fd in Path(f"/proc/{process.pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd) in inodes:
+                        return process
+        raise AssertionError(f"no scheduler holds the connection from port {port}")
 
     def schedulers_registered(self) -> int:
         with dialects.read_transaction(self.db.engine) as connection:
@@ -215,29 +233,21 @@ def test_a_failed_statement_carries_the_servers_error_as_its_error_message(
 def test_another_scheduler_takes_up_the_reports_of_a_statement_whose_watcher_died(
     cluster: Cluster,
 ) -> None:
-    first = cluster.start_scheduler()
+    schedulers = [cluster.start_scheduler(), cluster.start_scheduler()]
+    wait_for(lambda: cluster.schedulers_registered() == 2, what="both schedulers")
     run_id = cluster.trigger("INSERT INTO loaded SELECT 1 FROM pg_sleep(6)")
     instance = cluster.db.instances(run_id)["load"].id
     wait_for(
         lambda: cluster.db.instances(run_id)["load"].state is InstanceState.RUNNING,
         what="the statement to be reported running",
-        timeout=10,
     )
-    cluster.start_scheduler()
-    wait_for(lambda: cluster.schedulers_registered() == 2, what="the second scheduler", timeout=15)
-    # The second one's recovery found the attempt RUNNING in the server and watches it too:
-    # without that, nothing would report on it once the first is gone.
-    first.kill()
-    first.wait(timeout=10)
-    beat_at_kill = cluster.last_report_seq(instance)
-    wait_for(
-        lambda: cluster.last_report_seq(instance) > beat_at_kill,
-        what="a report from the scheduler left (a heartbeat, or the completion)",
-        timeout=10,
-    )
+    watcher = cluster.sender(run_id, schedulers)
+    watcher.kill()  # it sent the statement and watched it; the other one never looked
+    watcher.wait(timeout=10)
 
     state, _ = cluster.finished(run_id)
 
     assert state is RunExecutionState.SUCCESS, "not fenced: the server shows it running"
+    assert cluster.evidence(run_id, "lease_expired"), "the lease lapsed with the watcher"
     assert [a[1] for a in cluster.db.attempts(instance)] == ["SUCCESS"]
     assert warehouse_query(cluster.warehouse_url, "SELECT count(*) FROM loaded") == [(1,)]

@@ -242,6 +242,9 @@ class SqlExecutor:
         shows, until the statement ends."""
         answer = _Answer(runner) if runner is not None else None
         watch = _Watch(reports.Reporter(spec), target.connection, spec.heartbeat_interval)
+        # One connection for the whole watch, opened again after an error: a warehouse counts
+        # its connections.
+        conn: psycopg.Connection[dict[str, object]] | None = None
         try:
             while True:
                 pause = watch.pause()
@@ -252,14 +255,19 @@ class SqlExecutor:
                 else:
                     time.sleep(pause)
                 try:
-                    with self._connect(target.connection) as conn:
-                        server = conn.execute(markers.READ_SERVER).fetchone() or {}
-                        observation = _describe(conn, target)
+                    conn = conn or self._open(target.connection)
+                    server = conn.execute(markers.READ_SERVER).fetchone() or {}
+                    observation = _describe(conn, target)
                     if watch.saw(observation, server, answered=answer is None):
                         return
                 except (psycopg.Error, errors.ExecutorError) as exc:
                     log.warning("could not look at %s: %s", target.external_id, exc)
+                    if conn is not None:
+                        conn.close()
+                        conn = None
         finally:
+            if conn is not None:
+                conn.close()
             if answer is not None:
                 answer.close()
             watch.close()
@@ -337,19 +345,27 @@ class SqlExecutor:
 
     @contextlib.contextmanager
     def _connect(self, connection: str) -> Iterator[psycopg.Connection[dict[str, object]]]:
-        with psycopg.connect(
+        with self._open(connection) as conn:
+            yield conn
+
+    def _open(self, connection: str) -> psycopg.Connection[dict[str, object]]:
+        conn = psycopg.connect(
             self._url(connection),
             autocommit=True,
             row_factory=dict_row,
             application_name="veritask-sql-executor",
             connect_timeout=CONNECT_TIMEOUT_SECONDS,
-        ) as conn:
+        )
+        try:
             if connection not in self._prepared:
                 with conn.transaction():
                     conn.execute(markers.CREATE_TABLES)
                 with self._lock:
                     self._prepared.add(connection)
-            yield conn
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
 
 class _Answer:
