@@ -319,3 +319,17 @@ class SubmittingMany(Protocol):
         or the ``ExecutorError`` it would have raised. One attempt's error is its own: the
         others are submitted all the same."""
         ...
+
+
+@runtime_checkable
+class Resuming(Protocol):
+    """An executor whose engine runs the work with no worker of ours beside it (a SQL server),
+    so a Veritask process watches the engine and reports for the attempt. When the process
+    that watched it died, the reconciler of another hands the attempt's spec (and its token)
+    to ``resume``, and the reports go on."""
+
+    def resume(self, *, spec: AttemptSpec) -> bool:
+        """Watch and report on the attempt if its engine still runs it; True if this process
+        watches it now (it may have already). Raises ``ExecutorError`` when the engine cannot
+        be asked, or holds the attempt under another token."""
+        ...

@@ -34,6 +34,23 @@ class StartedEvidence(TypedDict):
     pgid: int
 
 
+class SqlStartedEvidence(TypedDict):
+    """A SQL attempt's start, as the server shows it (``execution/sql``)."""
+
+    worker: str
+    """``sql:<connection>``: no worker of ours runs it."""
+    host: str
+    """The server's address."""
+    pid: int
+    """The backend's pid."""
+    backend_start: str
+    """When the backend started: pid + this is unique on the server."""
+    query_start: str | None
+    """When the backend began the attempt's script (``pg_stat_activity``)."""
+    server: jsontypes.JSONObject
+    """The server's identity: system identifier, address, port, database, start time."""
+
+
 class HeartbeatEvidence(TypedDict):
     pass
 
@@ -66,6 +83,9 @@ class CompletedEvidence(TypedDict):
     """The same in the kernel."""
     peak_rss_bytes: NotRequired[int]
     """The largest resident set of the task's process or of a child it waited for."""
+    engine: NotRequired[jsontypes.JSONObject]
+    """What the engine said when the attempt ended, where no worker of ours saw it end (a SQL
+    statement): state, source, engine id and details, as ``describe`` answered."""
 
 
 class OutputCommittedEvidence(TypedDict):
@@ -84,7 +104,7 @@ class _Envelope(TypedDict):
 
 class StartedEvent(_Envelope):
     kind: Literal["started"]
-    evidence: StartedEvidence
+    evidence: StartedEvidence | SqlStartedEvidence
 
 
 class HeartbeatEvent(_Envelope):
@@ -112,6 +132,7 @@ WorkerEvent: TypeAlias = (
 )
 Evidence: TypeAlias = (
     StartedEvidence
+    | SqlStartedEvidence
     | HeartbeatEvidence
     | ProgressEvidence
     | CompletedEvidence

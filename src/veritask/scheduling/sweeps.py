@@ -49,6 +49,8 @@ _EVERYTHING = (*_RECONCILED_STATES, InstanceState.RUNNING)
 #: A backlog of thousands waiting in a broker is not read again every second.
 _MONITORED = (InstanceState.RUNNING, InstanceState.LOST)
 _STILL_RUNNING = (EngineState.PENDING, EngineState.RUNNING)
+#: The attempts whose reports an executor that reports for its engine may take up.
+_RESUMABLE = (AttemptState.QUEUED, AttemptState.RUNNING, AttemptState.LOST)
 
 
 class Sweeper:
@@ -256,6 +258,8 @@ class Sweeper:
             if queued_at is None or now - queued_at < self.settings.queued_check:
                 return 0
         observation = self._describe(current.executor, current.external_id, context, snapshot, now)
+        if self._resume(snapshot, context, observation) and current.state is AttemptState.LOST:
+            return 0  # the engine runs it, and its reports go on from here: not lost
         result = decide.reconcile(
             snapshot, policy, observation, now=now, next_id=dispatch.new_event_id
         )
@@ -401,6 +405,38 @@ class Sweeper:
         created = snapshot.facts.created
         key = created.evidence.get("task_key") if created else None
         return key if isinstance(key, str) and key in context.tasks else None
+
+    def _resume(
+        self,
+        snapshot: InstanceSnapshot,
+        context: dispatch.RunContext,
+        observation: decide.Observation | None,
+    ) -> bool:
+        """Let an executor that reports for its engine (``port.Resuming``) take up the reports
+        of an attempt its engine still runs; True if it reports on it now."""
+        current = snapshot.current
+        running = observation is not None and observation.engine_state in _STILL_RUNNING
+        if current is None or not running or current.state not in _RESUMABLE:
+            return False
+        executor = self._executor(current.executor, context, snapshot)
+        facts = snapshot.facts.attempt(snapshot.epoch)
+        task_key = self._task_key(snapshot, context)
+        if not isinstance(executor, port.Resuming) or facts is None or facts.opened is None:
+            return False
+        nonce = facts.opened.evidence.get("nonce")
+        if not isinstance(nonce, str) or task_key is None:
+            return False
+        opened = dispatch.Opened(snapshot.instance_id, snapshot.epoch, task_key, nonce)
+        try:
+            return executor.resume(spec=self.dispatcher.spec(context, opened))
+        except (ExecutorError, ValueError) as exc:
+            log.warning(
+                "resuming the reports of %s failed: %s",
+                current.external_id,
+                exc,
+                extra={"run_id": context.run_id, "instance_id": snapshot.instance_id},
+            )
+            return False
 
     def _resubmit(self, snapshot: InstanceSnapshot, context: dispatch.RunContext) -> int:
         """Submit the open attempt again (idempotently) with the token it was opened with."""

@@ -6,6 +6,8 @@ named by ``VERITASK_SQL_URL_WAREHOUSE``, and looks at the server itself for the 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +27,8 @@ from veritask.services.platform import Platform
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
-def definition(statement: str) -> str:
+def definition(statement: str, policy: str = "") -> str:
+    """``policy`` adds lines to the task (indented as its other fields)."""
     return f"""
 name: nightly
 tasks:
@@ -35,7 +38,7 @@ tasks:
     lease: 2s
     evidence_window: 1s
     on_unknown: fail
-"""
+{policy}"""
 
 
 class Cluster:
@@ -62,8 +65,8 @@ class Cluster:
         self.processes.append(process)
         return process
 
-    def trigger(self, statement: str) -> str:
-        triggers.apply_definition(self.db.ledger, definition(statement))
+    def trigger(self, statement: str, policy: str = "") -> str:
+        triggers.apply_definition(self.db.ledger, definition(statement, policy))
         return triggers.trigger(
             self.db.ledger, name="nightly", kind=TriggerKind.MANUAL, actor="operator:test"
         ).run_id
@@ -98,6 +101,46 @@ class Cluster:
             ).scalars()
             return [dict(row) for row in rows]
 
+    def sender(
+        self, run_id: str, processes: list[subprocess.Popen[bytes]]
+    ) -> subprocess.Popen[bytes]:
+        """The scheduler process holding the connection that sent the run's statement: the
+        one whose socket has the backend's client port (``/proc/net/tcp``)."""
+        instance = self.db.instances(run_id)["load"].id
+        name = markers.AttemptName(instance, 1).application_name
+        ((port,),) = warehouse_query(
+            self.warehouse_url,
+            f"SELECT client_port FROM pg_stat_activity WHERE application_name = '{name}'",
+        )
+        inodes = set()
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{fields[9]}]")
+        for process in processes:
+            for fd in Path(f"/proc/{process.pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd) in inodes:
+                        return process
+        raise AssertionError(f"no scheduler holds the connection from port {port}")
+
+    def schedulers_registered(self) -> int:
+        with dialects.read_transaction(self.db.engine) as connection:
+            found = connection.execute(sa.select(sa.func.count()).select_from(schema.schedulers))
+            return int(found.scalar_one())
+
+    def engine_word(self, run_id: str) -> dict[str, object]:
+        """What the server said when the statement ended: the ``completed`` report its watcher
+        made of ``describe``'s answer, or the reconciler's ``engine_observed``."""
+        for report in self.evidence(run_id, "completed"):
+            engine = report.get("engine")
+            assert isinstance(engine, dict), report
+            return {**engine, "error_category": report["error_category"]}
+        observed = self.evidence(run_id, "engine_observed")
+        assert observed, "the end is the engine's word, not a guess"
+        return observed[-1]
+
     def close(self) -> None:
         for process in self.processes:
             if process.poll() is None:
@@ -130,8 +173,7 @@ def test_a_long_statement_survives_every_veritask_process_and_is_reconciled_to_s
     assert state is RunExecutionState.SUCCESS
     assert cluster.db.instances(run_id)["load"].state is InstanceState.SUCCESS
     assert warehouse_query(cluster.warehouse_url, "SELECT count(*) FROM loaded") == [(1,)]
-    observed = cluster.evidence(run_id, "engine_observed")
-    assert observed and observed[-1]["source"] == "sql_marker"
+    assert cluster.engine_word(run_id)["source"] == "sql_marker"
     assert len(cluster.db.attempts(cluster.db.instances(run_id)["load"].id)) == 1
 
 
@@ -161,9 +203,7 @@ def test_a_statement_killed_in_the_server_is_failed_with_the_servers_evidence(
     state, _ = cluster.finished(run_id)
     assert state is RunExecutionState.FAILED
     assert cluster.db.instances(run_id)["load"].state is InstanceState.FAILED
-    observed = cluster.evidence(run_id, "engine_observed")
-    assert observed, "the failure is the engine's word, not a guess"
-    evidence = observed[-1]
+    evidence = cluster.engine_word(run_id)
     assert evidence["engine_state"] == "failed"
     assert evidence["error_category"] == "killed"
     details = evidence.get("details")
@@ -188,3 +228,26 @@ def test_a_failed_statement_carries_the_servers_error_as_its_error_message(
     assert attempt.error_message == "division by zero (SQLSTATE 22012)"
     # What a statement cost is the server's to tell, and PostgreSQL tells it to nobody cheaply.
     assert attempt.cpu_user_seconds is None and attempt.peak_rss_bytes is None
+
+
+def test_another_scheduler_takes_up_the_reports_of_a_statement_whose_watcher_died(
+    cluster: Cluster,
+) -> None:
+    schedulers = [cluster.start_scheduler(), cluster.start_scheduler()]
+    wait_for(lambda: cluster.schedulers_registered() == 2, what="both schedulers")
+    run_id = cluster.trigger("INSERT INTO loaded SELECT 1 FROM pg_sleep(6)")
+    instance = cluster.db.instances(run_id)["load"].id
+    wait_for(
+        lambda: cluster.db.instances(run_id)["load"].state is InstanceState.RUNNING,
+        what="the statement to be reported running",
+    )
+    watcher = cluster.sender(run_id, schedulers)
+    watcher.kill()  # it sent the statement and watched it; the other one never looked
+    watcher.wait(timeout=10)
+
+    state, _ = cluster.finished(run_id)
+
+    assert state is RunExecutionState.SUCCESS, "not fenced: the server shows it running"
+    assert cluster.evidence(run_id, "lease_expired"), "the lease lapsed with the watcher"
+    assert [a[1] for a in cluster.db.attempts(instance)] == ["SUCCESS"]
+    assert warehouse_query(cluster.warehouse_url, "SELECT count(*) FROM loaded") == [(1,)]

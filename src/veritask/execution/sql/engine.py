@@ -6,6 +6,12 @@ process that sent it dies, the backend runs the script to its end all the same. 
 needs nothing the executor remembers: the backend is found in ``pg_stat_activity`` by its
 application name (``markers.AttemptName``), and the outcome in the marker tables.
 
+No worker runs the statement either: the thread that reads the answer also watches the server
+and reports for the attempt (``reports``): ``started`` when the claim commits (the statement's
+start, by the server's clock), phases, heartbeats, and ``completed`` with ``describe``'s answer
+when it ends. If that process dies, another that holds the attempt's token takes the watching
+over (``resume``).
+
 The external id is ``sql:<connection>:<instance_id>/<attempt_no>``.
 """
 
@@ -16,6 +22,7 @@ import logging
 import os
 import select
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -24,11 +31,16 @@ import psycopg
 from psycopg import pq
 from psycopg.rows import dict_row
 
+from veritask.core import jsontypes
 from veritask.execution import errors, port, secrets
-from veritask.execution.sql import connections, markers
+from veritask.execution.sql import connections, markers, reports
 
 EXTERNAL_ID_PREFIX = "sql:"
 CONNECT_TIMEOUT_SECONDS = 5
+#: How often a watcher looks at the server before the statement starts (a start is reported
+#: this late at most), and after (an end is, when this process did not send the statement).
+WATCH_BEFORE_START_SECONDS = 0.1
+WATCH_WHILE_RUNNING_SECONDS = 0.5
 log = logging.getLogger(__name__)
 
 #: SQLSTATEs the server reports when it stopped a statement, and what stopped it.
@@ -68,8 +80,8 @@ class SqlExecutor:
         self._secret_providers = secret_providers
         self._lock = threading.Lock()
         self._prepared: set[str] = set()
-        #: Attempts this process sent and whose answer it still reads, by attempt key.
-        self._in_flight: dict[str, threading.Thread] = {}
+        #: Attempts this process watches (it sent them, or took them over), by attempt key.
+        self._watching: dict[str, threading.Thread] = {}
         # Attempts being submitted by a thread of this process right now: a copy submitted at
         # the same moment answers "not created" instead of sending a second script.
         self._submitting: set[str] = set()
@@ -110,10 +122,33 @@ class SqlExecutor:
                 for statement in markers.FORGET:
                     conn.execute(statement, {"key": target.name.key})
 
-    def wait_for_answers(self, timeout: float) -> None:
-        """Wait until this process has read the answers of what it sent (tests, shutdown)."""
+    def resume(self, *, spec: port.AttemptSpec) -> bool:
+        """Watch and report on an attempt the server runs that no process of ours watches any
+        more (the one that sent it died); True if this process watches it now."""
+        if not isinstance(spec.task, port.SqlStatement):
+            return False
+        target = _Target(
+            spec.task.connection, markers.AttemptName(spec.instance_id, spec.attempt_no)
+        )
         with self._lock:
-            threads = list(self._in_flight.values())
+            if target.name.key in self._watching:
+                return True
+        with _server_errors(target.external_id), self._connect(target.connection) as conn:
+            row = _read_attempt(conn, target.name)
+            digest = row["token_digest"]
+            if digest is not None and digest != markers.token_digest(spec.attempt_token):
+                raise errors.ExecutorError(
+                    f"attempt {target.name.key} runs with another attempt token",
+                    retryable=False,
+                )
+            if not _activity(conn, target.name):
+                return False  # ended: describe tells how
+        return self._watch(spec, target, None)
+
+    def wait_for_answers(self, timeout: float) -> None:
+        """Wait until this process has seen the end of what it watches (tests, shutdown)."""
+        with self._lock:
+            threads = list(self._watching.values())
         for thread in threads:
             thread.join(timeout)
 
@@ -124,7 +159,7 @@ class SqlExecutor:
     ) -> port.Submission:
         key = target.name.key
         with self._lock:
-            if key in self._in_flight or key in self._submitting:
+            if key in self._watching or key in self._submitting:
                 return port.Submission(target.external_id, created=False)
             self._submitting.add(key)
         try:
@@ -171,57 +206,83 @@ class SqlExecutor:
             raise
         # Another process (a second scheduler) may have sent it too: the claim's primary key
         # lets one of the two run, and the other ends before any work.
-        reader = threading.Thread(
-            target=self._read_answer,
-            args=(runner, target),
-            name=f"sql-answer-{key}",
+        self._watch(spec, target, runner)
+        return port.Submission(target.external_id, created=True)
+
+    # --- watching -----------------------------------------------------------------------
+
+    def _watch(
+        self,
+        spec: port.AttemptSpec,
+        target: _Target,
+        runner: psycopg.Connection[tuple[object, ...]] | None,
+    ) -> bool:
+        watcher = threading.Thread(
+            target=self._follow,
+            args=(spec, target, runner),
+            name=f"sql-watch-{target.name.key}",
             daemon=True,
         )
         with self._lock:
-            self._in_flight[key] = reader
-        reader.start()
-        return port.Submission(target.external_id, created=True)
+            if target.name.key in self._watching:
+                if runner is not None:
+                    runner.close()
+                return True
+            self._watching[target.name.key] = watcher
+        watcher.start()
+        return True
 
-    def _read_answer(self, runner: psycopg.Connection[tuple[object, ...]], target: _Target) -> None:
-        """Read the script's answer; record the server's error, if any, beside the claim.
-
-        Only evidence is lost when this process dies first: without the error, ``describe``
-        still knows the work did not commit (no completion marker, no backend).
-        """
-        sqlstate: str | None = None
-        message: str | None = None
+    def _follow(
+        self,
+        spec: port.AttemptSpec,
+        target: _Target,
+        runner: psycopg.Connection[tuple[object, ...]] | None,
+    ) -> None:
+        """Read the script's answer (if this process sent it) and report what the server
+        shows, until the statement ends."""
+        answer = _Answer(runner) if runner is not None else None
+        watch = _Watch(reports.Reporter(spec), target.connection, spec.heartbeat_interval)
+        # One connection for the whole watch, opened again after an error: a warehouse counts
+        # its connections.
+        conn: psycopg.Connection[dict[str, object]] | None = None
         try:
-            pgconn = runner.pgconn
             while True:
-                select.select([pgconn.socket], [], [], 1.0)
-                pgconn.consume_input()
-                finished = False
-                while not pgconn.is_busy():
-                    result = pgconn.get_result()
-                    if result is None:
-                        finished = True
-                        break
-                    if result.status == pq.ExecStatus.FATAL_ERROR and sqlstate is None:
-                        sqlstate = _text(result.error_field(pq.DiagnosticField.SQLSTATE))
-                        message = _text(result.error_field(pq.DiagnosticField.MESSAGE_PRIMARY))
-                if finished:
-                    break
-        except (psycopg.Error, OSError) as exc:
-            if sqlstate is None:
-                message = message or str(exc) or "the connection to the server was lost"
-                sqlstate = "08006"  # connection_failure: the server ended the session
+                pause = watch.pause()
+                if answer is not None:
+                    if answer.read(pause):
+                        self._record_error(target, answer)
+                        answer = None
+                else:
+                    time.sleep(pause)
+                try:
+                    conn = conn or self._open(target.connection)
+                    server = conn.execute(markers.READ_SERVER).fetchone() or {}
+                    observation = _describe(conn, target)
+                    if watch.saw(observation, server, answered=answer is None):
+                        return
+                except (psycopg.Error, errors.ExecutorError) as exc:
+                    log.warning("could not look at %s: %s", target.external_id, exc)
+                    if conn is not None:
+                        conn.close()
+                        conn = None
         finally:
-            runner.close()
+            if conn is not None:
+                conn.close()
+            if answer is not None:
+                answer.close()
+            watch.close()
             with self._lock:
-                self._in_flight.pop(target.name.key, None)
-        if sqlstate is None:
+                self._watching.pop(target.name.key, None)
+
+    def _record_error(self, target: _Target, answer: _Answer) -> None:
+        """Keep the server's error beside the claim. Only evidence is lost when this process
+        dies first: without it, ``describe`` still knows the work did not commit."""
+        if answer.sqlstate is None:
             return
         try:
             with self._connect(target.connection) as conn:
-                conn.execute(
-                    markers.RECORD_ERROR,
-                    {"key": target.name.key, "sqlstate": sqlstate, "message": message},
-                )
+                values = {"sqlstate": answer.sqlstate, "message": answer.message}
+                conn.execute(markers.RECORD_ERROR, {"key": target.name.key, **values})
         except psycopg.Error as exc:
             log.warning("could not record the error of %s: %s", target.external_id, exc)
 
@@ -284,19 +345,148 @@ class SqlExecutor:
 
     @contextlib.contextmanager
     def _connect(self, connection: str) -> Iterator[psycopg.Connection[dict[str, object]]]:
-        with psycopg.connect(
+        with self._open(connection) as conn:
+            yield conn
+
+    def _open(self, connection: str) -> psycopg.Connection[dict[str, object]]:
+        conn = psycopg.connect(
             self._url(connection),
             autocommit=True,
             row_factory=dict_row,
             application_name="veritask-sql-executor",
             connect_timeout=CONNECT_TIMEOUT_SECONDS,
-        ) as conn:
+        )
+        try:
             if connection not in self._prepared:
                 with conn.transaction():
                     conn.execute(markers.CREATE_TABLES)
                 with self._lock:
                     self._prepared.add(connection)
-            yield conn
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+
+class _Answer:
+    """The answer to the script, read from the connection that sent it."""
+
+    def __init__(self, runner: psycopg.Connection[tuple[object, ...]]) -> None:
+        self._runner = runner
+        self.sqlstate: str | None = None
+        self.message: str | None = None
+
+    def read(self, timeout: float) -> bool:
+        """Read what came within ``timeout``; True once the whole answer is in."""
+        pgconn = self._runner.pgconn
+        try:
+            select.select([pgconn.socket], [], [], timeout)
+            pgconn.consume_input()
+            while not pgconn.is_busy():
+                result = pgconn.get_result()
+                if result is None:
+                    self.close()
+                    return True
+                if result.status == pq.ExecStatus.FATAL_ERROR and self.sqlstate is None:
+                    self.sqlstate = _text(result.error_field(pq.DiagnosticField.SQLSTATE))
+                    self.message = _text(result.error_field(pq.DiagnosticField.MESSAGE_PRIMARY))
+        except (psycopg.Error, OSError) as exc:
+            if self.sqlstate is None:
+                self.message = self.message or str(exc) or "the connection to the server was lost"
+                self.sqlstate = "08006"  # connection_failure: the server ended the session
+            self.close()
+            return True
+        return False
+
+    def close(self) -> None:
+        self._runner.close()
+
+
+class _Watch:
+    """What one watcher has reported of an attempt, and what it reports next."""
+
+    def __init__(self, reporter: reports.Reporter, connection: str, beat: timedelta) -> None:
+        self.reporter = reporter
+        self.connection = connection
+        self.beat_seconds = beat.total_seconds()
+        self.started_at: datetime | None = None
+        self.beat_due = 0.0
+
+    def pause(self) -> float:
+        if self.started_at is None:
+            return WATCH_BEFORE_START_SECONDS
+        return min(WATCH_WHILE_RUNNING_SECONDS, self.beat_seconds)
+
+    def saw(
+        self, observation: port.Observation, server: Mapping[str, object], *, answered: bool
+    ) -> bool:
+        """Report what ``observation`` shows; True when there is nothing left to watch."""
+        now = _time(server.get("now"))
+        if observation.started_at is not None and self.started_at is None:
+            self._report_start(observation, server)
+        if observation.ended or observation.engine_state is port.EngineState.NOT_FOUND:
+            if not answered:
+                return False  # this process sent it: its answer (the error) comes first
+            if self.started_at is not None:
+                self._report_end(observation, now)
+            # Never claimed: cancelled before it started, or never run; the reconciler asks.
+            return True
+        if self.started_at is not None and time.monotonic() >= self.beat_due:
+            seq = reports.clock_seq(self.started_at, now)
+            self.reporter.send("heartbeat", {}, seq=seq, event_time=now)
+            self.beat_due = time.monotonic() + self.beat_seconds
+        return False
+
+    def _report_start(self, observation: port.Observation, server: Mapping[str, object]) -> None:
+        started_at = observation.started_at
+        if started_at is None:
+            return
+        details = observation.details
+        query_start = details.get("query_start")
+        identity: dict[str, jsontypes.JSONValue] = {
+            key: _json(server.get(key))
+            for key in ("system_identifier", "address", "port", "database", "started_at", "version")
+        }
+        evidence = reports.started_evidence(
+            connection=self.connection,
+            server=identity,
+            backend_pid=_int(details.get("backend_pid")),
+            backend_start=datetime.fromisoformat(str(details.get("backend_start"))),
+            query_start=None if query_start is None else datetime.fromisoformat(str(query_start)),
+        )
+        self.reporter.send("started", evidence, seq=reports.STARTED_SEQ, event_time=started_at)
+        self.reporter.send(
+            "progress",
+            reports.progress_evidence(reports.EXECUTING),
+            seq=reports.EXECUTING_SEQ,
+            event_time=started_at,
+        )
+        self.started_at = started_at
+        self.beat_due = time.monotonic() + self.beat_seconds
+
+    def _report_end(self, observation: port.Observation, now: datetime) -> None:
+        started_at = self.started_at
+        if started_at is None:
+            return
+        seq = reports.clock_seq(started_at, now)
+        ended_at = observation.ended_at or now
+        if observation.engine_state is port.EngineState.SUCCEEDED:
+            # Its output and its completion marker were committed together, at ``ended_at``.
+            writing = reports.progress_evidence(reports.WRITING_RESULTS)
+            self.reporter.send("progress", writing, seq=seq, event_time=ended_at)
+        completed = reports.completed_evidence(observation)
+        self.reporter.send("completed", completed, seq=seq + 1, event_time=max(ended_at, now))
+
+    def close(self) -> None:
+        self.reporter.close()
+
+
+def _json(value: object) -> jsontypes.JSONValue:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
 
 
 def _read_attempt(
@@ -344,6 +534,7 @@ def _describe(conn: psycopg.Connection[dict[str, object]], target: _Target) -> p
     observe.engine_id = f"{target.connection}:{pid}:{_time(row['backend_start']).isoformat()}"
     observe.started_at = _time(row["started_at"])
     details.update(backend_pid=pid, error_sqlstate=_str(row["error_sqlstate"]))
+    details["backend_start"] = _time(row["backend_start"]).isoformat()
     details["error_message"] = _str(row["error_message"])
     own = [b for b in backends if b["pid"] == pid and b["backend_start"] == row["backend_start"]]
     if row["ended_at"] is not None:
@@ -355,6 +546,9 @@ def _describe(conn: psycopg.Connection[dict[str, object]], target: _Target) -> p
         )
     if own and own[0]["state"] in ("active", "idle in transaction"):
         details.update(backend_state=_str(own[0]["state"]), wait_event=_str(own[0]["wait_event"]))
+        query_start = own[0]["query_start"]
+        if isinstance(query_start, datetime):
+            details["query_start"] = query_start.isoformat()
         return observe.make(port.EngineState.RUNNING, port.ObservationSource.SQL_ACTIVITY)
     details["backend_alive"] = bool(own)
     if own:

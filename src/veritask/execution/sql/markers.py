@@ -72,6 +72,14 @@ FROM pg_stat_activity WHERE application_name = %(application_name)s
 ORDER BY backend_start
 """
 
+#: The server itself, as a started report names it, and its clock (reports are numbered by it).
+READ_SERVER = """
+SELECT (SELECT system_identifier::text FROM pg_control_system()) AS system_identifier,
+       host(inet_server_addr()) AS address, inet_server_port() AS port,
+       current_database() AS database, pg_postmaster_start_time() AS started_at,
+       current_setting('server_version') AS version, clock_timestamp() AS now
+"""
+
 REQUEST_CANCEL = """
 INSERT INTO veritask.sql_cancels (attempt_key, requested_at) VALUES (%(key)s, now())
 ON CONFLICT (attempt_key) DO UPDATE SET requested_at = veritask.sql_cancels.requested_at
@@ -147,7 +155,10 @@ def script(
             sql.Literal(grace.total_seconds()),
         ]
     )
-    timeout_ms = 0 if timeout is None else max(1, int(timeout.total_seconds() * 1000))
+    # The platform stops the statement at its timeout (cancel, then terminate after the grace
+    # period); the server's own limit, later, stops it when no Veritask process is left to ask.
+    backstop = None if timeout is None else timeout + grace
+    timeout_ms = 0 if backstop is None else max(1, int(backstop.total_seconds() * 1000))
     parts = [
         sql.SQL("SET client_min_messages = error"),
         sql.SQL("SET client_connection_check_interval = 0"),
