@@ -9,6 +9,7 @@ one that converges to the engine's truth without running anything twice.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -36,7 +37,7 @@ from tests.scheduling.harness import (
     worker_of,
 )
 from tests.scheduling.workload import assert_converged, executions, marked, mixed_definition
-from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
+from veritask.core.states import PROCESSES_ENDED, InstanceState, RunExecutionState, TriggerKind
 from veritask.execution import layout, local, port, records
 from veritask.execution.worker import is_worked_on
 from veritask.ledger import dialects, schema
@@ -49,6 +50,10 @@ pytestmark = pytest.mark.slow
 
 #: Kill-and-restart iterations in the default suite; ``make soak`` runs many more.
 KILL_ITERATIONS = int(os.environ.get("VERITASK_SOAK_ITERATIONS", "20"))
+#: Frozen-worker iterations in the default suite; ``make soak`` runs as many as it kills.
+FREEZE_ITERATIONS = int(os.environ.get("VERITASK_SOAK_ITERATIONS", "3"))
+#: A quick grace period for the frozen-worker tests: the escalation takes two of them.
+QUICK_GRACE = timedelta(seconds=0.3)
 
 
 class ForgetfulExecutor(local.LocalExecutor):
@@ -65,6 +70,13 @@ class DeafExecutor(local.LocalExecutor):
 
     def cancel(self, *, external_id: str) -> None:
         return None
+
+
+class QuickStopExecutor(local.LocalExecutor):
+    """The local engine with a short grace period between a stop's signals."""
+
+    def submit(self, *, spec: port.AttemptSpec) -> port.Submission:
+        return super().submit(spec=dataclasses.replace(spec, grace_period=QUICK_GRACE))
 
 
 def _stop_worker(harness: Harness, instance_id: str, attempt_no: int) -> records.ProcessRecord:
@@ -539,3 +551,75 @@ tasks:
     late = [e for e in harness.history(work.id) if e.kind == "completed" and e.attempt_no == 1]
     assert [e.outcome for e in late] == ["stale"]
     assert not [m for c, m, i in harness.alerts() if c == "engine" and i == work.id]
+
+
+# -- frozen workers ------------------------------------------------------------------------
+
+
+def _exclusive(lock: Path, body: str) -> str:
+    """``body`` holding ``lock`` for as long as any process it starts lives (the descriptor
+    is inherited, and a zombie holds none); ``overlap`` is written beside it when another
+    process of the same task held it at the start."""
+    return (
+        f'exec 9>>{lock}; flock -n 9 || echo "$VERITASK_ATTEMPT_NO" >> {lock}.overlap; '
+        f"flock 9; {body}"
+    )
+
+
+def test_a_timeout_on_a_frozen_worker_stops_its_task_group_before_the_retry(
+    make_harness: MakeHarness, tmp_path: Path
+) -> None:
+    """The worker, frozen, never acts on the stop: the repeated cancel stops the task's group
+    past the grace period, the engine sees no process of it left, the stop is confirmed and
+    the retry starts once the old task ended."""
+    harness = make_harness(executor_class=QuickStopExecutor)
+    marker, lock = tmp_path / "marker", tmp_path / "lock"
+    body = 'if [ "$VERITASK_ATTEMPT_NO" = 1 ]; then sleep 30; else sleep 0.1; fi'
+    harness.apply(
+        f"""\
+name: frozen_timeout
+concurrency: allow
+tasks:
+  work:
+    run: {json.dumps(marked(marker, _exclusive(lock, body)))}
+    timeout: 1s
+    lease: 10s
+    retry: {{max_retries: 1, backoff: fixed, delay: 0.1s, jitter: 0}}
+"""
+    )
+    for _ in range(FREEZE_ITERATIONS):
+        run_id = harness.trigger("frozen_timeout")
+        harness.until(harness.state_is(run_id, "work", I.RUNNING), what="attempt 1 to run")
+        work = harness.instances(run_id)["work"]
+        worker = _stop_worker(harness, work.id, 1)
+        try:
+            state, reason = harness.finish(run_id)
+        finally:
+            signal_worker(worker, signal.SIGCONT)
+
+        assert state is R.SUCCESS, reason
+        assert [(n, s) for n, s, *_ in harness.attempts(work.id)] == [
+            (1, "TIMEOUT"),
+            (2, "SUCCESS"),
+        ]
+        confirmed = [e for e in harness.history(work.id) if e.kind == "cancel_confirmed"]
+        assert [(e.actor, e.attempt_no) for e in confirmed] == [("reconciler", 1)]
+        [engine] = _engine_details(harness, work.id, "cancel_confirmed")
+        assert engine["worker_stopped"] is True and engine[PROCESSES_ENDED] is True
+        ran = executions(marker)
+        assert ran[(work.id, 1)].starts == ran[(work.id, 2)].starts == 1
+        assert ran[(work.id, 2)].started_ns > ran[(work.id, 1)].started_ns
+    assert not (tmp_path / "lock.overlap").exists(), "a retry ran beside its old task"
+    harness.assert_snapshots_are_folds()
+
+
+def _engine_details(harness: Harness, instance_id: str, kind: str) -> list[dict[str, object]]:
+    """The engine's details in the evidence of the instance's events of ``kind``."""
+    e = schema.events.c
+    with dialects.read_transaction(harness.engine) as connection:
+        found = connection.execute(
+            sa.select(e.evidence)
+            .where(e.instance_id == instance_id, e.kind == kind)
+            .order_by(e.position)
+        ).scalars()
+        return [dict(evidence["details"]) for evidence in found]
