@@ -36,7 +36,14 @@ from tests.scheduling.harness import (
     wait_for,
     worker_of,
 )
-from tests.scheduling.workload import assert_converged, executions, marked, mixed_definition
+from tests.scheduling.workload import (
+    assert_converged,
+    exclusive,
+    executions,
+    marked,
+    mixed_definition,
+    overlapped,
+)
 from veritask.core.states import PROCESSES_ENDED, InstanceState, RunExecutionState, TriggerKind
 from veritask.execution import layout, local, port, records
 from veritask.execution.worker import is_worked_on
@@ -50,8 +57,8 @@ pytestmark = pytest.mark.slow
 
 #: Kill-and-restart iterations in the default suite; ``make soak`` runs many more.
 KILL_ITERATIONS = int(os.environ.get("VERITASK_SOAK_ITERATIONS", "20"))
-#: Frozen-worker iterations in the default suite; ``make soak`` runs as many as it kills.
-FREEZE_ITERATIONS = int(os.environ.get("VERITASK_SOAK_ITERATIONS", "3"))
+#: Frozen-worker iterations in the default suite; ``make soak`` runs more.
+FREEZE_ITERATIONS = int(os.environ.get("VERITASK_FREEZE_ITERATIONS", "3"))
 #: A quick grace period for the frozen-worker tests: the escalation takes two of them.
 QUICK_GRACE = timedelta(seconds=0.3)
 
@@ -556,16 +563,6 @@ tasks:
 # -- frozen workers ------------------------------------------------------------------------
 
 
-def _exclusive(lock: Path, body: str) -> str:
-    """``body`` holding ``lock`` for as long as any process it starts lives (the descriptor
-    is inherited, and a zombie holds none); ``overlap`` is written beside it when another
-    process of the same task held it at the start."""
-    return (
-        f'exec 9>>{lock}; flock -n 9 || echo "$VERITASK_ATTEMPT_NO" >> {lock}.overlap; '
-        f"flock 9; {body}"
-    )
-
-
 def test_a_timeout_on_a_frozen_worker_stops_its_task_group_before_the_retry(
     make_harness: MakeHarness, tmp_path: Path
 ) -> None:
@@ -581,7 +578,7 @@ name: frozen_timeout
 concurrency: allow
 tasks:
   work:
-    run: {json.dumps(marked(marker, _exclusive(lock, body)))}
+    run: {json.dumps(marked(marker, exclusive(lock, body)))}
     timeout: 1s
     lease: 10s
     retry: {{max_retries: 1, backoff: fixed, delay: 0.1s, jitter: 0}}
@@ -609,7 +606,7 @@ tasks:
         ran = executions(marker)
         assert ran[(work.id, 1)].starts == ran[(work.id, 2)].starts == 1
         assert ran[(work.id, 2)].started_ns > ran[(work.id, 1)].started_ns
-    assert not (tmp_path / "lock.overlap").exists(), "a retry ran beside its old task"
+    assert not overlapped(lock), "a retry ran beside its old task"
     harness.assert_snapshots_are_folds()
 
 

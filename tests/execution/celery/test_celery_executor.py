@@ -26,6 +26,8 @@ from veritask.scheduling import dispatch
 from veritask.scheduling.tokens import AttemptTokens
 
 pytestmark = [pytest.mark.slow]
+#: Frozen-pool-process iterations in the default suite; ``make soak`` runs more.
+FREEZE_ITERATIONS = int(os.environ.get("VERITASK_FREEZE_ITERATIONS", "3"))
 MakeHosts = Callable[..., Hosts]
 
 
@@ -377,36 +379,36 @@ def test_a_frozen_pool_process_s_task_group_is_stopped_by_the_workers_main_proce
     hosts = make_hosts()
     hosts.start("host-a", concurrency=1)
     executor = hosts.executor()
-    ready = tmp_path / "ready"
-    attempt = spec(f"trap '' TERM; touch {ready}; while :; do sleep 0.05; done", tmp_path / "o")
-    submitted = executor.submit(spec=attempt)
-    wait_for(ready.exists, what="the task to start")
-    directory = (tmp_path / "host-a" / "executor").resolve()
-    home = layout.ExecutorHome(directory)
-    records_of = home.attempt(attempt.instance_id, attempt.attempt_no)
-    pool = records.read_process_record(records_of.worker_record)
-    task = records.read_process_record(records_of.task_record)
-    assert pool is not None and task is not None and task.pgid is not None
-    os.kill(pool.pid, signal.SIGSTOP)
-    try:
-        frozen = observe(executor, submitted.external_id, port.EngineState.RUNNING)
-        assert frozen.details.get(PROCESSES_ENDED) is None
+    home = layout.ExecutorHome((tmp_path / "host-a" / "executor").resolve())
+    for iteration in range(FREEZE_ITERATIONS):
+        ready = tmp_path / f"ready-{iteration}"
+        attempt = spec(f"trap '' TERM; touch {ready}; while :; do sleep 0.05; done", tmp_path / "o")
+        submitted = executor.submit(spec=attempt)
+        wait_for(ready.exists, what="the task to start")
+        directory = home.attempt(attempt.instance_id, attempt.attempt_no)
+        pool = records.read_process_record(directory.worker_record)
+        task = records.read_process_record(directory.task_record)
+        assert pool is not None and task is not None and task.pgid is not None
+        os.kill(pool.pid, signal.SIGSTOP)
+        try:
+            frozen = observe(executor, submitted.external_id, port.EngineState.RUNNING)
+            assert frozen.details.get(PROCESSES_ENDED) is None
 
-        def stopped() -> port.Observation | None:
-            executor.cancel(external_id=submitted.external_id)  # as each reconciler sweep does
-            seen = executor.describe(external_id=submitted.external_id)
-            return seen if seen.engine_state is port.EngineState.UNKNOWN else None
+            def stopped(external_id: str = submitted.external_id) -> port.Observation | None:
+                executor.cancel(external_id=external_id)  # as each reconciler sweep does
+                seen = executor.describe(external_id=external_id)
+                return seen if seen.engine_state is port.EngineState.UNKNOWN else None
 
-        seen = wait_for(stopped, what="the frozen delivery's task group to be stopped")
-        assert seen.source is port.ObservationSource.CELERY_CONTROL
-        assert seen.details[PROCESSES_ENDED] is True
-        assert seen.details["delivery_stopped"] is True
-        assert seen.details["task_alive"] is False
-        assert not procfs.group_members(task.pgid, started_since=task.start_ticks)
-        assert procfs.is_stopped(pool.pid, pool.start_ticks)
-    finally:
-        os.kill(pool.pid, signal.SIGCONT)
-    # Thawed, the pool process reaps the task and stores the stop as the attempt's result.
-    ended = observe(executor, submitted.external_id, port.EngineState.FAILED)
-    assert ended.error_category is port.ErrorCategory.CANCELLED
-    assert ended.details["signal"] == signal.SIGKILL
+            seen = wait_for(stopped, what="the frozen delivery's task group to be stopped")
+            assert seen.source is port.ObservationSource.CELERY_CONTROL
+            assert seen.details[PROCESSES_ENDED] is True
+            assert seen.details["delivery_stopped"] is True
+            assert seen.details["task_alive"] is False
+            assert not procfs.group_members(task.pgid, started_since=task.start_ticks)
+            assert procfs.is_stopped(pool.pid, pool.start_ticks)
+        finally:
+            os.kill(pool.pid, signal.SIGCONT)
+        # Thawed, the pool process reaps the task and stores the stop as the attempt's result.
+        ended = observe(executor, submitted.external_id, port.EngineState.FAILED)
+        assert ended.error_category is port.ErrorCategory.CANCELLED
+        assert ended.details["signal"] == signal.SIGKILL
