@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from tests.conftest import SQLITE
 from tests.scheduling.conftest import MakeHarness
 from tests.scheduling.harness import (
+    FAST,
     Harness,
     Ledgers,
     kill_leftovers,
@@ -174,7 +175,7 @@ name: fenced
 concurrency: allow
 tasks:
   work:
-    run: 'if [ "$VERITASK_ATTEMPT_NO" = 1 ]; then sleep 2; else sleep 1; fi'
+    run: 'if [ "$VERITASK_ATTEMPT_NO" = 1 ]; then sleep 9; else sleep 4; fi'
     lease: 2s
     evidence_window: 1s
     on_unknown: retry
@@ -187,7 +188,7 @@ tasks:
     first_worker = _stop_worker(harness, work.id, 1)
 
     # LOST, then fenced after the evidence window, then (the engine not confirming the stop
-    # within the cancel window) attempt 2 opens and starts.
+    # within the cancel window, its task still running) attempt 2 opens and starts.
     def second_running() -> bool:
         row = harness.instances(run_id)["work"]
         return row.epoch == 2 and row.state is I.RUNNING
@@ -518,14 +519,16 @@ def test_a_fenced_attempt_is_stopped_before_its_successor_starts(
     harness: Harness, tmp_path: Path
 ) -> None:
     """Fencing stops a stale commit; only a stop keeps two copies from running side by side."""
-    marker = tmp_path / "marker"
+    marker, lock = tmp_path / "marker", tmp_path / "lock"
+    # Attempt 1 outlives its fencing: the engine sees it run until the stop reaches it.
+    body = 'if [ "$VERITASK_ATTEMPT_NO" = 1 ]; then sleep 6; else sleep 0.1; fi'
     harness.apply(
         f"""\
 name: replaced_attempt
 concurrency: allow
 tasks:
   work:
-    run: {json.dumps(marked(marker, "sleep 1"))}
+    run: {json.dumps(marked(marker, exclusive(lock, body)))}
     lease: 2s
     evidence_window: 1s
     on_unknown: retry
@@ -552,8 +555,8 @@ tasks:
 
     assert state is R.SUCCESS, reason
     ran = executions(marker)
-    first, second = ran[(work.id, 1)], ran[(work.id, 2)]
-    assert first.ended_ns is not None and second.started_ns >= first.ended_ns
+    assert ran[(work.id, 1)].starts == ran[(work.id, 2)].starts == 1
+    assert not overlapped(lock), "attempt 2 ran beside attempt 1"
     assert [(n, s) for n, s, *_ in harness.attempts(work.id)] == [(1, "ABANDONED"), (2, "SUCCESS")]
     late = [e for e in harness.history(work.id) if e.kind == "completed" and e.attempt_no == 1]
     assert [e.outcome for e in late] == ["stale"]
@@ -561,6 +564,54 @@ tasks:
 
 
 # -- frozen workers ------------------------------------------------------------------------
+
+
+def test_a_worker_frozen_past_its_lease_and_the_cancel_window_is_never_run_beside(
+    make_harness: MakeHarness, tmp_path: Path
+) -> None:
+    """Frozen longer than its lease, the evidence window and the cancel window together while
+    its task runs: the engine says the task runs, so no other attempt opens beside it, and the
+    attempt ends with its own result once the worker is thawed."""
+    window = timedelta(seconds=1)
+    harness = make_harness(
+        executor_class=QuickStopExecutor, settings=dataclasses.replace(FAST, cancel_window=window)
+    )
+    marker, lock = tmp_path / "marker", tmp_path / "lock"
+    harness.apply(
+        f"""\
+name: frozen_lease
+concurrency: allow
+tasks:
+  work:
+    run: {json.dumps(marked(marker, exclusive(lock, "sleep 4")))}
+    lease: 1s
+    evidence_window: 0.5s
+    on_unknown: retry
+    retry: {{max_retries: 2, backoff: fixed, delay: 0.1s, jitter: 0}}
+"""
+    )
+    for _ in range(FREEZE_ITERATIONS):
+        run_id = harness.trigger("frozen_lease")
+        harness.until(harness.state_is(run_id, "work", I.RUNNING), what="attempt 1 to run")
+        work = harness.instances(run_id)["work"]
+        worker = _stop_worker(harness, work.id, 1)
+        try:
+            # Lease (1 s), evidence window (0.5 s) and cancel window (1 s) all run out.
+            thaw_at = time.monotonic() + 3.0
+            while time.monotonic() < thaw_at:
+                harness.tick()
+                assert harness.instances(run_id)["work"].epoch == 1
+        finally:
+            signal_worker(worker, signal.SIGCONT)
+        state, reason = harness.finish(run_id)
+
+        assert state is R.SUCCESS, reason
+        assert [(n, s) for n, s, *_ in harness.attempts(work.id)] == [(1, "SUCCESS")]
+        assert "LOST" in harness.instance_states_path(work.id)
+        assert not [e for e in harness.history(work.id) if e.kind == "fenced"]
+        assert executions(marker)[(work.id, 1)].ends == 1
+    assert not overlapped(lock), "a second attempt ran beside the first"
+    harness.assert_snapshots_are_folds()
 
 
 def test_a_timeout_on_a_frozen_worker_stops_its_task_group_before_the_retry(
