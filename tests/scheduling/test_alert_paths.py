@@ -2,11 +2,14 @@
 
 docs/operations.md, "Alerts": an attempt the engine holds pending past the queued check
 (``queue_quota``), an attempt opened and not acknowledged within the submit grace
-(``scheduler_executor``), and a retry not opened when it was due (``retry_timing``).
+(``scheduler_executor``), and a retry not opened when it was due (``retry_timing``) because the
+attempt it replaces still runs in the engine's eyes (``engine``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import signal
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -15,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.scheduling.conftest import MakeHarness
-from tests.scheduling.harness import Harness
+from tests.scheduling.harness import FAST, Harness, signal_worker, worker_of
 from veritask.core.states import InstanceState, RunExecutionState
 from veritask.execution import errors, local, port
 from veritask.ledger import dialects, schema
@@ -171,3 +174,70 @@ tasks:
     assert alert.message.startswith("the run was expected to finish by ")
     assert "and has not started: waiting for " in alert.message
     assert "upstream" in alert.message.split("has not started: ")[1]
+
+
+class ClaimingExecutor(local.LocalExecutor):
+    """The local engine, made to answer what the test says about the first attempts.
+
+    ``verdict`` replaces the engine's answer for attempt 1: UNKNOWN lets a silent attempt be
+    fenced, RUNNING keeps it alive in the engine's eyes; None gives the engine's own answer.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.verdict: port.EngineState | None = port.EngineState.UNKNOWN
+
+    def describe(self, *, external_id: str) -> port.Observation:
+        seen = super().describe(external_id=external_id)
+        if self.verdict is None or not external_id.endswith("/1"):
+            return seen
+        return dataclasses.replace(seen, engine_state=self.verdict)
+
+
+def test_a_retry_held_back_by_a_still_running_attempt_raises_retry_timing(
+    make_harness: MakeHarness,
+) -> None:
+    settings = dataclasses.replace(
+        FAST, cancel_window=timedelta(seconds=1), retry_late_after=timedelta(milliseconds=500)
+    )
+    harness = make_harness(executor_class=ClaimingExecutor, settings=settings)
+    executor = harness.executor
+    assert isinstance(executor, ClaimingExecutor)
+    harness.apply(
+        """\
+name: held_back
+concurrency: allow
+tasks:
+  work:
+    run: "sleep 30"
+    lease: 1s
+    evidence_window: 1s
+    on_unknown: retry
+    retry: {max_retries: 1, backoff: fixed, delay: 1s, jitter: 0}
+"""
+    )
+    run_id = harness.trigger("held_back")
+    harness.until(harness.state_is(run_id, "work", I.RUNNING), what="attempt 1 to run")
+    work = harness.instances(run_id)["work"]
+    worker = harness.until(lambda: worker_of(executor, work.id, 1), what="attempt 1's worker")
+    signal_worker(worker, signal.SIGSTOP)  # silent; the engine's answer is the test's
+    harness.until(
+        lambda: any(e.kind == "fenced" for e in harness.history(work.id)),
+        what="attempt 1 to be fenced",
+    )
+    executor.verdict = port.EngineState.RUNNING  # the fenced attempt's process still runs
+
+    late = harness.until(lambda: _alerts(harness, "retry_timing"), what="a retry_timing alert")
+
+    assert harness.instances(run_id)["work"].epoch == 1, "attempt 2 opened beside attempt 1"
+    assert [(a.instance_id, a.attempt_no) for a in late] == [(work.id, 1)]
+    assert late[0].message.startswith("UP_FOR_RETRY since ")
+    held = harness.until(lambda: _alerts(harness, "engine"), what="an engine alert")
+    assert [a.message for a in held] == [
+        "attempt 1 was fenced but the engine did not confirm it stopped within 1 s "
+        "(engine: running); attempt 2 waits until the engine says it ended"
+    ]
+    signal_worker(worker, signal.SIGCONT)  # the stop it was sent ends attempt 1
+    executor.verdict = None
+    harness.until(lambda: harness.instances(run_id)["work"].epoch == 2, what="attempt 2")
+    assert next((n, s) for n, s, *_ in harness.attempts(work.id)) == (1, "ABANDONED")

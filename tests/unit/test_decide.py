@@ -360,9 +360,7 @@ def test_an_unreachable_engine_past_the_cancel_window_is_unconfirmed() -> None:
 # -- reconcile: unknown fate ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "observation_state", [None, EngineState.UNKNOWN, EngineState.RUNNING, EngineState.NOT_FOUND]
-)
+@pytest.mark.parametrize("observation_state", [None, EngineState.UNKNOWN, EngineState.NOT_FOUND])
 def test_a_lost_attempt_inside_the_evidence_window_gets_no_decision(
     observation_state: EngineState | None,
 ) -> None:
@@ -371,6 +369,57 @@ def test_a_lost_attempt_inside_the_evidence_window_gets_no_decision(
     observation = None if observation_state is None else observe(observation_state, now)
     assert reconcile(story, observation, now) == NOTHING
     assert reconcile(story, observation, since) == NOTHING
+
+
+@pytest.mark.parametrize("after_the_window", [False, True])
+def test_a_lost_attempt_the_engine_reports_running_resumes_monitoring(
+    after_the_window: bool,
+) -> None:
+    story, since = lost()
+    now = since + (POLICY.evidence_window if after_the_window else 5 * S)
+    result = reconcile(story, observe(EngineState.RUNNING, now, source="process_table"), now)
+    vouched = only(result, EventKind.ENGINE_OBSERVED)
+    assert not result.stop_engine
+    assert result.alert is not None and "process_table" in result.alert
+    record_at(story, vouched, now)
+    assert state_of(story) is InstanceState.RUNNING
+    current = story.snapshot.current
+    assert current is not None and current.state is AttemptState.RUNNING
+    assert "engine reports the process running (process_table)" in story.snapshot.reason
+    # The engine's word is a new lease: it lapses one lease later, not at once.
+    assert decide.lease_expiry(current, POLICY) == now + POLICY.lease
+    assert decide.monitor(story.snapshot, POLICY, now=now, next_id=story.next_id) == []
+
+
+def test_a_vouched_attempt_that_goes_silent_again_is_lost_and_its_window_starts_again() -> None:
+    story, _ = lost()
+    vouched_at = story.tick(5)
+    result = reconcile(story, observe(EngineState.RUNNING, vouched_at), vouched_at)
+    record_at(story, only(result, EventKind.ENGINE_OBSERVED), vouched_at)
+    lapsed = vouched_at + POLICY.lease
+    expired = decide.monitor(story.snapshot, POLICY, now=lapsed, next_id=story.next_id)
+    assert [e.kind for e in expired] == [EventKind.LEASE_EXPIRED]
+    record_at(story, expired[0], lapsed)
+    assert state_of(story) is InstanceState.LOST
+    # The window runs from the second lapse: the first one's window gives no licence to fence.
+    unknown = observe(EngineState.UNKNOWN, lapsed, source="engine")
+    inside = lapsed + POLICY.evidence_window - TICK
+    assert reconcile(story, unknown, inside) == NOTHING
+    fenced = only(reconcile(story, unknown, lapsed + POLICY.evidence_window), EventKind.FENCED)
+    record_at(story, fenced, lapsed + POLICY.evidence_window)
+    assert state_of(story) is InstanceState.UP_FOR_RETRY
+
+
+def test_a_vouch_older_than_the_lease_decision_does_not_revive_the_attempt() -> None:
+    story, since = lost()
+    stale = observe(EngineState.RUNNING, since - 10 * S)
+    earlier = decide.reconcile(
+        story.snapshot, POLICY, stale, now=since - 10 * S, next_id=story.next_id
+    )
+    # Recorded late (after the lease decision was), the vouch speaks of a time before it.
+    event = only(earlier, EventKind.ENGINE_OBSERVED)
+    story.record(dataclasses.replace(event, observed_at=since + S))
+    assert state_of(story) is InstanceState.LOST
 
 
 def test_after_the_window_on_unknown_retry_fences_and_stops_the_old_attempt() -> None:

@@ -388,7 +388,7 @@ def written_alerts() -> Iterator[tuple[str, str]]:
             ),
             f"attempt {n} was fenced but the engine did not confirm it "
             f"stopped within {half:g} s (engine: {seen}); "
-            f"attempt {n + 1} opens beside it",
+            f"attempt {n + 1} waits until the engine says it ended",
         )
     assert alert_messages.UNREACHABLE.format() == "unreachable"
     yield (
@@ -410,6 +410,11 @@ def written_alerts() -> Iterator[tuple[str, str]]:
         ),
         f"attempt {n} is RUNNING in the ledger but the engine answers not_found (attempt_dir); "
         "on_unknown decides after the 600 s evidence window",
+    )
+    yield (
+        alert_messages.ENGINE_VOUCHES.format(attempt_no=n, source="process_table"),
+        f"attempt {n} went silent past its lease but the engine reports its process running "
+        "(process_table); monitoring resumed: nothing is fenced while the engine says it runs",
     )
     inconclusive = _inconclusive()
     yield inconclusive, "attempt 1 is LOST and the evidence stays inconclusive"

@@ -136,6 +136,14 @@ def test_rule_report_after_lost() -> None:
     assert_edge(story.heartbeat(), I.LOST, I.RUNNING, "report_after_lost")
 
 
+def test_rule_engine_vouches_for_a_silent_attempt() -> None:
+    story = Story()
+    story.run_until_lost()
+    story.tick()
+    vouched = story.engine(EngineState.RUNNING, source="process_table")
+    assert_edge(vouched, I.LOST, I.RUNNING, "engine_vouches_for_a_silent_attempt")
+
+
 def test_rule_stop_requested() -> None:
     story = Story()
     story.open()

@@ -40,6 +40,13 @@ LOST = Phrase(
     attempt_no=_N,
     seconds=_N,
 )
+ENGINE_VOUCHES = Phrase(
+    "alert.engine_vouches",
+    "attempt {attempt_no} went silent past its lease but the engine reports its process "
+    "running ({source}); monitoring resumed: nothing is fenced while the engine says it runs",
+    attempt_no=_N,
+    source=Slot.TEXT,
+)
 ABSENT_AT_RECOVERY = Phrase(
     "alert.absent_at_recovery",
     "attempt {attempt_no} is RUNNING in the ledger but the engine answers {engine} ({source}); "
@@ -90,7 +97,7 @@ STOP_UNCONFIRMED = Phrase(
 FENCED_STILL_RUNNING = Phrase(
     "alert.fenced_still_running",
     "attempt {attempt_no} was fenced but the engine did not confirm it stopped within "
-    "{seconds:g} s (engine: {engine}); attempt {next_no} opens beside it",
+    "{seconds:g} s (engine: {engine}); attempt {next_no} waits until the engine says it ended",
     attempt_no=_N,
     seconds=_N,
     engine=Slot.SENTENCE,

@@ -32,6 +32,7 @@ _MARK_FIELDS = (
     "never_received",
     "fenced",
     "engine_last",
+    "engine_vouched",
 )
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from veritask.core import judge, new_events, reasons
+from veritask.core import alert_messages, judge, new_events, reasons
 from veritask.core.events import Event
 from veritask.core.fold import AttemptView, InstanceSnapshot
 from veritask.core.jsontypes import JSONObject
@@ -135,10 +135,14 @@ def monitor(
 
 
 def lease_expiry(attempt: AttemptView, policy: TaskPolicy) -> datetime | None:
-    """When the attempt's lease runs out, by the platform's clock."""
-    if attempt.last_report_observed_at is None:
+    """When the attempt's lease runs out, by the platform's clock.
+
+    A report renews the lease, and so does the engine's word that the process runs.
+    """
+    renewed = [t for t in (attempt.last_report_observed_at, attempt.engine_vouched_at) if t]
+    if not renewed:
         return None
-    return attempt.last_report_observed_at + policy.lease
+    return max(renewed) + policy.lease
 
 
 def timeout_deadline(attempt: AttemptView, policy: TaskPolicy) -> datetime | None:
@@ -193,6 +197,15 @@ def reconcile(
         return _reconcile_lost(policy, current, observation, now, since, about)
     if state in (AttemptState.CANCELLING, AttemptState.CANCEL_FAILED):
         return _reconcile_stop(snapshot, policy, current, observation, now, about)
+    if state is AttemptState.LOST and observation is not None and engine is EngineState.RUNNING:
+        # The engine's word that the process runs is evidence; a silent worker is not. It
+        # renews the lease, and the next lapse asks again: only evidence of an end, or of
+        # absence past the window, concludes.
+        vouched = new_events.engine_observed(**about(), observation=observation)
+        alert = alert_messages.ENGINE_VOUCHES.format(
+            attempt_no=current.attempt_no, source=observation.source
+        )
+        return Reconciliation((vouched,), alert=alert)
     if state is AttemptState.LOST:
         facts = snapshot.facts.attempt(current.attempt_no)
         lease = facts.lease_expired if facts else None

@@ -170,6 +170,8 @@ class AttemptFacts:
     never_received: Mark | None = None
     fenced: Mark | None = None
     engine_last: Mark | None = None
+    engine_vouched: Mark | None = None
+    """The engine's latest word that the attempt's process runs (``engine_observed`` running)."""
     completions: tuple[Completion, ...] = ()
 
     @property
@@ -308,7 +310,12 @@ def _merge_attempt(a: AttemptFacts, event: Event) -> AttemptFacts:
         case EventKind.COMPLETED | EventKind.ENGINE_OBSERVED:
             completion = completion_of(event)
             if completion is None:
-                return _revised(a, engine_last=latest(a.engine_last, mark))
+                vouched = event.evidence.get("engine_state") == EngineState.RUNNING.value
+                return _revised(
+                    a,
+                    engine_last=latest(a.engine_last, mark),
+                    engine_vouched=latest(a.engine_vouched, mark) if vouched else a.engine_vouched,
+                )
             if any(c.mark.event_id == event.event_id for c in a.completions):
                 return a
             return _revised(a, completions=tuple(sorted((*a.completions, completion), key=_ckey)))
@@ -363,7 +370,11 @@ def _merge_report(a: AttemptFacts, event: Event, mark: Mark) -> AttemptFacts:
 
 
 def _higher_basis(a: Mark | None, b: Mark | None) -> Mark | None:
-    """The lease decision that saw the most reports; ties go to the earliest."""
+    """The lease decision that saw the most reports; ties go to the latest.
+
+    A lease lapses again at the same report count after the engine vouched for a silent
+    attempt: the latest decision is the one the evidence window runs from.
+    """
     if a is None or b is None:
         return a or b
 
@@ -373,7 +384,7 @@ def _higher_basis(a: Mark | None, b: Mark | None) -> Mark | None:
 
     if basis(a) != basis(b):
         return a if basis(a) > basis(b) else b
-    return earliest(a, b)
+    return latest(a, b)
 
 
 def _opt_int(value: JSONValue) -> int | None:

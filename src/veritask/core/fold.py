@@ -10,7 +10,8 @@ and the task's policy. Within the current attempt the strongest evidence decides
 4. the engine's confirmation of a stop (CANCELLED or TIMEOUT by cause);
 5. ``never_received`` (NOT_RECEIVED); ``submit_failed`` (START_FAILED) while no worker reported;
 6. ``cancel_unconfirmed`` (CANCEL_FAILED), then a stop request (CANCELLING);
-7. ``lease_expired`` with no report past what it saw (LOST);
+7. ``lease_expired`` with no report past what it saw (LOST), unless the engine reported the
+   process running after it (RUNNING: the engine's word renews the lease);
 8. worker reports (RUNNING);
 9. the executor's acknowledgement (QUEUED), then the opening (SCHEDULED).
 
@@ -63,6 +64,8 @@ class AttemptView:
     ended_observed_at: datetime | None
     last_report_at: datetime | None
     last_report_observed_at: datetime | None
+    engine_vouched_at: datetime | None
+    """When the engine last reported the process running: a new lease, as a report is."""
     max_report_seq: int
     exit_code: int | None
     error_category: str | None
@@ -270,6 +273,7 @@ def _view(a: AttemptFacts, policy: TaskPolicy) -> AttemptView:
         ended_observed_at=ended.observed_at if ended else None,
         last_report_at=a.last_report.event_time if a.last_report else None,
         last_report_observed_at=a.last_report.platform_time if a.last_report else None,
+        engine_vouched_at=a.engine_vouched.platform_time if a.engine_vouched else None,
         max_report_seq=a.max_report_seq,
         exit_code=best.exit_code if best else None,
         error_category=best.category.value if best and best.category else None,
@@ -322,6 +326,10 @@ def _attempt_state(a: AttemptFacts, policy: TaskPolicy) -> tuple[AttemptState, s
         requested = reasons.TIMEOUT_REQUESTED if timeout else reasons.CANCEL_REQUESTED
         return AttemptState.CANCELLING, requested.format(actor=stop.actor), None
     if a.lease_expired is not None and a.max_report_seq <= a.lease_basis:
+        vouched = a.engine_vouched
+        if vouched is not None and vouched.key > a.lease_expired.key:
+            source = vouched.evidence["source"]
+            return AttemptState.RUNNING, reasons.ENGINE_VOUCHES.format(source=source), None
         expiry = a.lease_expired.evidence["lease_expires_at"]
         return AttemptState.LOST, reasons.LEASE_EXPIRED.format(at=expiry), None
     if a.max_report_seq > 0:

@@ -101,6 +101,12 @@ CANCEL_REQUESTED = Phrase(
 )
 LEASE_EXPIRED = Phrase("reason.lease_expired", "no report since its lease expired at {at}")
 REPORTS_RUNNING = Phrase("reason.reports_running", "the worker reports it running")
+ENGINE_VOUCHES = Phrase(
+    "reason.engine_vouches",
+    "the worker is silent but the engine reports the process running ({source}); "
+    "monitoring resumed with a new lease",
+    source=Slot.TEXT,
+)
 ACKNOWLEDGED = Phrase("reason.acknowledged", "the executor acknowledged it")
 OPENED = Phrase("reason.opened", "opened, not yet acknowledged by the executor")
 

@@ -165,6 +165,15 @@ INSTANCE_RULES: tuple[Rule[InstanceState], ...] = (
         "the same, unfenced attempt reported after the lease decision",
     ),
     _rule(
+        "engine_vouches_for_a_silent_attempt",
+        [I.LOST],
+        [I.RUNNING],
+        [K.ENGINE_OBSERVED],
+        "reconciler",
+        "the engine reports the process running (a pid and start time, a claim, a backend): "
+        "the worker is silent, the task is not dead; monitoring resumes with a new lease",
+    ),
+    _rule(
         "stop_requested",
         [I.SCHEDULED, I.QUEUED, I.RUNNING, I.LOST],
         [I.CANCELLING],
@@ -296,6 +305,7 @@ ATTEMPT_RULES: tuple[Rule[AttemptState], ...] = (
     _rule("late_commit_marker", [A.FAILED], [A.SUCCESS], [K.OUTPUT_COMMITTED], "worker", ""),
     _rule("lease_expired", [A.RUNNING], [A.LOST], [K.LEASE_EXPIRED], "monitor", ""),
     _rule("reported_after_lost", [A.LOST], [A.RUNNING], REPORTS, "worker", ""),
+    _rule("engine_vouches", [A.LOST], [A.RUNNING], [K.ENGINE_OBSERVED], "reconciler", ""),
     _rule(
         "stop_requested",
         [A.SCHEDULED, A.QUEUED, A.RUNNING, A.LOST],

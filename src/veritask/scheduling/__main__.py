@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     seconds("--submit-grace", defaults.submit_grace)
     seconds("--queued-check", defaults.queued_check)
+    seconds("--retry-late-after", defaults.retry_late_after)
     parser.add_argument(
         "--cancel-window",
         type=float,
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             gather_from=args.gather_from,
             submit_grace=timedelta(seconds=args.submit_grace),
             queued_check=timedelta(seconds=args.queued_check),
+            retry_late_after=timedelta(seconds=args.retry_late_after),
             cancel_window=None
             if args.cancel_window is None
             else timedelta(seconds=args.cancel_window),

@@ -38,6 +38,8 @@ class Settings:
     #: When set, replaces every task's ``cancel_window`` (how long the engine has to confirm a
     #: stop before the instance is CANCEL_FAILED); definitions cannot set it yet.
     cancel_window: timedelta | None = None
+    #: An instance UP_FOR_RETRY this long past its ``retry_at`` raises a retry-timing alert.
+    retry_late_after: timedelta = timedelta(minutes=1)
     #: How many events one transaction records at most, and how many instances a sweep reads
     #: per page.
     batch: int = 500
@@ -52,6 +54,7 @@ class Settings:
             "gather_window",
             "submit_grace",
             "queued_check",
+            "retry_late_after",
         ):
             value: timedelta = getattr(self, name)
             if value < timedelta(0):

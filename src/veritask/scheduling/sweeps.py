@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from veritask.core import alert_messages, decide
 from veritask.core.events import Event, EventKind
@@ -49,8 +49,6 @@ _EVERYTHING = (*_RECONCILED_STATES, InstanceState.RUNNING)
 #: A backlog of thousands waiting in a broker is not read again every second.
 _MONITORED = (InstanceState.RUNNING, InstanceState.LOST)
 _STILL_RUNNING = (EngineState.PENDING, EngineState.RUNNING)
-#: An instance UP_FOR_RETRY this long past its ``retry_at`` is alerted (retry timing).
-RETRY_LATE_AFTER = timedelta(minutes=1)
 
 
 class Sweeper:
@@ -68,6 +66,7 @@ class Sweeper:
         self.settings = settings
         self.submissions = submissions
         self._stops_sent: set[tuple[str, int]] = set()
+        self._stops_repeated: dict[tuple[str, int], datetime] = {}
         # RUNNING instances whose engine answered not_found (instance -> run): the reconciler,
         # which reads no RUNNING instance otherwise, asks again until the window decides. The
         # ledger keeps the evidence; this only says whom to ask (a restart's recovery asks all).
@@ -144,7 +143,7 @@ class Sweeper:
     def _alert_late_retries(self, now: datetime) -> None:
         with dialects.read_transaction(self.ledger.engine) as connection:
             late = queries.late_retries(
-                connection, before=now - RETRY_LATE_AFTER, limit=self.settings.batch
+                connection, before=now - self.settings.retry_late_after, limit=self.settings.batch
             )
         for row in late:
             self._raise(
@@ -317,11 +316,12 @@ class Sweeper:
     ) -> bool:
         """Whether the next attempt may open beside the attempt it replaces.
 
-        A fenced (ABANDONED) attempt may still run: before its successor starts, the engine is
-        asked to stop it and, where it can confirm, the successor waits for the confirmation
-        up to the cancel window (fencing keeps a stale attempt from committing,
-        only a stop keeps two copies from running side by side). Past the window it opens
-        anyway, with an alert for the engine's owner.
+        A fenced (ABANDONED) attempt may still run: fencing keeps a stale attempt from
+        committing, only a stop keeps two copies from running side by side. So the successor
+        opens only once the engine says the old attempt is no longer pending or running (it
+        ended, it is gone, or nothing of it runs). Until then the engine is asked to stop it
+        again on every reconciliation round (each engine escalates an unconfirmed stop), and
+        past the cancel window an alert says that attempt N+1 waits, and for what.
         """
         current = snapshot.current
         if current is None or current.state is not AttemptState.ABANDONED:
@@ -331,7 +331,7 @@ class Sweeper:
             return True
         policy = self._effective(self.ledger.policy_of(snapshot.instance_id) or TaskPolicy())
         fenced_at = current.ended_observed_at or current.ended_at
-        if fenced_at is None or now >= fenced_at + policy.cancel_window:
+        if fenced_at is not None and now >= fenced_at + policy.cancel_window:
             seen = (
                 observation.engine_state.value
                 if observation
@@ -348,8 +348,7 @@ class Sweeper:
                     next_no=current.attempt_no + 1,
                 ),
             )
-            return True
-        self._stop(snapshot, context)
+        self._stop_again(snapshot, context, now)
         return False
 
     def _describe(
@@ -445,6 +444,17 @@ class Sweeper:
             if loaded is not None:
                 sent += self._stop(loaded[0], contexts(row.run_id))
         return sent
+
+    def _stop_again(
+        self, snapshot: InstanceSnapshot, context: dispatch.RunContext, now: datetime
+    ) -> None:
+        """Ask again, at most once per reconciliation round, so the engine can escalate."""
+        key = (snapshot.instance_id, snapshot.epoch)
+        last = self._stops_repeated.get(key)
+        if last is not None and now - last < self.settings.reconcile_every:
+            return
+        self._stops_repeated[key] = now
+        self._stop(snapshot, context, force=True)
 
     def _stop(
         self, snapshot: InstanceSnapshot, context: dispatch.RunContext, *, force: bool = False
