@@ -48,9 +48,13 @@ bench: $(STAMP)
 # seed each time unless SOAK_SEED is given); not part of `make test`.
 SOAK_ITERATIONS ?= 200
 SOAK_SEED ?= $(shell date +%s)
+# With them, the frozen-worker fault tests (a worker or pool process stopped by SIGSTOP).
+FREEZE_ITERATIONS ?= 20
 soak: $(STAMP)
 	VERITASK_SOAK_ITERATIONS=$(SOAK_ITERATIONS) VERITASK_SOAK_SEED=$(SOAK_SEED) \
-		$(BIN)/pytest tests/scheduling/test_faults.py -k killing --timeout=0 -v
+		VERITASK_FREEZE_ITERATIONS=$(FREEZE_ITERATIONS) \
+		$(BIN)/pytest tests/scheduling/test_faults.py tests/execution/celery/test_celery_executor.py \
+		tests/execution/celery/test_celery_faults.py -k "killing or frozen" --timeout=0 -v
 
 # The web UI's pages in English and Chinese (docs/screenshots/*.png), from a real `up` and
 # Chromium (/usr/bin/chromium: apt-get install chromium fonts-wqy-microhei).

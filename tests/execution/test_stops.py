@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.execution.conftest import Engine, FakePlatform, engine_on, evidence, wait_until
+from veritask.core.states import PROCESSES_ENDED
 from veritask.execution import port, procfs, records
 
 
@@ -116,6 +117,75 @@ def test_a_killed_worker_leaves_evidence_not_a_verdict(engine: Engine) -> None:
     assert unknown.details["task_alive"] is False
     assert unknown.exit_code is None and unknown.error_category is None
     assert not engine.attempt(spec).exit_record.exists()
+
+
+def test_a_frozen_workers_task_group_is_stopped_by_the_repeated_cancel(engine: Engine) -> None:
+    """A worker frozen by SIGSTOP stops nothing: the cancel repeated past the grace period
+    signals the task's group itself (SIGTERM, then SIGKILL), and describe, which cannot say
+    running any more, says that no process of the task runs."""
+    ready = engine.workspace / "ready"
+    grace = timedelta(seconds=0.3)
+    spec = engine.spec(
+        f"trap '' TERM; touch {ready}; {_blocking(engine.workspace / 'never')}",
+        grace_period=grace,
+    )
+    external_id = engine.executor.submit(spec=spec).external_id
+    wait_until(ready.exists, what="the task to ignore SIGTERM")
+    worker = records.read_process_record(engine.attempt(spec).worker_record)
+    assert worker is not None
+    os.kill(worker.pid, signal.SIGSTOP)
+    try:
+        wait_until(
+            lambda: procfs.is_stopped(worker.pid, worker.start_ticks), what="the worker to freeze"
+        )
+        frozen = engine.executor.describe(external_id=external_id)
+        assert frozen.engine_state is port.EngineState.RUNNING
+        assert frozen.details["worker_stopped"] is True
+        assert frozen.details["task_alive"] is True
+        assert PROCESSES_ENDED not in frozen.details
+
+        cancelled_at = time.monotonic()
+
+        def task_gone() -> port.Observation | None:
+            engine.executor.cancel(external_id=external_id)  # as each reconciler sweep does
+            seen = engine.executor.describe(external_id=external_id)
+            return None if seen.engine_state is port.EngineState.RUNNING else seen
+
+        stopped = wait_until(task_gone, what="the frozen worker's task to be stopped")
+
+        # The task ignores SIGTERM: only the SIGKILL after the second grace period ends it.
+        assert time.monotonic() - cancelled_at >= 2 * grace.total_seconds()
+        assert stopped.engine_state is port.EngineState.UNKNOWN
+        assert stopped.source is port.ObservationSource.PROCESS_TABLE
+        assert stopped.details[PROCESSES_ENDED] is True
+        assert stopped.details["worker_stopped"] is True
+        assert stopped.details["worker_alive"] is True
+        assert stopped.details["task_alive"] is False
+        assert stopped.details["exit_record"] is False
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
+    # Thawed, the worker reaps its task and records the stop it was asked for.
+    ended = engine.wait_ended(external_id)
+    assert ended.error_category is port.ErrorCategory.CANCELLED
+    assert ended.details["signal"] == signal.SIGKILL
+    assert ended.details["worker_stopped"] is False
+
+
+def test_a_gone_workers_task_ended_is_known_to_run_no_process(engine: Engine) -> None:
+    spec = engine.spec(_blocking(engine.workspace / "never"))
+    external_id = engine.executor.submit(spec=spec).external_id
+    engine.wait_state(external_id, port.EngineState.RUNNING)
+    worker = records.read_process_record(engine.attempt(spec).worker_record)
+    task = records.read_process_record(engine.attempt(spec).task_record)
+    assert worker is not None and task is not None and task.pgid is not None
+
+    os.kill(worker.pid, signal.SIGKILL)
+    wait_until(lambda: not procfs.is_running(worker.pid, worker.start_ticks), what="the worker")
+    procfs.signal_group(task.pgid, signal.SIGKILL)
+    unknown = engine.wait_state(external_id, port.EngineState.UNKNOWN)
+
+    assert unknown.details[PROCESSES_ENDED] is True
+    assert unknown.details["worker_stopped"] is False
 
 
 @pytest.fixture

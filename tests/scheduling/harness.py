@@ -26,7 +26,7 @@ from sqlalchemy.engine import Engine
 from veritask.core.events import Event
 from veritask.core.fold import fold
 from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
-from veritask.execution import layout, local, procfs, records
+from veritask.execution import layout, local, port, procfs, records
 from veritask.ledger import dialects, schema
 from veritask.ledger.ledger import Ledger, utc_now
 from veritask.scheduling import triggers
@@ -236,7 +236,9 @@ class Harness(Ledgers):
         executor: local.LocalExecutor | None = None,
         settings: Settings = FAST,
         clock: Callable[[], datetime] = utc_now,
+        others: Mapping[str, port.Executor] | None = None,
     ) -> None:
+        """``others``: executors beside the local one, by the name a task chooses them by."""
         super().__init__(dialects.create_engine(url), clock=clock)
         self.url = url
         self.home = home
@@ -245,7 +247,7 @@ class Harness(Ledgers):
         )
         self.scheduler = Scheduler(
             self.ledger,
-            executors={"local": self.executor},
+            executors={"local": self.executor, **(others or {})},
             tokens=AttemptTokens(SECRET.encode()),
             outbox=home / "outbox",
             settings=settings,

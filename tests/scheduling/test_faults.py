@@ -9,6 +9,7 @@ one that converges to the engine's truth without running anything twice.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -17,6 +18,7 @@ import subprocess
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -24,6 +26,7 @@ import sqlalchemy as sa
 from tests.conftest import SQLITE
 from tests.scheduling.conftest import MakeHarness
 from tests.scheduling.harness import (
+    FAST,
     Harness,
     Ledgers,
     kill_leftovers,
@@ -35,9 +38,16 @@ from tests.scheduling.harness import (
     wait_for,
     worker_of,
 )
-from tests.scheduling.workload import assert_converged, executions, marked, mixed_definition
-from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
-from veritask.execution import layout, local, port, records
+from tests.scheduling.workload import (
+    assert_converged,
+    exclusive,
+    executions,
+    marked,
+    mixed_definition,
+    overlapped,
+)
+from veritask.core.states import PROCESSES_ENDED, InstanceState, RunExecutionState, TriggerKind
+from veritask.execution import layout, local, port, procfs, records
 from veritask.execution.worker import is_worked_on
 from veritask.ledger import dialects, schema
 from veritask.scheduling import triggers
@@ -49,6 +59,10 @@ pytestmark = pytest.mark.slow
 
 #: Kill-and-restart iterations in the default suite; ``make soak`` runs many more.
 KILL_ITERATIONS = int(os.environ.get("VERITASK_SOAK_ITERATIONS", "20"))
+#: Frozen-worker iterations in the default suite; ``make soak`` runs more.
+FREEZE_ITERATIONS = int(os.environ.get("VERITASK_FREEZE_ITERATIONS", "3"))
+#: A quick grace period for the frozen-worker tests: the escalation takes two of them.
+QUICK_GRACE = timedelta(seconds=0.3)
 
 
 class ForgetfulExecutor(local.LocalExecutor):
@@ -65,6 +79,30 @@ class DeafExecutor(local.LocalExecutor):
 
     def cancel(self, *, external_id: str) -> None:
         return None
+
+
+class QuickStopExecutor(local.LocalExecutor):
+    """The local engine with a short grace period between a stop's signals."""
+
+    def submit(self, *, spec: port.AttemptSpec) -> port.Submission:
+        return super().submit(spec=dataclasses.replace(spec, grace_period=QUICK_GRACE))
+
+
+class SilencingExecutor(QuickStopExecutor):
+    """The quick-stop local engine, made to answer ``unknown`` where it sees attempt 1 run,
+    until ``silenced`` is cleared: a silent attempt is fenced though its task runs, as one
+    on a host its engine cannot see into would be."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.silenced = True
+
+    def describe(self, *, external_id: str) -> port.Observation:
+        seen = super().describe(external_id=external_id)
+        running = seen.engine_state is port.EngineState.RUNNING
+        if self.silenced and running and external_id.endswith("/1"):
+            return dataclasses.replace(seen, engine_state=port.EngineState.UNKNOWN)
+        return seen
 
 
 def _stop_worker(harness: Harness, instance_id: str, attempt_no: int) -> records.ProcessRecord:
@@ -167,8 +205,9 @@ tasks:
     work = harness.instances(run_id)["work"]
     first_worker = _stop_worker(harness, work.id, 1)
 
-    # LOST, then fenced after the evidence window, then (the engine not confirming the stop
-    # within the cancel window) attempt 2 opens and starts.
+    # LOST; the engine says the task runs, which renews the lease, until the task ends under
+    # the frozen worker. Then nothing of attempt 1 runs: fenced after the evidence window,
+    # and attempt 2 opens and starts at once.
     def second_running() -> bool:
         row = harness.instances(run_id)["work"]
         return row.epoch == 2 and row.state is I.RUNNING
@@ -206,8 +245,7 @@ tasks:
     # The late success arrived after attempt 2 had started.
     kinds = [(e.kind, e.attempt_no) for e in history]
     assert kinds.index(("completed", 1)) > kinds.index(("started", 2))
-    engine_alerts = [m for c, m, i in harness.alerts() if c == "engine" and i == work.id]
-    assert engine_alerts and "opens beside it" in engine_alerts[0]
+    assert not [m for c, m, i in harness.alerts() if c == "engine" and i == work.id]
     harness.assert_snapshots_are_folds()
 
 
@@ -496,46 +534,168 @@ def _wait_worker_gone(harness: Harness, instance_id: str) -> None:
 
 
 def test_a_fenced_attempt_is_stopped_before_its_successor_starts(
-    harness: Harness, tmp_path: Path
+    make_harness: MakeHarness, tmp_path: Path
 ) -> None:
-    """Fencing stops a stale commit; only a stop keeps two copies from running side by side."""
-    marker = tmp_path / "marker"
+    """Fencing stops a stale commit; only a stop keeps two copies from running side by side.
+
+    Attempt 1 is fenced while its task runs (its engine could not see it), and its worker is
+    frozen: the successor waits while the engine says the task runs, the stop asked again on
+    every round reaches the task's group, and only then does attempt 2 open."""
+    harness = make_harness(executor_class=SilencingExecutor)
+    executor = harness.executor
+    assert isinstance(executor, SilencingExecutor)
+    marker, lock = tmp_path / "marker", tmp_path / "lock"
+    body = 'if [ "$VERITASK_ATTEMPT_NO" = 1 ]; then sleep 30; else sleep 0.1; fi'
     harness.apply(
         f"""\
 name: replaced_attempt
 concurrency: allow
 tasks:
   work:
-    run: {json.dumps(marked(marker, "sleep 1"))}
-    lease: 2s
-    evidence_window: 1s
+    run: {json.dumps(marked(marker, exclusive(lock, body)))}
+    lease: 1s
+    evidence_window: 0.5s
     on_unknown: retry
-    retry: {{max_retries: 2, backoff: fixed, delay: 0.2s, jitter: 0}}
+    retry: {{max_retries: 2, backoff: fixed, delay: 0.1s, jitter: 0}}
 """
     )
     run_id = harness.trigger("replaced_attempt")
     harness.until(harness.state_is(run_id, "work", I.RUNNING), what="attempt 1 to run")
     work = harness.instances(run_id)["work"]
     first_worker = _stop_worker(harness, work.id, 1)
-    harness.until(
-        lambda: any(e.kind == "fenced" for e in harness.history(work.id)),
-        what="attempt 1 to be fenced",
-    )
-
-    # The engine was asked to stop attempt 1 and cannot confirm yet (its worker is stopped):
-    # attempt 2 waits, within the cancel window.
-    give_up_at = time.monotonic() + 1.0
-    while time.monotonic() < give_up_at:
-        harness.tick()
-        assert harness.instances(run_id)["work"].epoch == 1
-    signal_worker(first_worker, signal.SIGCONT)  # the pending SIGTERM now stops attempt 1
-    state, reason = harness.finish(run_id)
+    try:
+        harness.until(
+            lambda: any(e.kind == "fenced" for e in harness.history(work.id)),
+            what="attempt 1 to be fenced",
+        )
+        executor.silenced = False  # the engine now says what it sees: the task runs
+        harness.until(
+            lambda: harness.instances(run_id)["work"].epoch == 2, what="attempt 2 to open"
+        )
+        state, reason = harness.finish(run_id)
+        # The stop reached the task's group with its worker still frozen.
+        assert procfs.is_stopped(first_worker.pid, first_worker.start_ticks)
+    finally:
+        signal_worker(first_worker, signal.SIGCONT)
 
     assert state is R.SUCCESS, reason
     ran = executions(marker)
-    first, second = ran[(work.id, 1)], ran[(work.id, 2)]
-    assert first.ended_ns is not None and second.started_ns >= first.ended_ns
+    assert ran[(work.id, 1)].starts == ran[(work.id, 2)].starts == 1
+    assert not overlapped(lock), "attempt 2 ran beside attempt 1"
     assert [(n, s) for n, s, *_ in harness.attempts(work.id)] == [(1, "ABANDONED"), (2, "SUCCESS")]
+    harness.until(
+        lambda: any(e.kind == "completed" and e.attempt_no == 1 for e in harness.history(work.id)),
+        what="attempt 1's late completion",
+    )
     late = [e for e in harness.history(work.id) if e.kind == "completed" and e.attempt_no == 1]
     assert [e.outcome for e in late] == ["stale"]
-    assert not [m for c, m, i in harness.alerts() if c == "engine" and i == work.id]
+
+
+# -- frozen workers ------------------------------------------------------------------------
+
+
+def test_a_worker_frozen_past_its_lease_and_the_cancel_window_is_never_run_beside(
+    make_harness: MakeHarness, tmp_path: Path
+) -> None:
+    """Frozen longer than its lease, the evidence window and the cancel window together while
+    its task runs: the engine says the task runs, so no other attempt opens beside it, and the
+    attempt ends with its own result once the worker is thawed."""
+    window = timedelta(seconds=1)
+    harness = make_harness(
+        executor_class=QuickStopExecutor, settings=dataclasses.replace(FAST, cancel_window=window)
+    )
+    marker, lock = tmp_path / "marker", tmp_path / "lock"
+    harness.apply(
+        f"""\
+name: frozen_lease
+concurrency: allow
+tasks:
+  work:
+    run: {json.dumps(marked(marker, exclusive(lock, "sleep 4")))}
+    lease: 1s
+    evidence_window: 0.5s
+    on_unknown: retry
+    retry: {{max_retries: 2, backoff: fixed, delay: 0.1s, jitter: 0}}
+"""
+    )
+    for _ in range(FREEZE_ITERATIONS):
+        run_id = harness.trigger("frozen_lease")
+        harness.until(harness.state_is(run_id, "work", I.RUNNING), what="attempt 1 to run")
+        work = harness.instances(run_id)["work"]
+        worker = _stop_worker(harness, work.id, 1)
+        try:
+            # Lease (1 s), evidence window (0.5 s) and cancel window (1 s) all run out.
+            thaw_at = time.monotonic() + 3.0
+            while time.monotonic() < thaw_at:
+                harness.tick()
+                assert harness.instances(run_id)["work"].epoch == 1
+        finally:
+            signal_worker(worker, signal.SIGCONT)
+        state, reason = harness.finish(run_id)
+
+        assert state is R.SUCCESS, reason
+        assert [(n, s) for n, s, *_ in harness.attempts(work.id)] == [(1, "SUCCESS")]
+        assert "LOST" in harness.instance_states_path(work.id)
+        assert not [e for e in harness.history(work.id) if e.kind == "fenced"]
+        assert executions(marker)[(work.id, 1)].ends == 1
+    assert not overlapped(lock), "a second attempt ran beside the first"
+    harness.assert_snapshots_are_folds()
+
+
+def test_a_timeout_on_a_frozen_worker_stops_its_task_group_before_the_retry(
+    make_harness: MakeHarness, tmp_path: Path
+) -> None:
+    """The worker, frozen, never acts on the stop: the repeated cancel stops the task's group
+    past the grace period, the engine sees no process of it left, the stop is confirmed and
+    the retry starts once the old task ended."""
+    harness = make_harness(executor_class=QuickStopExecutor)
+    marker, lock = tmp_path / "marker", tmp_path / "lock"
+    body = 'if [ "$VERITASK_ATTEMPT_NO" = 1 ]; then sleep 30; else sleep 0.1; fi'
+    harness.apply(
+        f"""\
+name: frozen_timeout
+concurrency: allow
+tasks:
+  work:
+    run: {json.dumps(marked(marker, exclusive(lock, body)))}
+    timeout: 1s
+    lease: 10s
+    retry: {{max_retries: 1, backoff: fixed, delay: 0.1s, jitter: 0}}
+"""
+    )
+    for _ in range(FREEZE_ITERATIONS):
+        run_id = harness.trigger("frozen_timeout")
+        harness.until(harness.state_is(run_id, "work", I.RUNNING), what="attempt 1 to run")
+        work = harness.instances(run_id)["work"]
+        worker = _stop_worker(harness, work.id, 1)
+        try:
+            state, reason = harness.finish(run_id)
+        finally:
+            signal_worker(worker, signal.SIGCONT)
+
+        assert state is R.SUCCESS, reason
+        assert [(n, s) for n, s, *_ in harness.attempts(work.id)] == [
+            (1, "TIMEOUT"),
+            (2, "SUCCESS"),
+        ]
+        confirmed = [e for e in harness.history(work.id) if e.kind == "cancel_confirmed"]
+        assert [(e.actor, e.attempt_no) for e in confirmed] == [("reconciler", 1)]
+        [engine] = _engine_details(harness, work.id, "cancel_confirmed")
+        assert engine["worker_stopped"] is True and engine[PROCESSES_ENDED] is True
+        ran = executions(marker)
+        assert ran[(work.id, 1)].starts == ran[(work.id, 2)].starts == 1
+        assert ran[(work.id, 2)].started_ns > ran[(work.id, 1)].started_ns
+    assert not overlapped(lock), "a retry ran beside its old task"
+    harness.assert_snapshots_are_folds()
+
+
+def _engine_details(harness: Harness, instance_id: str, kind: str) -> list[dict[str, object]]:
+    """The engine's details in the evidence of the instance's events of ``kind``."""
+    e = schema.events.c
+    with dialects.read_transaction(harness.engine) as connection:
+        found = connection.execute(
+            sa.select(e.evidence)
+            .where(e.instance_id == instance_id, e.kind == kind)
+            .order_by(e.position)
+        ).scalars()
+        return [dict(evidence["details"]) for evidence in found]

@@ -26,6 +26,22 @@ def marked(marker: Path, body: str) -> str:
     )
 
 
+def exclusive(lock: Path, body: str) -> str:
+    """A shell command running ``body`` while it holds ``lock``, for as long as any process it
+    starts lives (they inherit the descriptor; an ended process, a zombie too, holds none).
+    An attempt that finds the lock held by another notes it (:func:`overlapped`)."""
+    return (
+        f'exec 9>>{lock}; flock -n 9 || echo "$VERITASK_ATTEMPT_NO" >> {lock}.overlap; '
+        f"flock 9; {body}"
+    )
+
+
+def overlapped(lock: Path) -> list[int]:
+    """The attempts that started while another held ``lock`` (see :func:`exclusive`)."""
+    noted = lock.with_name(lock.name + ".overlap")
+    return [int(line) for line in noted.read_text().split()] if noted.exists() else []
+
+
 def mixed_definition(name: str, marker: Path, *, extra: str = "") -> str:
     """A DAG with short sleeps, a task that fails once, one that always fails, and joins."""
     tasks = {

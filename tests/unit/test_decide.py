@@ -17,7 +17,7 @@ from veritask.core.decide import Observation, Reconciliation
 from veritask.core.events import Event, EventKind
 from veritask.core.judge import Outcome
 from veritask.core.policy import OnUnknown, RetryPolicy, TaskPolicy
-from veritask.core.states import AttemptState, EngineState, InstanceState
+from veritask.core.states import PROCESSES_ENDED, AttemptState, EngineState, InstanceState
 
 S = timedelta(seconds=1)
 TICK = timedelta(microseconds=1)
@@ -296,6 +296,21 @@ def test_a_cancelling_attempt_the_engine_no_longer_has_is_confirmed_cancelled() 
     now = story.tick()
     result = reconcile(story, observe(EngineState.NOT_FOUND, now, source="engine"), now)
     event = only(result, EventKind.CANCEL_CONFIRMED)
+    record_at(story, event, now)
+    assert state_of(story) is InstanceState.CANCELLED
+
+
+def test_a_stop_is_confirmed_when_the_engine_saw_the_tasks_processes_end() -> None:
+    """A frozen worker cannot record how its task ended: ``unknown``, with the engine's word
+    that no process of the task runs, is enough to confirm the stop; ``unknown`` alone is not
+    (it is also what an engine says of a host it cannot reach)."""
+    story = running()
+    story.cancel()
+    now = story.tick()
+    unknown = observe(EngineState.UNKNOWN, now, source="process_table")
+    assert reconcile(story, unknown, now) == Reconciliation(stop_engine=True)
+    ended = dataclasses.replace(unknown, details={PROCESSES_ENDED: True, "worker_stopped": True})
+    event = only(reconcile(story, ended, now), EventKind.CANCEL_CONFIRMED)
     record_at(story, event, now)
     assert state_of(story) is InstanceState.CANCELLED
 

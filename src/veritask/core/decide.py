@@ -17,7 +17,7 @@ from veritask.core.fold import AttemptView, InstanceSnapshot
 from veritask.core.jsontypes import JSONObject
 from veritask.core.phrases import Phrase
 from veritask.core.policy import OnUnknown, TaskPolicy
-from veritask.core.states import AttemptState, EngineState, InstanceState
+from veritask.core.states import PROCESSES_ENDED, AttemptState, EngineState, InstanceState
 
 NextId = Callable[[], str]
 
@@ -245,7 +245,7 @@ def _reconcile_stop(
     now: datetime,
     about: Callable[[], new_events.Subject],
 ) -> Reconciliation:
-    if observation is not None and observation.engine_state is EngineState.NOT_FOUND:
+    if observation is not None and _no_process_runs(observation):
         return Reconciliation((new_events.cancel_confirmed(**about(), observation=observation),))
     stop = snapshot.facts.attempt(current.attempt_no)
     requested = stop.stop_requested if stop else None
@@ -258,6 +258,15 @@ def _reconcile_stop(
         )
         return Reconciliation((unconfirmed,), True)
     return Reconciliation(stop_engine=True)
+
+
+def _no_process_runs(observation: Observation) -> bool:
+    """The engine's evidence that the attempt it was asked to stop runs no process any more:
+    it has no trace of it, or it checked that the task's processes ended (``unknown`` alone is
+    not enough: an engine says it of a host it cannot reach, too)."""
+    if observation.engine_state is EngineState.NOT_FOUND:
+        return True
+    return observation.details.get(PROCESSES_ENDED) is True
 
 
 def _reconcile_lost(

@@ -200,3 +200,11 @@ class EngineState(StrEnum):
     """The engine has no trace of it."""
     UNKNOWN = "unknown"
     """The engine holds a trace but cannot say what became of it."""
+
+
+#: The key of an observation's detail that is True when the engine checked that no process of
+#: the attempt's task runs any more: its leader and every process of its group ended, whatever
+#: its worker is doing (gone, frozen, not yet writing its exit record). ``unknown`` says what
+#: the engine cannot tell (how the task ended); this says what it can. A stop is confirmed on
+#: it, never on ``unknown`` alone: an engine says ``unknown`` of a host it cannot reach too.
+PROCESSES_ENDED = "processes_ended"

@@ -32,7 +32,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from veritask.core import jsontypes
-from veritask.execution import errors, layout, port, procfs, records, wire
+from veritask.core.states import PROCESSES_ENDED
+from veritask.execution import errors, escalation, layout, port, procfs, records, wire
 from veritask.execution import worker as worker_module
 
 EXTERNAL_ID_PREFIX = "local:"
@@ -119,7 +120,10 @@ class LocalExecutor:
         task = records.read_process_record(attempt.task_record)
         if worker is not None:
             observe.engine_id = worker.engine_id
-            observe.details.update(worker_pid=worker.pid, worker_alive=worker_alive)
+            stopped = worker_alive and procfs.is_stopped(worker.pid, worker.start_ticks)
+            observe.details.update(
+                worker_pid=worker.pid, worker_alive=worker_alive, worker_stopped=stopped
+            )
         if task is not None:
             observe.started_at = task.started_at
             observe.details.update(task_pid=task.pid, task_pgid=task.pgid)
@@ -127,15 +131,19 @@ class LocalExecutor:
             return observe.ended(exit_record, attempt)
         if worker is None:
             return self._describe_waiting(observe, attempt)
-        if worker_alive:
-            state = port.EngineState.RUNNING if task is not None else port.EngineState.PENDING
-            return observe.make(state, port.ObservationSource.PROCESS_TABLE)
-        task_alive = task is not None and _task_alive(task)
+        if worker_alive and task is None:
+            return observe.make(port.EngineState.PENDING, port.ObservationSource.PROCESS_TABLE)
+        task_alive = task is not None and escalation.task_alive(task)
         observe.details.update(exit_record=False, task_alive=task_alive)
         if task_alive:
-            # The worker died and its task runs on: nobody will write its exit record.
-            observe.details["orphaned"] = True
+            if not worker_alive:
+                # The worker died and its task runs on: nobody will write its exit record.
+                observe.details["orphaned"] = True
             return observe.make(port.EngineState.RUNNING, port.ObservationSource.PROCESS_TABLE)
+        if task is not None:
+            # The task's group ended and no exit record says how: its worker is gone, frozen
+            # (it cannot reap and record), or about to write it. Not running, not ended.
+            observe.details[PROCESSES_ENDED] = True
         return observe.make(port.EngineState.UNKNOWN, port.ObservationSource.PROCESS_TABLE)
 
     def _cancel(self, external_id: str) -> None:
@@ -151,23 +159,16 @@ class LocalExecutor:
             if attempt.exit_record.exists():
                 return
             worker = records.read_process_record(attempt.worker_record)
-            if worker is not None and procfs.signal_process(
+            worker_acts = worker is not None and procfs.signal_process(
                 worker.pid, worker.start_ticks, signal.SIGTERM
-            ):
-                return
+            )
         if worker is None:
             key = external_id.removeprefix(EXTERNAL_ID_PREFIX)
             self._request_with_start({"op": "cancel", "attempt": key})
             return
-        task = records.read_process_record(attempt.task_record)
-        if task is None or task.pgid is None or not _task_alive(task):
-            return
-        # The worker is gone and left its task running: stop the task's group ourselves,
-        # with the same grace a worker gives, counted from the first cancel request.
-        grace = records.read_spec(attempt).grace_period.total_seconds()
-        requested_at = attempt.cancel_request.stat().st_mtime
-        late = time.time() - requested_at >= grace
-        procfs.signal_group(task.pgid, signal.SIGKILL if late else signal.SIGTERM)
+        # The worker stops the task's group itself, unless it is gone, frozen or stuck: then,
+        # past its grace period, the group is stopped from here (escalation.py).
+        escalation.stop_task_group(attempt, worker_acts=worker_acts)
 
     def _cleanup(self, external_id: str) -> None:
         attempt = self._attempt_of(external_id)
@@ -491,15 +492,6 @@ def _engine_errors() -> Iterator[None]:
         raise errors.ExecutorError(f"local engine: {exc}", retryable=True) from exc
     except ValueError as exc:  # a damaged file in an attempt directory, a garbled answer
         raise errors.ExecutorError(f"local engine: {exc}", retryable=False) from exc
-
-
-def _task_alive(task: records.ProcessRecord) -> bool:
-    """The task's leader, or any process of its group started since, still runs."""
-    if procfs.is_running(task.pid, task.start_ticks):
-        return True
-    return task.pgid is not None and bool(
-        procfs.group_members(task.pgid, started_since=task.start_ticks)
-    )
 
 
 def _kill_and_wait(process: records.ProcessRecord, *, timeout: float) -> None:

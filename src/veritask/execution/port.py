@@ -52,6 +52,9 @@ class ObservationSource(StrEnum):
     """Celery's ``inspect`` broadcast: the task is active, reserved or scheduled on a worker."""
     CELERY_CLAIM = "celery_claim"
     """The per-attempt claim and lease that a Veritask Celery worker keeps while it runs it."""
+    CELERY_CONTROL = "celery_control"
+    """A Veritask Celery worker's main process, asked by remote control about the task's process
+    group on its host (the process running the delivery may be frozen)."""
     CELERY_SUBMISSION = "celery_submission"
     """The executor's own record that it sent the attempt to the broker (queued, not taken)."""
     SQL_ACTIVITY = "sql_activity"

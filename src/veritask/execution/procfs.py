@@ -28,6 +28,11 @@ class ProcStat:
     def ended(self) -> bool:
         return self.state in ("Z", "X", "x")
 
+    @property
+    def stopped(self) -> bool:
+        """Frozen by a signal (SIGSTOP, SIGTSTP) or by a tracer: it runs no code until thawed."""
+        return self.state in ("T", "t")
+
 
 #: More than a stat line holds: 52 numbers and a command name of at most 64 bytes.
 _STAT_READ_BYTES = 4096
@@ -68,6 +73,12 @@ def is_running(pid: int, start_ticks: int) -> bool:
     """True when the process with this pid and start time exists and has not ended."""
     stat = read_stat(pid)
     return stat is not None and stat.start_ticks == start_ticks and not stat.ended
+
+
+def is_stopped(pid: int, start_ticks: int) -> bool:
+    """True when that very process exists and is frozen (state T or t)."""
+    stat = read_stat(pid)
+    return stat is not None and stat.start_ticks == start_ticks and stat.stopped
 
 
 def group_members(pgid: int, *, started_since: int) -> list[int]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import secrets
+import signal
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +17,8 @@ from celery.result import AsyncResult
 
 from tests.execution.celery.conftest import REDIS_URL, Hosts, queue_that_refuses
 from tests.scheduling.harness import wait_for
-from veritask.execution import errors, layout, port, records, transports, wire
+from veritask.core.states import PROCESSES_ENDED
+from veritask.execution import errors, layout, port, procfs, records, transports, wire
 from veritask.execution.celery import app as celery_app
 from veritask.execution.celery import executor as celery_executor
 from veritask.execution.celery.settings import CelerySettings
@@ -23,6 +26,8 @@ from veritask.scheduling import dispatch
 from veritask.scheduling.tokens import AttemptTokens
 
 pytestmark = [pytest.mark.slow]
+#: Frozen-pool-process iterations in the default suite; ``make soak`` runs more.
+FREEZE_ITERATIONS = int(os.environ.get("VERITASK_FREEZE_ITERATIONS", "3"))
 MakeHosts = Callable[..., Hosts]
 
 
@@ -362,3 +367,48 @@ def test_connecting_ahead_to_a_broker_that_is_away_is_a_retryable_error(
         assert "connecting ahead" in str(away.value)
     finally:
         executor.close()
+
+
+def test_a_frozen_pool_process_s_task_group_is_stopped_by_the_workers_main_process(
+    make_hosts: MakeHosts, tmp_path: Path
+) -> None:
+    """SIGSTOP of the pool process running a delivery: the revoke's SIGTERM waits in it and
+    its lease lapses, while the main process still answers. The cancel repeated past the grace
+    period has the main process stop the task's group (here one that ignores SIGTERM: SIGKILL
+    after the second grace period); describe then says that no process of the task runs."""
+    hosts = make_hosts()
+    hosts.start("host-a", concurrency=1)
+    executor = hosts.executor()
+    home = layout.ExecutorHome((tmp_path / "host-a" / "executor").resolve())
+    for iteration in range(FREEZE_ITERATIONS):
+        ready = tmp_path / f"ready-{iteration}"
+        attempt = spec(f"trap '' TERM; touch {ready}; while :; do sleep 0.05; done", tmp_path / "o")
+        submitted = executor.submit(spec=attempt)
+        wait_for(ready.exists, what="the task to start")
+        directory = home.attempt(attempt.instance_id, attempt.attempt_no)
+        pool = records.read_process_record(directory.worker_record)
+        task = records.read_process_record(directory.task_record)
+        assert pool is not None and task is not None and task.pgid is not None
+        os.kill(pool.pid, signal.SIGSTOP)
+        try:
+            frozen = observe(executor, submitted.external_id, port.EngineState.RUNNING)
+            assert frozen.details.get(PROCESSES_ENDED) is None
+
+            def stopped(external_id: str = submitted.external_id) -> port.Observation | None:
+                executor.cancel(external_id=external_id)  # as each reconciler sweep does
+                seen = executor.describe(external_id=external_id)
+                return seen if seen.engine_state is port.EngineState.UNKNOWN else None
+
+            seen = wait_for(stopped, what="the frozen delivery's task group to be stopped")
+            assert seen.source is port.ObservationSource.CELERY_CONTROL
+            assert seen.details[PROCESSES_ENDED] is True
+            assert seen.details["delivery_stopped"] is True
+            assert seen.details["task_alive"] is False
+            assert not procfs.group_members(task.pgid, started_since=task.start_ticks)
+            assert procfs.is_stopped(pool.pid, pool.start_ticks)
+        finally:
+            os.kill(pool.pid, signal.SIGCONT)
+        # Thawed, the pool process reaps the task and stores the stop as the attempt's result.
+        ended = observe(executor, submitted.external_id, port.EngineState.FAILED)
+        assert ended.error_category is port.ErrorCategory.CANCELLED
+        assert ended.details["signal"] == signal.SIGKILL

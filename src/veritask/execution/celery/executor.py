@@ -30,10 +30,11 @@ from celery.result import AsyncResult
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from veritask.core import jsontypes
+from veritask.core.states import PROCESSES_ENDED
 from veritask.execution import errors, port, records
 from veritask.execution.celery import app as celery_app
 from veritask.execution.celery import claims as claim_records
-from veritask.execution.celery import publisher
+from veritask.execution.celery import control, publisher
 from veritask.execution.celery import task as celery_task
 from veritask.execution.celery.settings import CelerySettings
 
@@ -181,6 +182,11 @@ class CeleryExecutor:
             # A worker runs it: SIGTERM to the process running the delivery, which forwards it
             # to the Veritask worker; that one kills the task's group after its grace period.
             self.app.control.revoke(external_id, terminate=True, signal="SIGTERM")
+            # That process may be frozen and do nothing: the worker's main process stops the
+            # task's group once the grace period is over (control.py). Asked on every repeat.
+            holder = self.claims.holder(key)
+            if holder is not None and not holder.cancelled_before_start:
+                control.stop_task_group(self.app, _celery_hostname(holder), key)
 
     def cleanup(self, *, external_id: str) -> None:
         key = self._key(external_id)
@@ -236,6 +242,12 @@ class CeleryExecutor:
             if lease is not None:
                 details["lease_holder"] = lease
                 return observe.make(port.EngineState.RUNNING, port.ObservationSource.CELERY_CLAIM)
+            # Claimed and the lease lapsed: its host died, or the process running the delivery
+            # is frozen. In that case the worker's main process still answers, and can tell
+            # whether the task's group runs.
+            seen = self._ask_task_group(observe, holder, key)
+            if seen is not None:
+                return seen
         where, broker_answered = self._inspect(external_id)
         if where is not None:
             state, worker = where
@@ -265,6 +277,34 @@ class CeleryExecutor:
             )
         details["queue"] = str(sent.get("queue"))
         return observe.make(port.EngineState.PENDING, port.ObservationSource.CELERY_SUBMISSION)
+
+    def _ask_task_group(
+        self, observe: port.ObservationDraft, holder: claim_records.Claim, key: str
+    ) -> port.Observation | None:
+        """What the holder's main process sees of the task's group: running while it runs,
+        unknown with its word that no process of the task runs once it ended; None when it
+        does not answer or the task did not start."""
+        if time.monotonic() < self._broker_silent_until:
+            return None
+        timeout = self.settings.inspect_timeout.total_seconds()
+        try:
+            seen = control.task_group(self.app, _celery_hostname(holder), key, timeout=timeout)
+        except (KombuOperationalError, OSError):
+            self._broker_silent_until = time.monotonic() + BROKER_BACKOFF.total_seconds()
+            return None
+        if seen is None or seen.get("found") is not True or seen.get("task_started") is not True:
+            return None
+        task_alive = seen.get("task_alive") is not False
+        observe.details.update(
+            lease=False,
+            delivery_stopped=seen.get("delivery_stopped") is True,
+            task_alive=task_alive,
+        )
+        if task_alive:
+            return observe.make(port.EngineState.RUNNING, port.ObservationSource.CELERY_CONTROL)
+        observe.details["exit_record"] = False
+        observe.details[PROCESSES_ENDED] = True
+        return observe.make(port.EngineState.UNKNOWN, port.ObservationSource.CELERY_CONTROL)
 
     def _inspect(self, task_id: str) -> tuple[tuple[str, str] | None, bool]:
         """Which worker holds the task (active, reserved or scheduled), by broadcast; and
@@ -360,6 +400,11 @@ def _ended(
         ended_at=record.ended_at,
         details=details,
     )
+
+
+def _celery_hostname(holder: claim_records.Claim) -> str:
+    """The Celery hostname of the worker whose pool process holds the claim."""
+    return holder.worker.rpartition(":")[0]
 
 
 def _detail(value: object) -> port.DetailValue:

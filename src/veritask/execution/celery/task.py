@@ -35,6 +35,7 @@ from veritask.core import jsontypes
 from veritask.execution import layout, port, records, wire, worker
 from veritask.execution.celery import app as celery_app
 from veritask.execution.celery import claims as claim_records
+from veritask.execution.celery import control
 from veritask.execution.celery.settings import CelerySettings
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,8 @@ def register(app: Celery, context: WorkerContext) -> None:
     # drops the lease; Celery stores only what a delivery raised. The task returns nothing:
     # Celery would otherwise render what it returned for its log line and pickle it back to
     # the consumer, for every delivery, and neither is read.
+    control.register(context.home)
+
     @app.task(  # type: ignore[untyped-decorator]
         name=celery_app.RUN_ATTEMPT, bind=True, ignore_result=True
     )
