@@ -389,3 +389,42 @@ def test_a_pipeline_module_passes_mypy_strict_and_a_wrong_argument_does_not(
     bad = mypy(wrong)
     assert bad.returncode == 1
     assert 'Argument "parts" to "__call__" of "Task" has incompatible type "str"' in bad.stdout
+
+
+# -- the command line --------------------------------------------------------------------------
+
+
+def test_apply_refuses_a_module_before_it_looks_for_an_api(
+    write: Write,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from veritask.cli.main import main
+
+    # No API anywhere: a refusal that reached for one would say so instead.
+    monkeypatch.delenv("VERITASK_URL", raising=False)
+    monkeypatch.setenv("VERITASK_HOME", str(tmp_path / "home"))
+    path = write(
+        "refused_here",
+        """\
+        from veritask import pipeline, shell
+
+        @pipeline()
+        def refused_here() -> None:
+            shell("true", name="Bad Name")
+        """,
+    )
+    assert main(["apply", "-f", str(path)]) == 2
+    assert f"{path}:5: tasks.Bad Name:" in capsys.readouterr().err
+    assert main(["apply"]) == 2
+    assert "give -f FILE or -m MODULE" in capsys.readouterr().err
+
+
+def test_a_definition_stored_as_json_is_printed_as_yaml() -> None:
+    from veritask.cli.pipelines import yaml_text
+
+    source = '{"name": "hello", "tasks": {"greet": {"run": "echo hi"}}}'
+    assert yaml_text(source) == "name: hello\ntasks:\n  greet:\n    run: echo hi\n"
+    written = "# kept as applied\nname: hello\n"
+    assert yaml_text(written) == written
