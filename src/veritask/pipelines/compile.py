@@ -10,10 +10,10 @@ and nothing is compiled when any pipeline is refused.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
 import sys
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from types import ModuleType
@@ -28,8 +28,10 @@ from veritask.pipelines.api import (
     Check,
     Cron,
     Defaults,
+    EnvValue,
     Graph,
     Node,
+    Options,
     ParamRef,
     ParamSpecification,
     Pipeline,
@@ -117,7 +119,7 @@ def compile_module(module: ModuleType) -> list[Compiled]:
 
 def load_module(name: str) -> list[Compiled]:
     """Import the module ``name`` (``package.module``, on ``sys.path``) and compile it."""
-    return compile_module(_imported(name, lambda: importlib.import_module(name), name))
+    return compile_module(_imported(name, name))
 
 
 def load_file(path: Path) -> list[Compiled]:
@@ -127,7 +129,7 @@ def load_file(path: Path) -> list[Compiled]:
     name, root = import_path(path)
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    return compile_module(_imported(name, lambda: importlib.import_module(name), str(path)))
+    return compile_module(_imported(name, str(path)))
 
 
 def import_path(path: Path) -> tuple[str, Path]:
@@ -141,10 +143,11 @@ def import_path(path: Path) -> tuple[str, Path]:
     return ".".join(parts), folder
 
 
-def _imported(name: str, load: Any, file: str) -> ModuleType:
+def _imported(name: str, file: str) -> ModuleType:
+    """Import ``name`` with task calls refused; an import that fails is a refusal too."""
     try:
         with importing(name):
-            module: ModuleType = load()
+            module = importlib.import_module(name)
     except PipelineError:
         raise
     except ImportError as exc:
@@ -391,7 +394,7 @@ def _retry(retry: Retry) -> JSONObject:
     }
 
 
-def _policy(source: Any) -> JSONObject:
+def _policy(source: Defaults | Options) -> JSONObject:
     data: JSONObject = {}
     if source.retry is not None:
         data["retry"] = _retry(source.retry)
@@ -434,5 +437,5 @@ def _wait(wait: WaitFor) -> JSONObject:
     return data
 
 
-def _env(env: Any) -> JSONObject:
+def _env(env: Mapping[str, EnvValue]) -> JSONObject:
     return {str(k): {"secret": v.name} if isinstance(v, Secret) else str(v) for k, v in env.items()}
