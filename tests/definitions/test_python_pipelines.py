@@ -346,6 +346,26 @@ def test_a_refusal_of_the_definition_checks_names_the_python_line(write: Write) 
     assert f"{path}:5: tasks.Work:" in str(refusal_of(path))
 
 
+def test_the_spelled_out_choices_are_the_definitions_own() -> None:
+    from typing import get_args
+
+    from veritask.core.policy import OnUnknown
+    from veritask.core.run_state import TaskRole
+    from veritask.core.trigger_rules import TriggerRule
+    from veritask.definitions.model import ConcurrencyPolicy
+    from veritask.definitions.parameters import ParameterType
+    from veritask.pipelines import api
+
+    for literal, enum in (
+        (api.TriggerRuleName, TriggerRule),
+        (api.Role, TaskRole),
+        (api.OnUnknown, OnUnknown),
+        (api.Concurrency, ConcurrencyPolicy),
+        (api.ParamType, ParameterType),
+    ):
+        assert set(get_args(literal)) == {member.value for member in enum}, enum
+
+
 # -- the package stays light and typed --------------------------------------------------------
 
 
@@ -384,7 +404,9 @@ def test_a_pipeline_module_passes_mypy_strict_and_a_wrong_argument_does_not(
             check=False,
         )
 
-    good = mypy(EXAMPLES / "jobs" / "daily_files.py", EXAMPLES / "daily_report.py")
+    good = mypy(
+        EXAMPLES / "jobs" / "daily_files.py", EXAMPLES / "daily_report.py", EXAMPLES / "hello.py"
+    )
     assert good.returncode == 0, good.stdout
     bad = mypy(wrong)
     assert bad.returncode == 1

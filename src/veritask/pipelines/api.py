@@ -27,6 +27,7 @@ TriggerRuleName = Literal[
     "all_success",
     "all_failed",
     "all_done",
+    "all_done_min_one_success",
     "all_done_setup_success",
     "all_skipped",
     "one_success",
