@@ -114,8 +114,9 @@ class Veritask:
         return self.log.read_text()
 
 
-def start_up(home: Path, examples: Path, log: Path) -> Veritask:
-    """Start ``veritask up`` and wait until its API answers."""
+def start_up(home: Path, examples: Path, log: Path, **extra: str) -> Veritask:
+    """Start ``veritask up`` (``extra``: more of its environment) and wait until its API
+    answers."""
     (home / "url").unlink(missing_ok=True)
     with log.open("a") as sink:
         process = subprocess.Popen(
@@ -129,7 +130,7 @@ def start_up(home: Path, examples: Path, log: Path) -> Veritask:
                 "--examples",
                 str(examples),
             ],
-            env=environment(home),
+            env=environment(home, **extra),
             stdout=sink,
             stderr=subprocess.STDOUT,
             text=True,

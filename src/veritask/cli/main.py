@@ -13,7 +13,16 @@ from collections.abc import Sequence
 
 import click
 
-from veritask.cli import alerts, backfills, durations, operations, processes, reruns, verbs
+from veritask.cli import (
+    alerts,
+    backfills,
+    durations,
+    operations,
+    pipelines,
+    processes,
+    reruns,
+    verbs,
+)
 from veritask.cli.client import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
 
 
@@ -52,6 +61,7 @@ for command in (
     processes.scheduler_command,
     verbs.apply_command,
     verbs.definitions_command,
+    pipelines.definition_command,
     verbs.trigger_command,
     verbs.runs_command,
     verbs.show_command,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from veritask.cli import follow, render
+from veritask.cli import follow, pipelines, render
 from veritask.cli.client import EXIT_NOT_FOUND, EXIT_USAGE, ApiClient, CliError
 from veritask.core.jsontypes import JSONObject, JSONValue
 
@@ -42,21 +42,35 @@ def kind_of(api: ApiClient, ident: str) -> str:
     "-f",
     "--file",
     "path",
-    required=True,
+    default=None,
     type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path),
-    help="The definition (YAML or JSON); - reads stdin.",
+    help="The definition (YAML or JSON), or a Python module of pipelines (.py); - reads stdin.",
+)
+@click.option(
+    "-m",
+    "--module",
+    default=None,
+    metavar="MODULE",
+    help="A Python module of pipelines, by import path (package.module).",
 )
 @JSON_OPTION
-def apply_command(path: Path, as_json: bool) -> None:
+def apply_command(path: Path | None, module: str | None, as_json: bool) -> None:
     """Apply a definition: a new version if its content changed."""
-    source = sys.stdin.read() if str(path) == "-" else path.read_text()
+    if (path is None) == (module is None):
+        raise CliError(EXIT_USAGE, "give -f FILE or -m MODULE (one of them)")
+    if module is not None or pipelines.is_python(path):
+        sources = pipelines.compiled_sources(path, module)
+    else:
+        assert path is not None
+        sources = [sys.stdin.read() if str(path) == "-" else path.read_text()]
     with api_client() as api:
-        applied = api.post("/definitions", {"source": source})
+        answers = [api.post("/definitions", {"source": source}) for source in sources]
     if as_json:
-        render.print_json(applied)
+        render.print_json(answers[0] if len(answers) == 1 else list[JSONValue](answers))
         return
-    what = "created" if applied.get("created") else "unchanged"
-    render.out.print(f"{applied.get('name')}: version {applied.get('version')} ({what})")
+    for applied in answers:
+        what = "created" if applied.get("created") else "unchanged"
+        render.out.print(f"{applied.get('name')}: version {applied.get('version')} ({what})")
 
 
 @click.command("definitions")

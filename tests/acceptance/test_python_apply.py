@@ -1,0 +1,110 @@
+"""``veritask apply -f FILE.py`` and ``-m MODULE`` through the real CLI against a real
+``veritask up`` on SQLite and PostgreSQL: the pipeline is stored as its YAML twin would be,
+``definition NAME --yaml`` prints it, and a run of it succeeds on the local executor."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.conftest import Veritask, shut_down, start_up
+
+pytestmark = pytest.mark.slow
+
+MODULE = """\
+from veritask import Retry, pipeline, shell, task
+
+
+@task(retry=Retry(max_retries=1, delay="1s"), timeout="1m")
+def count(word: str, times: int) -> dict[str, int]:
+    print(f"{word} x{times}", flush=True)
+    return {"count": times}
+
+
+@task
+def check(word: str) -> None:
+    assert word == "hello", word
+
+
+@pipeline(owner="qa", concurrency="allow")
+def python_flow(word: str = "hello") -> None:
+    counted = count(word, times=3)
+    check.after(counted)(word)
+    shell("echo done", name="finish", after=[counted])
+"""
+
+BROKEN = """\
+from veritask import pipeline, task
+
+
+@task
+def load(day: object) -> None: ...
+
+
+@pipeline()
+def broken_flow() -> None:
+    load({1, 2})
+"""
+
+
+@pytest.fixture
+def served(database_url: str, tmp_path: Path) -> Iterator[tuple[Veritask, Path]]:
+    pipes = tmp_path / "pipes"
+    (pipes / "flows").mkdir(parents=True)
+    (pipes / "flows" / "__init__.py").write_text("")
+    (pipes / "flows" / "daily.py").write_text(MODULE)
+    (pipes / "broken.py").write_text(BROKEN)
+    examples = tmp_path / "no-examples"
+    examples.mkdir()
+    # The worker imports the tasks' module: the folder above its package is on PYTHONPATH.
+    path = os.pathsep.join([str(pipes), os.environ.get("PYTHONPATH", "")])
+    started = start_up(
+        tmp_path / "home",
+        examples,
+        tmp_path / "up.log",
+        VERITASK_DATABASE_URL=database_url,
+        PYTHONPATH=path,
+    )
+    try:
+        yield started, pipes
+    finally:
+        shut_down(started)
+
+
+def test_a_python_pipeline_is_applied_and_runs_to_success(
+    served: tuple[Veritask, Path],
+) -> None:
+    """One ``up`` per database for the whole story: starting one is the slow part."""
+    veritask, pipes = served
+    refused = veritask.cli("apply", "-f", str(pipes / "broken.py"))
+    assert refused.returncode == 2
+    assert f"{pipes / 'broken.py'}:10: tasks.load.with.day:" in refused.stderr
+    assert "neither a JSON value" in refused.stderr
+    assert veritask.cli_json("definitions") == []  # nothing stored on a refusal
+
+    applied = veritask.cli("apply", "-f", str(pipes / "flows" / "daily.py"))
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout.strip() == "python_flow: version 1 (created)"
+    on_path = os.pathsep.join([str(pipes), os.environ.get("PYTHONPATH", "")])
+    again = veritask.cli("apply", "-m", "flows.daily", "--json", PYTHONPATH=on_path)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["created"] is False  # the same content, the same version
+
+    shown = veritask.cli("definition", "python_flow", "--yaml")
+    assert shown.returncode == 0, shown.stderr
+    assert "call: flows.daily:count" in shown.stdout
+    assert "after:\n    - count" in shown.stdout
+
+    run = veritask.cli("trigger", "python_flow", "--wait", "--timeout", "25")
+    run_id = run.stdout.split()[0]
+    assert run.returncode == 0, run.stdout + veritask.cli("logs", run_id).stdout
+    detail = veritask.cli_json("show", run_id)
+    assert detail["execution_state"] == "SUCCESS"
+    states = {i["task"]: i["state"] for i in detail["instances"]}
+    assert states == {"count": "SUCCESS", "check": "SUCCESS", "finish": "SUCCESS"}
+    logs = veritask.cli("logs", run_id)
+    assert "hello x3" in logs.stdout
