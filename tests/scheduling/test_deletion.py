@@ -9,7 +9,7 @@ the executor that ran them finishes it; a deleted name may be applied again.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -262,3 +262,39 @@ def test_a_name_is_held_while_its_runs_are_being_cancelled(
         definitions.apply_definition(platform, GATED.format(gate="x"), actor="operator:test")
 
     assert refused.value.current_state == "deleting"
+
+
+DAILY = """\
+name: daily
+schedule: {cron: "0 0 * * *", timezone: UTC}
+tasks:
+  load: {run: "true"}
+"""
+
+
+def test_a_backfill_waits_while_its_definition_is_disabled(harness: Harness) -> None:
+    from veritask.scheduling import backfills
+
+    harness.apply(DAILY)
+    started = backfills.start_backfill(
+        harness.ledger,
+        backfills.Request(
+            name="daily",
+            start=datetime(2026, 1, 1, tzinfo=UTC),
+            end=datetime(2026, 1, 3, tzinfo=UTC),
+            actor="operator:test",
+            parameters={},
+        ),
+    )
+    [(first, _, _)] = harness.runs()
+    assert harness.finish(first)[0] is RunExecutionState.SUCCESS
+    platform = _platform(harness)
+    definitions.set_enabled(platform, "daily", enabled=False, actor="operator:test")
+
+    assert backfills.advance_backfills(harness.ledger) == 0
+    assert [run_id for run_id, _, _ in harness.runs()] == [first]
+
+    definitions.set_enabled(platform, "daily", enabled=True, actor="operator:test")
+    assert backfills.advance_backfills(harness.ledger) == 1
+    assert len(harness.runs()) == 2
+    assert started.created
