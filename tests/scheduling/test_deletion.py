@@ -240,8 +240,13 @@ def test_a_deleted_name_applied_again_is_a_new_definition_beside_the_old_history
     # The old run is the old definition's: it is not rerun as the new one.
     from veritask.services import reruns
 
-    with pytest.raises(Conflict, match="quick is deleted"):
+    with pytest.raises(Conflict, match="quick is deleted") as refused:
         reruns.rerun(platform, old_run, actor="operator:test")
+    assert refused.value.current_state == "deleted"
+    # Its latest version is its own, not the new definition's (which has a second one).
+    definitions.apply_definition(platform, QUICK.replace("quick output", "v2"), actor="test")
+    preview = reruns.rerun_preview(platform, old_run, version="latest")
+    assert preview.definition_version == 1
     # Deleting the new one leaves the old one alone.
     definitions.delete_definition(platform, "quick", actor="operator:test", purge=False)
     with harness.engine.connect() as connection:
