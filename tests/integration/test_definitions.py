@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import httpx
+
 from tests.integration.conftest import HELLO, PIPELINE, Api
 from veritask.services import definitions
 
@@ -122,12 +124,44 @@ def test_disable_stops_the_schedule_and_enable_restarts_it(api: Api) -> None:
     assert disabled.status_code == 200
     assert disabled.json()["lifecycle"] == "disabled"
     assert disabled.json()["next_fire_time"] is None
-    # A disabled definition may still be triggered by hand.
-    assert api.http.post("/api/v2/definitions/nightly/runs", json={}).status_code == 202
     enabled = api.http.post("/api/v2/definitions/nightly/enable")
     assert enabled.json()["lifecycle"] == "active"
+    assert api.http.post("/api/v2/definitions/nightly/runs", json={}).status_code == 202
     kinds = [e["kind"] for e in api.http.get("/api/v2/definitions/nightly/events").json()["events"]]
     assert kinds == ["definition_applied", "definition_disabled", "definition_active"]
+
+
+def _refused_as_disabled(response: httpx.Response) -> None:
+    assert response.status_code == 409, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body = response.json()
+    assert body["current_state"] == "disabled"
+    assert "nightly is disabled" in body["detail"]
+
+
+def test_a_disabled_definition_refuses_every_new_run_and_its_active_run_goes_on(api: Api) -> None:
+    api.apply(SCHEDULED.replace("tasks:", "concurrency: allow\ntasks:"))
+    active = api.trigger("nightly")
+    assert api.http.post("/api/v2/definitions/nightly/disable").status_code == 200
+
+    for kind in ("manual", "api"):
+        _refused_as_disabled(
+            api.http.post("/api/v2/definitions/nightly/runs", json={"trigger_kind": kind})
+        )
+    _refused_as_disabled(
+        api.http.post(
+            "/api/v2/definitions/nightly/backfills",
+            json={"from": "2026-01-01T00:00:00Z", "to": "2026-01-03T00:00:00Z"},
+        )
+    )
+    rerun = api.http.post(f"/api/v2/runs/{active}/rerun", json={})
+    assert rerun.status_code == 409 and "nightly is disabled" in rerun.json()["detail"]
+    # Disabling cancels nothing: the run that was active is as it was.
+    run = api.run(active)
+    assert run["execution_state"] == "RUNNING"
+    assert [i["state"] for i in run["instances"]] == ["CREATED"]
+    listed = api.http.get("/api/v2/runs", params={"definition": "nightly"}).json()["items"]
+    assert [r["id"] for r in listed] == [active]
 
 
 def test_deleting_a_definition_without_runs_ends_deleted_at_once(api: Api) -> None:
@@ -140,22 +174,46 @@ def test_deleting_a_definition_without_runs_ends_deleted_at_once(api: Api) -> No
     trigger = api.http.post("/api/v2/definitions/hello/runs", json={})
     assert trigger.status_code == 409
     assert trigger.json()["current_state"] == "deleted"
-    applied = api.http.post("/api/v2/definitions", json={"source": HELLO})
-    assert applied.status_code == 409
-    assert applied.json()["current_state"] == "deleted"
     enable = api.http.post("/api/v2/definitions/hello/enable")
     assert enable.status_code == 409
+    assert enable.json()["current_state"] == "deleted"
+
+
+def test_a_deleted_name_is_applied_again_as_a_new_definition(api: Api) -> None:
+    api.apply(HELLO)
+    old_run = api.trigger("hello")
+    api.http.post(f"/api/v2/runs/{old_run}/cancel", json={"reason": "make room"})
+    _settle_cancelled_run(api, old_run)
+    assert api.http.delete("/api/v2/definitions/hello").json()["lifecycle"] == "deleted"
+
+    applied = api.http.post("/api/v2/definitions", json={"source": HELLO})
+
+    assert applied.status_code == 201, applied.text
+    assert applied.json() == {"name": "hello", "version": 1, "created": True, "lifecycle": "active"}
+    shown = api.http.get("/api/v2/definitions/hello").json()
+    assert (shown["lifecycle"], shown["current_version"]) == ("active", 1)
+    new_run = api.trigger("hello")
+    # The old run is still there, under the old definition; only the new one lists by name.
+    old = api.run(old_run)
+    assert (old["definition"], old["execution_state"]) == ("hello", "CANCELLED")
+    everything = [r["id"] for r in api.http.get("/api/v2/runs").json()["items"]]
+    assert set(everything) == {old_run, new_run}
+    by_name = api.http.get("/api/v2/runs", params={"definition": "hello"}).json()["items"]
+    assert [r["id"] for r in by_name] == [new_run]
+    assert api.http.post(f"/api/v2/runs/{old_run}/rerun", json={}).status_code == 409
+    events = api.http.get(f"/api/v2/runs/{old_run}/events").json()["events"]
+    assert events[0]["kind"] == "run_created"
 
 
 def test_deleting_cancels_active_runs_and_finishes_once_they_are_terminal(api: Api) -> None:
     api.apply(HELLO)
     run_id = api.trigger("hello")
-    response = api.http.delete("/api/v2/definitions/hello", params={"purge": "true"})
+    response = api.http.delete("/api/v2/definitions/hello")
     assert response.status_code == 202
     deletion = response.json()
     assert deletion["lifecycle"] == "deleting"
     assert deletion["cancelling_runs"] == [run_id]
-    assert deletion["purge"] is True
+    assert deletion["purge"] is False
     # With nothing running, the cancel took effect at once: the run waits for the scheduler
     # to see every instance stopped.
     run = api.run(run_id)
@@ -166,6 +224,27 @@ def test_deleting_cancels_active_runs_and_finishes_once_they_are_terminal(api: A
     assert api.http.get("/api/v2/definitions/hello").json()["lifecycle"] == "deleted"
     kinds = [e["kind"] for e in api.http.get("/api/v2/definitions/hello/events").json()["events"]]
     assert kinds == ["definition_applied", "definition_deleting", "definition_deleted"]
+    # The purge is deferred to the retention window by default: a scheduler's pass now
+    # removes nothing.
+    assert definitions.advance_deletions(api.platform, executors={}) == 0
+
+
+def test_purge_asked_for_goes_on_to_purging_once_the_runs_stopped(api: Api) -> None:
+    api.apply(HELLO)
+    run_id = api.trigger("hello")
+    response = api.http.delete("/api/v2/definitions/hello", params={"purge": "true"})
+    assert response.status_code == 202
+    assert (response.json()["lifecycle"], response.json()["purge"]) == ("deleting", True)
+    _settle_cancelled_run(api, run_id)
+    # The API serves no executor: it takes the definition to purging, a scheduler ends it.
+    assert definitions.advance_deletions(api.platform, executors=None) == 2
+    assert api.http.get("/api/v2/definitions/hello").json()["lifecycle"] == "purging"
+    assert definitions.advance_deletions(api.platform, executors={}) == 1
+    assert api.http.get("/api/v2/definitions/hello").json()["lifecycle"] == "purged"
+    kinds = [e["kind"] for e in api.http.get("/api/v2/definitions/hello/events").json()["events"]]
+    assert kinds[-2:] == ["definition_purging", "definition_purged"]
+    again = api.http.delete("/api/v2/definitions/hello", params={"purge": "true"})
+    assert (again.status_code, again.json()["lifecycle"]) == (202, "purged")
 
 
 def _settle_cancelled_run(api: Api, run_id: str) -> None:

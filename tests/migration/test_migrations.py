@@ -110,3 +110,40 @@ def test_upgrade_command_reports_an_unreachable_database(
     error = capsys.readouterr().err
     assert "postgresql+psycopg://nobody:***@127.0.0.1:1/none" in error
     assert "secret" not in error
+
+
+def test_0008_keeps_the_definitions_and_frees_a_deleted_name(empty_database_url: str) -> None:
+    migrate.upgrade(empty_database_url, "0007")
+    engine = dialects.create_engine(empty_database_url)
+    now = "2026-01-01 00:00:00"
+    try:
+        with engine.begin() as connection:
+            connection.exec_driver_sql(
+                "INSERT INTO definitions (id, name, current_version, lifecycle, created_at, "
+                f"updated_at) VALUES ('old', 'reused', 1, 'deleted', '{now}', '{now}')"
+            )
+            connection.exec_driver_sql(
+                "INSERT INTO definition_versions (definition_id, version, content_hash, spec, "
+                f"source, created_at) VALUES ('old', 1, 'h', '{{}}', 'name: reused', '{now}')"
+            )
+
+        migrate.upgrade(empty_database_url)
+
+        with engine.begin() as connection:
+            connection.exec_driver_sql(
+                "INSERT INTO definitions (id, name, lifecycle, created_at, updated_at) "
+                f"VALUES ('new', 'reused', 'active', '{now}', '{now}')"
+            )
+            connection.exec_driver_sql(
+                "UPDATE definitions SET lifecycle = 'purging' WHERE id = 'old'"
+            )
+            rows = connection.exec_driver_sql(
+                "SELECT id, lifecycle FROM definitions ORDER BY id"
+            ).all()
+            versions = connection.exec_driver_sql(
+                "SELECT definition_id, version FROM definition_versions"
+            ).all()
+    finally:
+        engine.dispose()
+    assert [tuple(row) for row in rows] == [("new", "active"), ("old", "purging")]
+    assert [tuple(row) for row in versions] == [("old", 1)]

@@ -82,6 +82,58 @@ def definitions_command(as_json: bool) -> None:
     render.listing(found, as_json=as_json, table=render.definitions_table)
 
 
+@click.command("disable")
+@click.argument("name")
+@JSON_OPTION
+def disable_command(name: str, as_json: bool) -> None:
+    """Disable NAME: no schedule, trigger or backfill starts a run; active runs go on."""
+    with api_client() as api:
+        shown = api.post(f"/definitions/{name}/disable")
+    _print_lifecycle(shown, as_json)
+
+
+@click.command("enable")
+@click.argument("name")
+@JSON_OPTION
+def enable_command(name: str, as_json: bool) -> None:
+    """Enable NAME again: its schedule fires and it may be triggered."""
+    with api_client() as api:
+        shown = api.post(f"/definitions/{name}/enable")
+    _print_lifecycle(shown, as_json)
+
+
+def _print_lifecycle(shown: JSONObject, as_json: bool) -> None:
+    if as_json:
+        render.print_json(shown)
+        return
+    render.out.print(f"{shown.get('name')}: {shown.get('lifecycle')}")
+
+
+@click.command("delete")
+@click.argument("name")
+@click.option(
+    "--purge-now",
+    is_flag=True,
+    help="Purge the attempts' folders, logs and results as soon as the runs stopped, not "
+    "after the retention window (VERITASK_DELETED_RETENTION).",
+)
+@JSON_OPTION
+def delete_command(name: str, purge_now: bool, as_json: bool) -> None:
+    """Delete NAME: disable it, cancel its active runs, then soft-delete it (its history stays
+    readable); its attempts are purged after the retention window, or with --purge-now."""
+    with api_client() as api:
+        deletion = api.delete(f"/definitions/{name}", {"purge": "true" if purge_now else "false"})
+    if as_json:
+        render.print_json(deletion)
+        return
+    cancelling = deletion.get("cancelling_runs")
+    stopping = ""
+    if isinstance(cancelling, list) and cancelling:
+        stopping = f"; cancelling {len(cancelling)} run(s)"
+    purge = "at once" if deletion.get("purge") else "after the retention window"
+    render.out.print(f"{name}: {deletion.get('lifecycle')}{stopping}; purge {purge}")
+
+
 def _parameters(pairs: tuple[str, ...]) -> JSONObject:
     """``k=v`` pairs; a value that reads as JSON (3, true, [1]) is taken as such."""
     parameters: JSONObject = {}

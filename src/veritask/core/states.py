@@ -161,13 +161,15 @@ class DefinitionLifecycle(StrEnum):
     ACTIVE = "active"
     """Its schedule fires and it may be triggered."""
     DISABLED = "disabled"
-    """Its schedule does not fire; history and manual reads stay."""
+    """It starts no new run (schedule, trigger, backfill); its active runs go on."""
     DELETING = "deleting"
-    """Active runs are being cancelled before the soft delete."""
+    """Disabled, and its active runs are being cancelled before the soft delete."""
     DELETED = "deleted"
-    """Soft-deleted: history stays readable."""
+    """Soft-deleted: history stays readable; its name may be applied again as a new one."""
+    PURGING = "purging"
+    """Each executor is removing its attempts' folders, logs and results."""
     PURGED = "purged"
-    """External resources and logs are gone; history only if it was asked for."""
+    """Every executor's resources and logs are gone; the event history is kept."""
 
 
 class TriggerKind(StrEnum):

@@ -48,15 +48,39 @@ class ActiveSchedule:
     schedule: JSONValue
 
 
+def holder_first() -> tuple[sa.ColumnElement[int], sa.ColumnElement[datetime]]:
+    """The order that makes a name's current definition come first: the one that holds the
+    name (active, disabled, deleting), else the newest of the deleted ones."""
+    d = _definitions
+    holds = sa.case(
+        (d.lifecycle.in_([s.value for s in schema.NAME_HOLDING_LIFECYCLES]), 0), else_=1
+    )
+    return holds, d.created_at.desc()
+
+
 def definition_heading(connection: Connection, name: str) -> DefinitionHeading | None:
-    """The definition called ``name``, whatever its lifecycle, without its spec."""
+    """The definition called ``name`` (:func:`holder_first`), without its spec."""
     d = _definitions
     row = connection.execute(
-        sa.select(d.id, d.current_version, d.lifecycle, d.name).where(d.name == name)
+        sa.select(d.id, d.current_version, d.lifecycle, d.name)
+        .where(d.name == name)
+        .order_by(*holder_first())
+        .limit(1)
     ).first()
     if row is None:
         return None
     return DefinitionHeading(row.id, row.current_version, row.lifecycle, row.name)
+
+
+def lifecycles_by_id(connection: Connection, definition_ids: Collection[str]) -> dict[str, str]:
+    """The lifecycle of each of these definitions, by id."""
+    if not definition_ids:
+        return {}
+    d = _definitions
+    rows = connection.execute(
+        sa.select(d.id, d.lifecycle).where(d.id.in_(sorted(set(definition_ids))))
+    ).all()
+    return {row.id: row.lifecycle for row in rows}
 
 
 def version_spec(connection: Connection, definition_id: str, version: int) -> JSONObject:
@@ -198,7 +222,7 @@ def live_specs_by_name(connection: Connection) -> dict[str, JSONValue]:
             schema.definition_versions,
             sa.and_(v.definition_id == d.id, v.version == d.current_version),
         )
-        .where(d.lifecycle.not_in(("deleting", "deleted", "purged")))
+        .where(d.lifecycle.not_in(("deleting", "deleted", "purging", "purged")))
     ).all()
     return {row.name: row.spec for row in rows}
 
@@ -241,6 +265,16 @@ def engine_resources(connection: Connection, definition_id: str) -> list[tuple[s
 def _ensure_definition(
     connection: Connection, *, name: str, owner: str | None, now: datetime
 ) -> str:
+    """The id of the definition that holds ``name``; a new one when none does (the first
+    apply, or the first after a delete: the deleted one keeps its own id and history)."""
+    d = _definitions
+    holder = sa.select(d.id).where(
+        d.name == name, d.lifecycle.in_([s.value for s in schema.NAME_HOLDING_LIFECYCLES])
+    )
+    found = connection.execute(holder).scalar_one_or_none()
+    if found is not None:
+        return str(found)
+    # No conflict target: a racing apply that inserted first wins the partial unique index.
     dialects.insert_ignoring_conflict(
         connection,
         schema.definitions,
@@ -252,9 +286,6 @@ def _ensure_definition(
             "created_at": now,
             "updated_at": now,
         },
-        conflict_columns=["name"],
+        conflict_columns=[],
     )
-    definition_id = connection.execute(
-        sa.select(schema.definitions.c.id).where(schema.definitions.c.name == name)
-    ).scalar_one()
-    return str(definition_id)
+    return str(connection.execute(holder).scalar_one())

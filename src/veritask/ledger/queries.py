@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from veritask.core import states
-from veritask.ledger import pagination, schema, statements, vocabulary
+from veritask.ledger import definitions, pagination, schema, statements, vocabulary
 from veritask.ledger.rows import (
     AlertRow,
     AttemptRow,
@@ -48,9 +48,21 @@ def _literal_states(values: Collection[str]) -> sa.BindParameter[list[str]]:
 
 
 def get_definition(connection: Connection, *, name: str) -> DefinitionRow | None:
-    """The definition called ``name``, whatever its lifecycle."""
+    """The definition called ``name``: the one that holds the name, else the newest deleted
+    one (``definitions.holder_first``)."""
     row = connection.execute(
-        sa.select(schema.definitions).where(schema.definitions.c.name == name)
+        sa.select(schema.definitions)
+        .where(schema.definitions.c.name == name)
+        .order_by(*definitions.holder_first())
+        .limit(1)
+    ).first()
+    return DefinitionRow.from_row(row) if row else None
+
+
+def get_definition_by_id(connection: Connection, definition_id: str) -> DefinitionRow | None:
+    """One definition, by its id (a deleted name's older definitions have only theirs)."""
+    row = connection.execute(
+        sa.select(schema.definitions).where(schema.definitions.c.id == definition_id)
     ).first()
     return DefinitionRow.from_row(row) if row else None
 
@@ -72,7 +84,9 @@ def list_definitions(
     connection: Connection, *, lifecycles: Collection[states.DefinitionLifecycle] | None = None
 ) -> list[DefinitionRow]:
     """Definitions by name, optionally only those in the given lifecycle steps."""
-    statement = sa.select(schema.definitions).order_by(schema.definitions.c.name)
+    statement = sa.select(schema.definitions).order_by(
+        schema.definitions.c.name, *definitions.holder_first()
+    )
     if lifecycles is not None:
         statement = statement.where(
             schema.definitions.c.lifecycle.in_([lifecycle.value for lifecycle in lifecycles])

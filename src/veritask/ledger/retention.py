@@ -101,11 +101,15 @@ def _orphaned(observed_before: datetime) -> tuple[sa.ColumnElement[bool], ...]:
 def purgeable_runs(
     connection: Connection, *, cutoff: datetime, active_states: Collection[str]
 ) -> list[str]:
-    """The runs of deleted and purged definitions, in none of ``active_states``, whose newest
+    """The runs of deleted (purging, purged) definitions, in none of ``active_states``, whose newest
     event (if any) was recorded before ``cutoff``; a run that a kept rerun points at stays
     (``runs.rerun_of`` is a foreign key)."""
     d, r, e = schema.definitions.c, schema.runs.c, schema.events.c
-    gone = [DefinitionLifecycle.DELETED.value, DefinitionLifecycle.PURGED.value]
+    gone = [
+        DefinitionLifecycle.DELETED.value,
+        DefinitionLifecycle.PURGING.value,
+        DefinitionLifecycle.PURGED.value,
+    ]
     newest = sa.select(sa.func.max(e.observed_at)).where(e.run_id == r.id).scalar_subquery()
     candidates = set(
         connection.execute(

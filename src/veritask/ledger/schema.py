@@ -75,17 +75,33 @@ LEASED_ATTEMPT_PREDICATE: Final = _one_of("state", LEASED_ATTEMPT_STATES)
 UNRESOLVED_ALERT_PREDICATE: Final = f"status <> '{vocabulary.AlertStatus.RESOLVED}'"
 PENDING_DELIVERY_PREDICATE: Final = f"delivery_state = '{vocabulary.DeliveryState.PENDING}'"
 
+#: The lifecycles in which a definition holds its name: a deleted one's name may be applied
+#: again, as a new definition with a new id.
+NAME_HOLDING_LIFECYCLES: Final = (
+    states.DefinitionLifecycle.ACTIVE,
+    states.DefinitionLifecycle.DISABLED,
+    states.DefinitionLifecycle.DELETING,
+)
+HOLDS_ITS_NAME_PREDICATE: Final = _one_of("lifecycle", NAME_HOLDING_LIFECYCLES)
+
 definitions = sa.Table(
     "definitions",
     metadata,
     _id("id", primary_key=True),
-    sa.Column("name", sa.String(128), nullable=False, unique=True),
+    sa.Column("name", sa.String(128), nullable=False, index=True),
     sa.Column("current_version", sa.Integer, nullable=True),
     sa.Column("lifecycle", sa.String(16), nullable=False),
     sa.Column("owner", sa.String(128), nullable=True),
     _time("created_at", nullable=False),
     _time("updated_at", nullable=False),
     sa.CheckConstraint(_one_of("lifecycle", states.DefinitionLifecycle), name="lifecycle"),
+    sa.Index(
+        "uq_definitions_live_name",
+        "name",
+        unique=True,
+        postgresql_where=sa.text(HOLDS_ITS_NAME_PREDICATE),
+        sqlite_where=sa.text(HOLDS_ITS_NAME_PREDICATE),
+    ),
 )
 
 definition_versions = sa.Table(

@@ -24,6 +24,7 @@ from veritask.core.states import DefinitionLifecycle, RunExecutionState, Trigger
 from veritask.definitions import schedule
 from veritask.definitions.parameters import check_values
 from veritask.ledger import backfills as store
+from veritask.ledger import definitions as definition_store
 from veritask.ledger import dialects, queries, run_store
 from veritask.ledger.ledger import Ledger
 from veritask.ledger.vocabulary import SubjectType
@@ -91,7 +92,7 @@ def plan(ledger: Ledger, request: Request) -> tuple[str, JSONObject, list[store.
         raise triggers.Refused(refusals.END_BEFORE_START.format())
     with dialects.read_transaction(ledger.engine) as connection:
         row, _, definition = triggers.current_definition(connection, request.name)
-        if row.lifecycle not in (DefinitionLifecycle.ACTIVE, DefinitionLifecycle.DISABLED):
+        if row.lifecycle != DefinitionLifecycle.ACTIVE:
             raise triggers.Refused(
                 refusals.CANNOT_BE_TRIGGERED.format(name=request.name, lifecycle=row.lifecycle)
             )
@@ -204,11 +205,15 @@ def advance_backfills(ledger: Ledger) -> int:
     """
     with dialects.read_transaction(ledger.engine) as connection:
         active = store.active_backfills(connection)
-        names = queries.definition_names(connection, {row.definition_id for row in active})
+        ids = {row.definition_id for row in active}
+        names = queries.definition_names(connection, ids)
+        lifecycles = definition_store.lifecycles_by_id(connection, ids)
     made = 0
     for row in active:
         name = names.get(row.definition_id)
-        if name is not None:
+        # A disabled definition's backfill waits (its runs go on); a deleted one's never goes
+        # on, even when its name belongs to a new definition by now.
+        if name is not None and lifecycles.get(row.definition_id) == DefinitionLifecycle.ACTIVE:
             made += advance(ledger, name, row)
     return made
 

@@ -31,7 +31,7 @@ from veritask.definitions.parameters import check_values, defaults
 from veritask.definitions.parse import parse_definition
 from veritask.ledger import backfills as backfill_store
 from veritask.ledger import definitions as definition_store
-from veritask.ledger import dialects, run_store
+from veritask.ledger import dialects, queries, run_store
 from veritask.ledger.database import Connection
 from veritask.ledger.ledger import Ledger
 from veritask.ledger.vocabulary import SubjectType
@@ -87,7 +87,9 @@ def apply_definition(ledger: Ledger, text: str, *, actor: str = "api") -> Applie
     now = ledger.clock()
     with ledger.engine.begin() as connection:
         existing = definition_store.definition_heading(connection, definition.name)
-        if existing is not None and existing.lifecycle in ("deleting", "deleted", "purged"):
+        # A deleted name is free again (a new definition, a new id); one still cancelling
+        # its runs holds it until they stopped.
+        if existing is not None and existing.lifecycle == DefinitionLifecycle.DELETING:
             raise Refused(
                 refusals.DEFINITION_IS.format(name=definition.name, lifecycle=existing.lifecycle)
             )
@@ -188,8 +190,17 @@ def trigger(
             # A rerun of the old run's own version.
             version = definition_version
             definition = versions.read(connection, row.id, version)
-        if row.lifecycle not in (DefinitionLifecycle.ACTIVE, DefinitionLifecycle.DISABLED):
-            raise Refused(refusals.CANNOT_BE_TRIGGERED.format(name=name, lifecycle=row.lifecycle))
+        lifecycle = row.lifecycle
+        if rerun_of is not None:
+            # A run of a deleted definition whose name was applied again belongs to the old
+            # one: it is not rerun as the new one.
+            old = queries.get_run(connection, rerun_of)
+            if old is not None and old.definition_id != row.id:
+                found = definition_store.lifecycles_by_id(connection, [old.definition_id])
+                lifecycle = found.get(old.definition_id, DefinitionLifecycle.DELETED.value)
+        # A disabled definition starts nothing new, by any trigger; its active runs go on.
+        if lifecycle != DefinitionLifecycle.ACTIVE:
+            raise Refused(refusals.CANNOT_BE_TRIGGERED.format(name=name, lifecycle=lifecycle))
         active = run_store.active_run_ids(connection, row.id)
     # The run records what it runs with: the defaults with the given values over them.
     effective = {

@@ -1,16 +1,19 @@
-"""Definitions: apply a version, read them, enable or disable the schedule, and delete them.
+"""Definitions: apply a version, read them, enable or disable them, and delete them.
 
-Deleting is a lifecycle, not a DELETE (docs/api.md): ``deleting`` (the schedule stops and the
-active runs are asked to stop), then ``deleted`` once every run is terminal (history stays
-readable), then, only when a purge was asked for, ``purged`` (the attempts' directories and
-logs are removed by the executor). Each step is a definition event; :func:`advance_deletions`
-takes the next steps and is safe to call again after a crash.
+Deleting is a lifecycle, not a DELETE (docs/operations.md, 'Deleting a definition'):
+``deleting`` (it starts nothing new and its active runs are cancelled), ``deleted`` once the
+engines confirmed every stop (history stays readable; the name may be applied again as a new
+definition), ``purging`` after the retention window or at once when asked (each executor
+removes its attempts' folders, logs and results), then ``purged``. Each step is a definition
+event; :func:`advance_deletions` takes the next steps and is safe to call again after a crash.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Final
 
 from veritask.core import refusals
 from veritask.core.jsontypes import JSONObject, JSONValue, nul_paths
@@ -37,8 +40,20 @@ ACTIVE_RUN_STATES = (
     RunExecutionState.RUNNING,
     RunExecutionState.CANCELLING,
 )
-_GONE = (DefinitionLifecycle.DELETING, DefinitionLifecycle.DELETED, DefinitionLifecycle.PURGED)
+_GONE = (
+    DefinitionLifecycle.DELETING,
+    DefinitionLifecycle.DELETED,
+    DefinitionLifecycle.PURGING,
+    DefinitionLifecycle.PURGED,
+)
 _PURGE_ASKED = "definition_purge_requested"
+#: One executor removed the resources of every attempt of a purging definition it ran.
+_CLEANED = "definition_resources_cleaned"
+#: How long a deleted definition's attempts are kept before the purge, unless it is asked
+#: for at once (``VERITASK_DELETED_RETENTION``, services/runtime.py).
+DEFAULT_DELETED_RETENTION: Final = timedelta(days=7)
+
+log = logging.getLogger(__name__)
 
 
 def apply_definition(platform: Platform, text: str, *, actor: str) -> views.AppliedDefinition:
@@ -116,7 +131,8 @@ def deletion_preview(platform: Platform, name: str) -> views.DeletionPreview:
 
 
 def set_enabled(platform: Platform, name: str, *, enabled: bool, actor: str) -> views.Definition:
-    """Let the schedule fire (``active``) or not (``disabled``); manual triggers still work."""
+    """Let the definition start runs (``active``) or not (``disabled``: no schedule, trigger
+    or backfill starts one; the runs already active go on)."""
     target = DefinitionLifecycle.ACTIVE if enabled else DefinitionLifecycle.DISABLED
     with platform.engine.begin() as connection:
         row = reading.definition_named(connection, name)
@@ -132,9 +148,11 @@ def set_enabled(platform: Platform, name: str, *, enabled: bool, actor: str) -> 
 def delete_definition(platform: Platform, name: str, *, actor: str, purge: bool) -> views.Deletion:
     """Start (or resume) the delete lifecycle; returns at once, the rest is in the background.
 
-    The definition moves to ``deleting`` and its active runs are asked to stop; when none is
-    left it becomes ``deleted`` right away. ``purge`` asks for the attempts' directories and
-    logs to be removed afterwards (the event history is kept).
+    The definition moves to ``deleting`` (it starts nothing new) and its active runs are
+    cancelled; once the engines confirmed every stop it is ``deleted`` (soft: its history
+    stays readable and its name may be applied again). Its attempts are purged
+    :data:`DEFAULT_DELETED_RETENTION` later, or at once with ``purge`` (the event history is
+    kept either way).
     """
     now = platform.now()
     with platform.engine.begin() as connection:
@@ -151,13 +169,19 @@ def delete_definition(platform: Platform, name: str, *, actor: str, purge: bool)
                 now=now,
                 evidence={"purge": purge, "active_runs": active},
             )
-        elif purge and not _purge_asked(connection, row.id):
+        elif (
+            purge
+            and current is not DefinitionLifecycle.PURGED
+            and not _purge_asked(connection, row.id)
+        ):
             _record(
                 connection, row.id, _PURGE_ASKED, actor, now, {"purge": True}, "purge asked for"
             )
-    _settle_one(platform, name, actor=actor, executors=None)
+    # Each call takes one step; those this process can take now are a few at most.
+    while _settle_one(platform, row.id, actor=actor, executors=None, retention=None):
+        continue
     with dialects.read_transaction(platform.engine) as connection:
-        row = reading.definition_named(connection, name)
+        row = _definition_by_id(connection, row.id)
         return views.Deletion(
             name,
             DefinitionLifecycle(row.lifecycle),
@@ -166,35 +190,53 @@ def delete_definition(platform: Platform, name: str, *, actor: str, purge: bool)
         )
 
 
-def advance_deletions(platform: Platform, *, executors: Mapping[str, port.Executor] | None) -> int:
+def advance_deletions(
+    platform: Platform,
+    *,
+    executors: Mapping[str, port.Executor] | None,
+    retention: timedelta | None = DEFAULT_DELETED_RETENTION,
+) -> int:
     """Take the next step of every unfinished deletion; the number of steps taken.
 
-    With ``executors`` (the scheduler process has them) a deleted definition whose purge was
-    asked for has its attempts cleaned up and becomes ``purged``; without them (the API) the
-    purge waits for the scheduler.
+    A deleted definition becomes ``purging`` once its purge was asked for, or ``retention``
+    after its delete (None: never by itself). With ``executors`` (the scheduler process has
+    them) each executor removes its attempts' resources and the definition becomes ``purged``
+    once every executor that ran one of them has; an executor this process does not serve
+    keeps it ``purging`` until a process that serves it passes. Without them (the API) the
+    purge waits for a scheduler.
     """
     with dialects.read_transaction(platform.engine) as connection:
-        names = [
-            row.name
+        ids = [
+            row.id
             for row in queries.list_definitions(
                 connection,
-                lifecycles=[DefinitionLifecycle.DELETING, DefinitionLifecycle.DELETED],
+                lifecycles=[
+                    DefinitionLifecycle.DELETING,
+                    DefinitionLifecycle.DELETED,
+                    DefinitionLifecycle.PURGING,
+                ],
             )
         ]
-    return sum(
-        _settle_one(platform, name, actor="scheduler", executors=executors) for name in names
-    )
+    taken = 0
+    for definition_id in ids:
+        # Every step it can take now: each moves the lifecycle on, so this ends.
+        while step := _settle_one(
+            platform, definition_id, actor="scheduler", executors=executors, retention=retention
+        ):
+            taken += step
+    return taken
 
 
 def _settle_one(
     platform: Platform,
-    name: str,
+    definition_id: str,
     *,
     actor: str,
     executors: Mapping[str, port.Executor] | None,
+    retention: timedelta | None,
 ) -> int:
     with dialects.read_transaction(platform.engine) as connection:
-        row = reading.definition_named(connection, name)
+        row = _definition_by_id(connection, definition_id)
         active = _active_runs(connection, row.id)
         purge = _purge_asked(connection, row.id)
     lifecycle = DefinitionLifecycle(row.lifecycle)
@@ -202,7 +244,7 @@ def _settle_one(
         for run_id in active:
             try:
                 runs.cancel_run(
-                    platform, run_id, actor=actor, reason=f"definition {name} is deleted"
+                    platform, run_id, actor=actor, reason=f"definition {row.name} is deleted"
                 )
             except Conflict:
                 continue  # it finished meanwhile
@@ -219,41 +261,90 @@ def _settle_one(
                 evidence={"purge": purge},
             )
         return 1
-    if lifecycle is DefinitionLifecycle.DELETED and purge and executors is not None:
-        cleaned, failed = _clean_attempts(platform, row.id, executors)
-        if failed:
-            return 0  # an attempt could not be cleaned yet: the next pass tries again
+    if lifecycle is DefinitionLifecycle.DELETED:
+        now = platform.now()
+        # ``updated_at`` is the delete's time: a deleted definition changes no more.
+        due = retention is not None and now - row.updated_at >= retention
+        if not (purge or due):
+            return 0
         with platform.engine.begin() as connection:
             _move(
                 connection,
                 row,
                 lifecycle,
-                DefinitionLifecycle.PURGED,
+                DefinitionLifecycle.PURGING,
                 actor=actor,
-                now=platform.now(),
-                evidence={"attempts_cleaned": cleaned, "history": "kept"},
+                now=now,
+                evidence={"why": "asked" if purge else "retention"},
             )
-        return 1
+        return 1 + (_purge(platform, row, executors, actor=actor) if executors is not None else 0)
+    if lifecycle is DefinitionLifecycle.PURGING and executors is not None:
+        return _purge(platform, row, executors, actor=actor)
     return 0
 
 
-def _clean_attempts(
-    platform: Platform, definition_id: str, executors: Mapping[str, port.Executor]
-) -> tuple[int, int]:
+def _purge(
+    platform: Platform, row: DefinitionRow, executors: Mapping[str, port.Executor], *, actor: str
+) -> int:
+    """Each served executor that has not yet removes its attempts' resources (recorded once
+    it did them all); ``purged`` when no executor is left. The steps taken."""
     with dialects.read_transaction(platform.engine) as connection:
-        resources = stored_definitions.engine_resources(connection, definition_id)
-    cleaned = failed = 0
+        resources = stored_definitions.engine_resources(connection, row.id)
+        cleaned = _cleaned_executors(connection, row.id)
+    by_executor: dict[str, list[str]] = {}
     for engine_name, external_id in resources:
-        executor = executors.get(engine_name or "")
-        if executor is None:
-            continue  # an engine this process does not serve keeps its resources
+        if engine_name is not None:
+            by_executor.setdefault(engine_name, []).append(external_id)
+    left = 0
+    steps = 0
+    for engine_name, external_ids in sorted(by_executor.items()):
+        if engine_name in cleaned:
+            continue
+        executor = executors.get(engine_name)
+        if executor is None or not _cleaned_up(executor, external_ids):
+            left += 1  # not served here, or an attempt could not be cleaned yet: a later pass
+            continue
+        with platform.engine.begin() as connection:
+            _record(
+                connection,
+                row.id,
+                _CLEANED,
+                actor,
+                platform.now(),
+                {"executor": engine_name, "attempts": len(external_ids)},
+                f"{engine_name} removed the resources of {len(external_ids)} attempts",
+            )
+        steps += 1
+    if left:
+        return steps
+    with platform.engine.begin() as connection:
+        _move(
+            connection,
+            row,
+            DefinitionLifecycle.PURGING,
+            DefinitionLifecycle.PURGED,
+            actor=actor,
+            now=platform.now(),
+            evidence={
+                "executors": list[JSONValue](sorted(by_executor)),
+                "attempts_cleaned": len(resources),
+                "history": "kept",
+            },
+        )
+    return steps + 1
+
+
+def _cleaned_up(executor: port.Executor, external_ids: list[str]) -> bool:
+    """Whether the executor removed every one of these attempts' resources (it is idempotent:
+    the ones it removed on an earlier pass cost nothing)."""
+    failed = 0
+    for external_id in external_ids:
         try:
             executor.cleanup(external_id=external_id)
-        except Exception:
+        except Exception:  # an engine's error is its own: the others are cleaned all the same
+            log.warning("could not clean up %s yet", external_id, exc_info=True)
             failed += 1
-            continue
-        cleaned += 1
-    return cleaned, failed
+    return failed == 0
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -263,6 +354,23 @@ def _lifecycle_of(platform: Platform, name: str) -> str | None:
     with dialects.read_transaction(platform.engine) as connection:
         row = queries.get_definition(connection, name=name)
     return row.lifecycle if row else None
+
+
+def _definition_by_id(connection: Connection, definition_id: str) -> DefinitionRow:
+    row = queries.get_definition_by_id(connection, definition_id)
+    if row is None:
+        raise NotFound(refusals.NO_DEFINITION.format(name=definition_id))
+    return row
+
+
+def _cleaned_executors(connection: Connection, definition_id: str) -> set[str]:
+    return {
+        str(event.evidence.get("executor"))
+        for event in queries.history(
+            connection, subject_type=SubjectType.DEFINITION, subject_id=definition_id
+        )
+        if event.kind == _CLEANED
+    }
 
 
 def _active_runs(connection: Connection, definition_id: str) -> list[str]:
@@ -321,7 +429,7 @@ def _record(
     kind: str,
     actor: str,
     now: datetime,
-    evidence: dict[str, bool],
+    evidence: JSONObject,
     reason: str,
 ) -> None:
     run_store.record_subject_event(

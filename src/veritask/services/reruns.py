@@ -27,7 +27,6 @@ from veritask.core.states import (
     TriggerKind,
 )
 from veritask.definitions.parameters import InvalidParameters, check_values, defaults
-from veritask.ledger import definitions as definition_store
 from veritask.ledger import dialects, queries, run_store
 from veritask.ledger.rows import RunRow
 from veritask.ledger.vocabulary import SubjectType
@@ -243,7 +242,9 @@ def rerun(
     except InvalidParameters as exc:
         raise _invalid_parameters(exc) from None
     except triggers.Refused as exc:
-        raise Conflict(str(exc)) from None
+        with dialects.read_transaction(platform.engine) as connection:
+            own = queries.get_definition_by_id(connection, old.definition_id)
+        raise Conflict(str(exc), current_state=own.lifecycle if own else None) from None
     with dialects.read_transaction(platform.engine) as connection:
         new = queries.get_run(connection, result.run_id)
     if new is None:
@@ -299,7 +300,8 @@ def _rerun_plan(
         if old is None:
             raise NotFound(refusals.NO_RUN.format(run_id=run_id))
         name = queries.definition_names(connection, [old.definition_id]).get(old.definition_id)
-        heading = None if name is None else definition_store.definition_heading(connection, name)
+        # The run's own definition, by id: its name may belong to a new one by now.
+        heading = queries.get_definition_by_id(connection, old.definition_id)
         if name is None or heading is None:
             raise NotFound(refusals.VERSION_GONE.format(run_id=run_id))
         number = old.definition_version

@@ -38,6 +38,9 @@ RESTART_DELAY_SECONDS: Final = 1.0
 HOUSEKEEPING_SECONDS: Final = 5.0
 #: ``VERITASK_RETENTION=90d`` turns the daily retention purge on (history and logs).
 RETENTION_VARIABLE: Final = "VERITASK_RETENTION"
+#: ``VERITASK_DELETED_RETENTION=7d`` (the default): how long a deleted definition's attempts,
+#: logs and results are kept before they are purged.
+DELETED_RETENTION_VARIABLE: Final = "VERITASK_DELETED_RETENTION"
 HOUSEKEEPING_ACTOR: Final = "housekeeping"
 PURGE_EVERY: Final = timedelta(days=1)
 
@@ -64,6 +67,7 @@ class SchedulerRuntime:
         self.executors: dict[str, port.Executor] = {}
         self.webhooks = alert_delivery.WebhookSettings.from_environment()
         self.retention = _retention_from_environment()
+        self.deleted_retention = _deleted_retention_from_environment()
 
     @property
     def home(self) -> Path:
@@ -158,7 +162,9 @@ class SchedulerRuntime:
             self._lease.beat()
 
     def _advance_deletions(self) -> None:
-        definitions.advance_deletions(self.platform, executors=self.executors)
+        definitions.advance_deletions(
+            self.platform, executors=self.executors, retention=self.deleted_retention
+        )
 
     def _record_metrics(self) -> None:
         metrics.flush_process_counts(self.platform)
@@ -194,7 +200,21 @@ def _retention_from_environment() -> timedelta | None:
     configured = os.environ.get(RETENTION_VARIABLE)
     if not configured:
         return None
-    period = durations.parse_duration(configured)
+    return _period(RETENTION_VARIABLE, configured)
+
+
+def _deleted_retention_from_environment() -> timedelta:
+    configured = os.environ.get(DELETED_RETENTION_VARIABLE)
+    if not configured:
+        return definitions.DEFAULT_DELETED_RETENTION
+    return _period(DELETED_RETENTION_VARIABLE, configured)
+
+
+def _period(variable: str, configured: str) -> timedelta:
+    try:
+        period = durations.parse_duration(configured)
+    except durations.InvalidDuration as exc:
+        raise ValueError(f"{variable}: {exc}") from None
     if period <= timedelta():
-        raise ValueError(f"{RETENTION_VARIABLE}: must be more than 0")
+        raise ValueError(f"{variable}: must be more than 0")
     return period

@@ -17,11 +17,17 @@ import sqlalchemy as sa
 
 from tests.execution.sql.conftest import warehouse_query
 from tests.scheduling.harness import Ledgers, scheduler_command, scheduler_env, wait_for
-from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
-from veritask.execution.sql import markers
-from veritask.ledger import dialects, schema
+from veritask.core.states import (
+    DefinitionLifecycle,
+    InstanceState,
+    RunExecutionState,
+    TriggerKind,
+)
+from veritask.execution import local
+from veritask.execution.sql import engine, markers
+from veritask.ledger import dialects, queries, schema
 from veritask.scheduling import triggers
-from veritask.services import runs
+from veritask.services import definitions, runs
 from veritask.services.platform import Platform
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -250,4 +256,46 @@ def test_another_scheduler_takes_up_the_reports_of_a_statement_whose_watcher_die
     assert state is RunExecutionState.SUCCESS, "not fenced: the server shows it running"
     assert cluster.evidence(run_id, "lease_expired"), "the lease lapsed with the watcher"
     assert [a[1] for a in cluster.db.attempts(instance)] == ["SUCCESS"]
+    assert warehouse_query(cluster.warehouse_url, "SELECT count(*) FROM loaded") == [(1,)]
+
+
+def _markers(cluster: Cluster, key: str) -> list[int]:
+    return [
+        int(str(count))
+        for table in ("sql_attempts", "sql_completions")
+        for (count,) in warehouse_query(
+            cluster.warehouse_url,
+            f"SELECT count(*) FROM veritask.{table} WHERE attempt_key = '{key}'",
+        )
+    ]
+
+
+def test_purging_a_deleted_definition_removes_its_marker_rows_in_the_warehouse(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    scheduler = cluster.start_scheduler()
+    run_id = cluster.trigger("INSERT INTO loaded SELECT 1")
+    assert cluster.finished(run_id)[0] is RunExecutionState.SUCCESS
+    scheduler.kill()  # the deletion below is this process's own
+    scheduler.wait(timeout=10)
+    key = markers.AttemptName(cluster.db.instances(run_id)["load"].id, 1).key
+    assert _markers(cluster, key) == [1, 1]
+    platform = Platform(cluster.db.ledger, tmp_path / "api")
+    definitions.delete_definition(platform, "nightly", actor="operator:test", purge=True)
+    home = local.LocalExecutor(home=tmp_path / "local")
+
+    # A scheduler without the SQL executor leaves it purging, the markers in place.
+    definitions.advance_deletions(platform, executors={"local": home})
+    with cluster.db.engine.connect() as connection:
+        row = queries.get_definition(connection, name="nightly")
+    assert row is not None and row.lifecycle == DefinitionLifecycle.PURGING
+    assert _markers(cluster, key) == [1, 1]
+    sql = engine.SqlExecutor(servers={"warehouse": cluster.warehouse_url})
+    assert definitions.advance_deletions(platform, executors={"sql": sql}) == 2
+
+    with cluster.db.engine.connect() as connection:
+        row = queries.get_definition(connection, name="nightly")
+    assert row is not None and row.lifecycle == DefinitionLifecycle.PURGED
+    assert _markers(cluster, key) == [0, 0]
+    # The work itself is the warehouse's data: the purge leaves it alone.
     assert warehouse_query(cluster.warehouse_url, "SELECT count(*) FROM loaded") == [(1,)]

@@ -103,7 +103,7 @@ def get_definition(name: str, platform: PlatformDep, _: Viewer) -> schemas.Defin
     "/{name}/enable",
     response_model=schemas.Definition,
     responses=problems.documented(404, 409),
-    summary="Let the schedule fire",
+    summary="Let the definition start runs again",
 )
 def enable(name: str, platform: PlatformDep, principal: Admin) -> schemas.Definition:
     found = definitions.set_enabled(platform, name, enabled=True, actor=principal.actor)
@@ -114,7 +114,7 @@ def enable(name: str, platform: PlatformDep, principal: Admin) -> schemas.Defini
     "/{name}/disable",
     response_model=schemas.Definition,
     responses=problems.documented(404, 409),
-    summary="Stop the schedule (manual triggers still work)",
+    summary="Start no new runs (schedule, triggers, backfills); active runs go on",
 )
 def disable(name: str, platform: PlatformDep, principal: Admin) -> schemas.Definition:
     found = definitions.set_enabled(platform, name, enabled=False, actor=principal.actor)
@@ -126,18 +126,24 @@ def disable(name: str, platform: PlatformDep, principal: Admin) -> schemas.Defin
     response_model=schemas.Deletion,
     status_code=status.HTTP_202_ACCEPTED,
     responses=problems.documented(404, 409),
-    summary="Delete a definition (a lifecycle: deleting, then deleted)",
+    summary="Delete a definition (a lifecycle: deleting, deleted, purging, purged)",
 )
 def delete(
     name: str,
     platform: PlatformDep,
     principal: Admin,
     purge: Annotated[
-        bool, Query(description="Also remove the attempts' directories and logs afterwards")
+        bool,
+        Query(
+            description="Purge the attempts' folders, logs and results as soon as the runs "
+            "stopped, not after the retention window"
+        ),
     ] = False,
 ) -> schemas.Deletion:
-    """Stops the schedule and the active runs; the definition is ``deleted`` once they are
-    terminal (history stays readable). 202: the rest happens in the background."""
+    """Disables the definition and cancels its active runs; it is ``deleted`` once the
+    engines confirmed every stop (history stays readable, the name may be applied again),
+    then purged after the retention window or, with ``purge``, at once. 202: the rest
+    happens in the background."""
     found = definitions.delete_definition(platform, name, actor=principal.actor, purge=purge)
     return schemas.Deletion.model_validate(found)
 

@@ -6,6 +6,10 @@ URL in ``config.attributes["url"]``; no alembic.ini exists on disk.
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from alembic import context
 from sqlalchemy.engine import Connection
 
@@ -45,11 +49,33 @@ def run_migrations_offline() -> None:
         context.run_migrations()
 
 
+@contextmanager
+def _foreign_keys_checked_afterwards(connection: Connection) -> Iterator[None]:
+    """SQLite alters a table by copying it, and dropping the old copy of a table that others
+    refer to (``definitions``, 0008) fails their foreign keys, even though the new copy takes
+    its name in the same transaction. So they are off during the upgrade (set outside its
+    transaction, the only place SQLite lets them change) and checked once it committed."""
+    raw = connection.connection.driver_connection
+    assert isinstance(raw, sqlite3.Connection)
+    raw.execute("PRAGMA foreign_keys = OFF")
+    try:
+        yield
+        broken = raw.execute("PRAGMA foreign_key_check").fetchall()
+        if broken:
+            raise RuntimeError(f"the upgrade left rows without their parent: {broken[:5]}")
+    finally:
+        raw.execute("PRAGMA foreign_keys = ON")
+
+
 def run_migrations_online() -> None:
     engine = dialects.create_engine(_database_url())
     try:
         with engine.connect() as connection:
-            _run_migrations(connection)
+            if connection.dialect.name == "sqlite":
+                with _foreign_keys_checked_afterwards(connection):
+                    _run_migrations(connection)
+            else:
+                _run_migrations(connection)
     finally:
         engine.dispose()
 
