@@ -164,3 +164,35 @@ def test_a_statement_past_its_timeout_is_stopped_by_the_platform_and_retried(
     state, _ = cluster.finished(run_id)
     assert state is RunExecutionState.FAILED
     assert cluster.db.instances(run_id)["load"].state is InstanceState.TIMEOUT
+
+
+#: A statement that catches every cancel (the platform's, and the server's statement_timeout
+#: backstop): only terminating its backend ends it.
+STUBBORN = (
+    "DO $$ BEGIN LOOP BEGIN PERFORM pg_sleep(0.2); "
+    "EXCEPTION WHEN query_canceled THEN NULL; END; END LOOP; END $$"
+)
+
+
+def test_a_statement_that_ignores_the_cancel_is_terminated_after_the_grace_period(
+    cluster: Cluster, reader: Platform
+) -> None:
+    cluster.start_scheduler("--cancel-window=40")  # room for the 10 s grace period
+    run_id = cluster.trigger(STUBBORN, "    timeout: 2s\n")
+
+    state, _ = cluster.finished(run_id)
+
+    assert state is RunExecutionState.FAILED
+    instance = cluster.db.instances(run_id)["load"].id
+    assert cluster.db.instances(run_id)["load"].state is InstanceState.TIMEOUT
+    (attempt,) = runs.get_instance(reader, instance).instance.attempts
+    assert attempt.state is AttemptState.TIMEOUT
+    assert attempt.started_at is not None and attempt.ended_at is not None
+    # The cancel came at the timeout and was ignored; the terminate, a grace period later.
+    assert attempt.ended_at - attempt.started_at >= timedelta(seconds=2 + 10)
+    assert not cluster.evidence(run_id, "cancel_unconfirmed")
+    assert not warehouse_query(
+        cluster.warehouse_url,
+        "SELECT pid FROM pg_stat_activity WHERE application_name = "
+        f"'{markers.AttemptName(instance, 1).application_name}'",
+    ), "terminated: the backend is gone"

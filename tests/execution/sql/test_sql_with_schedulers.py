@@ -57,12 +57,12 @@ class Cluster:
         self.db = Ledgers(dialects.create_engine(database_url))
         self.processes: list[subprocess.Popen[bytes]] = []
 
-    def start_scheduler(self) -> subprocess.Popen[bytes]:
+    def start_scheduler(self, *flags: str) -> subprocess.Popen[bytes]:
         env = scheduler_env()
         env["VERITASK_SQL_URL_WAREHOUSE"] = self.warehouse_url
         with open(self.tmp_path / "schedulers.log", "ab") as output:
             process = subprocess.Popen(
-                scheduler_command(self.tmp_path / f"home{len(self.processes)}", self.url),
+                scheduler_command(self.tmp_path / f"home{len(self.processes)}", self.url, *flags),
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=output,
