@@ -145,6 +145,17 @@ class Ledgers:
     def states(self, run_id: str) -> dict[str, InstanceState]:
         return {key: row.state for key, row in self.instances(run_id).items()}
 
+    def engine_details(self, instance_id: str, kind: str) -> list[dict[str, object]]:
+        """The engine's details in the evidence of the instance's events of ``kind``."""
+        e = schema.events.c
+        with dialects.read_transaction(self.engine) as connection:
+            found = connection.execute(
+                sa.select(e.evidence)
+                .where(e.instance_id == instance_id, e.kind == kind)
+                .order_by(e.position)
+            ).scalars()
+            return [dict(evidence["details"]) for evidence in found]
+
     def history(self, instance_id: str) -> list[Recorded]:
         e = schema.events.c
         with dialects.read_transaction(self.engine) as connection:

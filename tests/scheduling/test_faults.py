@@ -680,22 +680,10 @@ tasks:
         ]
         confirmed = [e for e in harness.history(work.id) if e.kind == "cancel_confirmed"]
         assert [(e.actor, e.attempt_no) for e in confirmed] == [("reconciler", 1)]
-        [engine] = _engine_details(harness, work.id, "cancel_confirmed")
+        [engine] = harness.engine_details(work.id, "cancel_confirmed")
         assert engine["worker_stopped"] is True and engine[PROCESSES_ENDED] is True
         ran = executions(marker)
         assert ran[(work.id, 1)].starts == ran[(work.id, 2)].starts == 1
         assert ran[(work.id, 2)].started_ns > ran[(work.id, 1)].started_ns
     assert not overlapped(lock), "a retry ran beside its old task"
     harness.assert_snapshots_are_folds()
-
-
-def _engine_details(harness: Harness, instance_id: str, kind: str) -> list[dict[str, object]]:
-    """The engine's details in the evidence of the instance's events of ``kind``."""
-    e = schema.events.c
-    with dialects.read_transaction(harness.engine) as connection:
-        found = connection.execute(
-            sa.select(e.evidence)
-            .where(e.instance_id == instance_id, e.kind == kind)
-            .order_by(e.position)
-        ).scalars()
-        return [dict(evidence["details"]) for evidence in found]

@@ -17,7 +17,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from tests.execution.celery.conftest import Hosts
 from tests.scheduling.harness import FAST, Harness, wait_for
@@ -25,7 +24,6 @@ from tests.scheduling.workload import exclusive, executions, marked, overlapped
 from veritask.core.states import PROCESSES_ENDED, InstanceState, RunExecutionState
 from veritask.execution import errors, layout, port, records
 from veritask.execution.celery import executor as celery_executor
-from veritask.ledger import dialects, schema
 from veritask.scheduling.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -171,21 +169,9 @@ tasks:
             (1, "TIMEOUT"),
             (2, "SUCCESS"),
         ]
-        [engine] = _engine_details(harness, work.id, "cancel_confirmed")
+        [engine] = harness.engine_details(work.id, "cancel_confirmed")
         assert engine[PROCESSES_ENDED] is True and engine["delivery_stopped"] is True
         ran = executions(marker)
         assert ran[(work.id, 1)].starts == ran[(work.id, 2)].starts == 1
     assert not overlapped(lock), "a retry ran beside its old task"
     harness.assert_snapshots_are_folds()
-
-
-def _engine_details(harness: Harness, instance_id: str, kind: str) -> list[dict[str, object]]:
-    """The engine's details in the evidence of the instance's events of ``kind``."""
-    e = schema.events.c
-    with dialects.read_transaction(harness.engine) as connection:
-        found = connection.execute(
-            sa.select(e.evidence)
-            .where(e.instance_id == instance_id, e.kind == kind)
-            .order_by(e.position)
-        ).scalars()
-        return [dict(evidence["details"]) for evidence in found]
