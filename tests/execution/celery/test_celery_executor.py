@@ -9,6 +9,7 @@ import secrets
 import signal
 import warnings
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import kombu.pools
@@ -386,9 +387,13 @@ def test_a_frozen_pool_process_s_task_group_is_stopped_by_the_workers_main_proce
         submitted = executor.submit(spec=attempt)
         wait_for(ready.exists, what="the task to start")
         directory = home.attempt(attempt.instance_id, attempt.attempt_no)
+        # The task may start before its worker has written the task's record: wait for both.
+        task = wait_for(
+            partial(records.read_process_record, directory.task_record),
+            what="the task's process record",
+        )
         pool = records.read_process_record(directory.worker_record)
-        task = records.read_process_record(directory.task_record)
-        assert pool is not None and task is not None and task.pgid is not None
+        assert pool is not None and task.pgid is not None
         os.kill(pool.pid, signal.SIGSTOP)
         try:
             frozen = observe(executor, submitted.external_id, port.EngineState.RUNNING)
