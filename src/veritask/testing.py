@@ -31,6 +31,7 @@ from veritask.scheduling.scheduler import Scheduler
 from veritask.scheduling.settings import Settings
 from veritask.scheduling.tokens import AttemptTokens
 from veritask.services import definitions, logs, runs, views
+from veritask.services.errors import ServiceError
 from veritask.services.platform import Platform
 
 ACTOR: Final = "operator:test"
@@ -40,6 +41,9 @@ SETTINGS: Final = Settings(
     reconcile_every=timedelta(milliseconds=300),
     full_scan_every=timedelta(milliseconds=500),
 )
+#: A run given up on is cancelled; its tasks are stopped within this long (SIGTERM, then KILL).
+STOP_SECONDS: Final = 20.0
+STOP_REASON: Final = "the local test run was stopped before it finished"
 #: How often the run is read back for state changes and new log bytes.
 READ_EVERY_SECONDS: Final = 0.05
 _ACTIVE: Final = (RunExecutionState.QUEUED, RunExecutionState.RUNNING, RunExecutionState.CANCELLING)
@@ -198,7 +202,11 @@ def _run_once(
     watcher = _Watcher(platform, triggered.run_id, echo)
     try:
         scheduler.recover()
-        detail = _tick_until_finished(scheduler, watcher, timeout)
+        try:
+            detail = _tick_until_finished(scheduler, watcher, timeout)
+        except BaseException:  # a timeout or Ctrl-C: no task may outlive its deleted home
+            _cancel(platform, scheduler, watcher)
+            raise
     finally:
         try:
             scheduler.close()
@@ -224,6 +232,18 @@ def _tick_until_finished(
             raise RunTimedOut(f"run {watcher.run_id} was still active after {timeout:g}s")
         if report.work == 0:
             time.sleep(0.005)
+
+
+def _cancel(platform: Platform, scheduler: Scheduler, watcher: _Watcher) -> None:
+    """Cancel the run and tick until its tasks are confirmed stopped (or ``STOP_SECONDS``)."""
+    with contextlib.suppress(ServiceError):
+        runs.cancel_run(platform, watcher.run_id, actor=ACTOR, reason=STOP_REASON)
+    give_up_at = time.monotonic() + STOP_SECONDS
+    while time.monotonic() < give_up_at:
+        if scheduler.tick().work == 0:
+            time.sleep(READ_EVERY_SECONDS)
+        if watcher.look().run.execution_state not in _ACTIVE:
+            return
 
 
 def _finished(run: views.Run) -> bool:

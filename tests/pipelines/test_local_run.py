@@ -51,6 +51,15 @@ def load(folder: Path, source: str, name: str) -> Pipeline:
     return found[name]
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting to be reaped is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 def test_a_run_returns_each_task_with_its_state_attempts_exit_code_and_log(
     database_url: str, tmp_path: Path
 ) -> None:
@@ -87,6 +96,25 @@ def test_a_failing_task_fails_the_run_after_its_retries(tmp_path: Path) -> None:
         assert (result.home / "veritask.db").is_file()
     finally:
         shutil.rmtree(result.home)
+
+
+def test_a_run_given_up_on_stops_its_tasks_before_its_home_goes(tmp_path: Path) -> None:
+    marker = tmp_path / "pid"
+    source = (
+        FLOWS
+        + f"""
+
+@pipeline(name="endless")
+def endless() -> None:
+    shell("echo $$ > {marker}; exec sleep 60", name="nap")
+"""
+    )
+    endless = load(tmp_path, source, "endless")
+    with pytest.raises(testing.RunTimedOut, match="still active after 3s"):
+        testing.run(endless, timeout=3)
+    pid = int(marker.read_text())
+    # Cancelled and confirmed stopped before run() returned: no task is left running.
+    assert not running(pid)
 
 
 def test_a_refused_pipeline_raises_naming_its_file_and_line(tmp_path: Path) -> None:
