@@ -34,14 +34,16 @@ fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest tests/unit -k property -p no:timeout
 	VERITASK_API_FUZZ_EXAMPLES=150 $(BIN)/pytest tests/integration/test_openapi_fuzz.py -p no:timeout
 
-# Figures for the ledger, the executor, the scheduler and the web UI's render of a 1,000-instance
-# run, each beside its baseline or target; never run by the tests.
+# Figures for the ledger, the executor, the scheduler, the web UI's render of a 1,000-instance
+# run and a 1,000-task Python pipeline's compile and apply, each beside its baseline or target;
+# never run by the tests.
 bench: $(STAMP)
 	$(BIN)/python -m bench.ledger
 	$(BIN)/python -m bench.executor
 	$(BIN)/python -m bench.scheduler
 	$(BIN)/python -m bench.ui
 	$(BIN)/python -m bench.backfill
+	$(BIN)/python -m bench.pipelines
 	$(BIN)/python -m bench.celery --rounds 3
 
 # The scheduler's kill -9 fault test at length (SOAK_ITERATIONS per database, a new random

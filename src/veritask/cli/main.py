@@ -21,6 +21,7 @@ from veritask.cli import (
     pipelines,
     processes,
     reruns,
+    runner,
     verbs,
 )
 from veritask.cli.client import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
@@ -74,6 +75,7 @@ for command in (
     reruns.clear_command,
     reruns.rerun_command,
     verbs.watch_command,
+    runner.test_command,
     verbs.token_group,
     backfills.backfill_command,
     backfills.backfills_command,

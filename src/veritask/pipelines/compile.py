@@ -68,8 +68,13 @@ class Compiled:
         return head + to_yaml(self.spec)
 
 
+#: libyaml's emitter when PyYAML was built with it: the same text, five times as fast, which a
+#: pipeline of a thousand tasks notices.
+_DUMPER: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
 def to_yaml(spec: JSONValue) -> str:
-    return yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=100)
+    return yaml.dump(spec, Dumper=_DUMPER, sort_keys=False, allow_unicode=True, width=100)
 
 
 def compile_pipeline(pipeline: Pipeline) -> Compiled:

@@ -79,9 +79,14 @@ class Triggered:
     reason: str
 
 
-def apply_definition(ledger: Ledger, text: str, *, actor: str = "api") -> Applied:
-    """Validate and store a definition version (the same content returns its version)."""
-    definition = parse_definition(text)
+def apply_definition(
+    ledger: Ledger, text: str, *, actor: str = "api", parsed: Definition | None = None
+) -> Applied:
+    """Validate and store a definition version (the same content returns its version).
+
+    ``parsed``: ``text`` already parsed by the caller, which a large definition's apply would
+    otherwise pay for twice (reading YAML with its lines is most of an apply's time)."""
+    definition = parsed if parsed is not None else parse_definition(text)
     spec = codec.definition_to_json(definition)
     digest = codec.content_hash(definition)
     now = ledger.clock()

@@ -65,7 +65,7 @@ def apply_definition(platform: Platform, text: str, *, actor: str) -> views.Appl
         where = next(nul_paths(definition_codec.definition_to_json(parsed), ""), None)
         if where is not None:
             raise InvalidInput.about(where.lstrip("."), refusals.NO_NUL.format())
-        applied = triggers.apply_definition(platform.ledger, text, actor=actor)
+        applied = triggers.apply_definition(platform.ledger, text, actor=actor, parsed=parsed)
     except DefinitionError as exc:
         problems = [FieldProblem(p.field, p.line, p.message) for p in exc.problems]
         raise InvalidInput(str(exc), problems) from None
