@@ -672,3 +672,21 @@ def test_a_json_object_from_the_ledger_is_checked_too_without_lines() -> None:
     with pytest.raises(DefinitionError) as caught:
         definition_from_json({"name": "x", "tasks": [{"key": "a", "run": "true", "after": ["b"]}]})
     assert caught.value.problems == [Problem("tasks.a.after[0]", None, "no task named 'b'")]
+
+
+def test_a_zero_retry_delay_is_kept_not_replaced_by_the_default() -> None:
+    d = parse_definition(
+        """\
+name: at_once
+tasks:
+  work:
+    run: "true"
+    retry: {max_retries: 2, delay: 0s}
+  capped:
+    run: "true"
+    retry: {max_retries: 2, delay: 0s, max_delay: 0s}
+"""
+    )
+    assert d.tasks["work"].policy.retry.delay == timedelta(0)
+    assert d.tasks["capped"].policy.retry.delay == timedelta(0)
+    assert d.tasks["capped"].policy.retry.max_delay == timedelta(0)

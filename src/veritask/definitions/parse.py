@@ -537,8 +537,13 @@ class _Reader(Reader):
             f.get("max_retries"), f"{path}.max_retries", base.max_retries, minimum=0
         )
         backoff = self.choice(f.get("backoff"), f"{path}.backoff", Backoff, base.backoff)
-        delay = self.duration(f.get("delay"), f"{path}.delay", base.delay) or base.delay
+        # ``0s`` is a delay (retry at once), not a missing one: compared with None, never falsy.
+        delay = self.duration(f.get("delay"), f"{path}.delay", base.delay)
+        if delay is None:
+            delay = base.delay
         max_delay = self.duration(f.get("max_delay"), f"{path}.max_delay", base.max_delay)
+        if max_delay is None:
+            max_delay = base.max_delay
         if f.get("max_delay") is None:
             max_delay = max(base.max_delay, delay)  # a long delay lifts the default cap
         jitter = self.number(f.get("jitter"), f"{path}.jitter", base.jitter, 0.0, 1.0)
@@ -547,7 +552,7 @@ class _Reader(Reader):
                 max_retries=max_retries if max_retries is not None else base.max_retries,
                 backoff=backoff,
                 delay=delay,
-                max_delay=max_delay or base.max_delay,
+                max_delay=max_delay,
                 jitter=jitter,
                 retry_on=base.retry_on,
             )
