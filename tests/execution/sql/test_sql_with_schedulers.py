@@ -241,7 +241,7 @@ def test_another_scheduler_takes_up_the_reports_of_a_statement_whose_watcher_die
 ) -> None:
     schedulers = [cluster.start_scheduler(), cluster.start_scheduler()]
     wait_for(lambda: cluster.schedulers_registered() == 2, what="both schedulers")
-    run_id = cluster.trigger("INSERT INTO loaded SELECT 1 FROM pg_sleep(6)")
+    run_id = cluster.trigger("INSERT INTO loaded SELECT 1 FROM pg_sleep(10)")
     instance = cluster.db.instances(run_id)["load"].id
     wait_for(
         lambda: cluster.db.instances(run_id)["load"].state is InstanceState.RUNNING,
