@@ -119,6 +119,7 @@ def test_queue_time_is_the_wait_before_the_statement_not_the_statement(
     attempt = attempt_of(reader, cluster, run_id)
     assert attempt is not None
     _, _, statement_start = claim(cluster, run_id)
+    assert isinstance(statement_start, datetime)
     assert attempt.started_at == statement_start, "started_at is the statement's start"
     assert attempt.ended_at is not None and attempt.ended_at - statement_start >= timedelta(
         seconds=1.5
