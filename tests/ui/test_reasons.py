@@ -205,7 +205,7 @@ def test_alert_messages_and_their_refusals_read_in_chinese(ui: Ui) -> None:
     assert "第 1 次尝试已失联：租约期（30 秒）内没有报告；正在与执行引擎对账" in page
     assert (
         "第 2 次尝试已隔离，但执行引擎未在 3 秒内确认其已停止（引擎：无法连接）；"
-        "第 3 次尝试将与其并行开启"
+        "第 3 次尝试将等到引擎报告它已结束"
     ) in page
     assert "第 1 次尝试自 未知时间 起一直排队中；执行引擎仍将其挂起（describe）" in page
     assert "此运行本应在 2026-03-01 12:00:00 CST 前结束，但仍在进行中" in page
