@@ -29,6 +29,9 @@ class SqlHarness(Harness):
     unknown_source = port.ObservationSource.SQL_MARKER
     ended_source = port.ObservationSource.SQL_MARKER
     stopped_source = port.ObservationSource.SQL_MARKER
+    # The server's activity can answer before the marker: the backend is still connected, its
+    # statement cancelled and its transaction aborted, until the watcher closes the connection.
+    also_stopped_by = frozenset({port.ObservationSource.SQL_ACTIVITY})
     killed_source = port.ObservationSource.SQL_MARKER
 
     def __init__(self, url: str) -> None:
@@ -62,7 +65,9 @@ class SqlHarness(Harness):
         return f"{engine.EXTERNAL_ID_PREFIX}warehouse:{instance_id}/{attempt_no}"
 
     def still_runs(self, spec: port.AttemptSpec) -> bool:
-        return warehouse_query(self.url, f"SELECT count(*) FROM pg_stat_activity {_of(spec)}") != [
+        # A backend left idle (its statement cancelled, its transaction aborted) runs nothing.
+        working = f"{_of(spec)} AND state IN ('active', 'idle in transaction')"
+        return warehouse_query(self.url, f"SELECT count(*) FROM pg_stat_activity {working}") != [
             (0,)
         ]
 
