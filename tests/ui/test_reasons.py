@@ -25,6 +25,7 @@ from veritask.ledger.vocabulary import AlertCategory
 from veritask.scheduling.dispatch import new_event_id
 from veritask.services import alerts, overrides, runs
 from veritask.services.tokens import TokenRole
+from veritask.ui import i18n, rendering
 
 _ids = itertools.count(1)
 
@@ -225,3 +226,16 @@ def test_alert_messages_and_their_refusals_read_in_chinese(ui: Ui) -> None:
     assert missing.status_code == 404
     assert "没有告警 999999" in _shown(missing.text)
     assert "no alert" not in missing.text
+
+
+def test_a_run_decided_again_after_an_override_reads_in_chinese() -> None:
+    graph = run_state.RunGraph((run_state.TaskNode("extract", ()),))
+    verdict = run_state.execution_state(graph, {"extract": InstanceState.SUCCESS})
+    stored = reasons.AFTER_OVERRIDE.format(verdict=verdict.reason, actor="operator:ann")
+    assert stored == f"{verdict.reason} (after an override by operator:ann)"  # as stored before
+
+    chinese = rendering.translate_sentence(i18n.Translator(i18n.Language.ZH), stored)
+
+    assert chinese.endswith("（在操作员:ann人工覆盖之后）")
+    assert "override" not in chinese
+    assert verdict.reason not in chinese  # the verdict inside is translated too

@@ -601,6 +601,12 @@ COMMITTING = Phrase("reason.committing", "committing the output")
 
 # -- clear and rerun (a run) -----------------------------------------------------------------
 
+AFTER_OVERRIDE = Phrase(
+    "reason.after_override",
+    "{verdict} (after an override by {actor})",
+    verdict=Slot.SENTENCE,
+    actor=Slot.ACTOR,
+)
 RUN_CLEARED = Phrase(
     "reason.run_cleared",
     "cleared by {actor} ({why}): {tasks} to run again",

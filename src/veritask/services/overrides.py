@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from veritask.core import judge, new_events, refusals, run_state
+from veritask.core import judge, new_events, reasons, refusals, run_state
 from veritask.core.events import Event, OverrideScope
 from veritask.core.fold import InstanceSnapshot
 from veritask.core.states import InstanceState, PublicationState, RunExecutionState
@@ -231,7 +231,7 @@ def _settle_run(
         run_id=run_id,
         expected_version=version,
         state=verdict.state,
-        reason=f"{verdict.reason} (after an override by {asked.actor})",
+        reason=reasons.AFTER_OVERRIDE.format(verdict=verdict.reason, actor=asked.actor),
         previous=current,
         actor=asked.actor,
         event_id=new_event_id(),
