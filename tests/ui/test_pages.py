@@ -194,8 +194,26 @@ def test_the_language_switches_by_cookie(ui: Ui) -> None:
     assert answer.status_code == 303
     assert answer.headers["location"] == "/ui/definitions"
     page = viewer.http.get("/ui/definitions").text
-    assert '<html lang="zh-CN">' in page
+    assert '<html lang="zh-CN" ' in page
     assert "定义" in page
+
+
+def test_the_theme_is_chosen_by_a_form_and_kept_in_a_cookie(ui: Ui) -> None:
+    viewer = ui.signed_in(TokenRole.VIEWER)
+    assert 'data-theme="auto"' in viewer.http.get("/ui/definitions").text  # follow the system
+
+    answer = viewer.http.post(
+        "/ui/theme", data={"csrf": viewer.csrf, "theme": "dark", "next": "/ui/runs"}
+    )
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/ui/runs"
+    assert 'data-theme="dark"' in viewer.http.get("/ui/runs").text
+
+    viewer.http.post("/ui/theme", data={"csrf": viewer.csrf, "theme": "neon", "next": "/ui/"})
+    assert 'data-theme="auto"' in viewer.http.get("/ui/runs").text  # an unknown one is auto
+    forged = viewer.http.post("/ui/theme", data={"csrf": "forged", "theme": "dark"})
+    assert forged.status_code == 403
+    assert 'data-theme="auto"' in viewer.http.get("/ui/runs").text
 
 
 def test_language_switch_never_leaves_the_ui(ui: Ui) -> None:

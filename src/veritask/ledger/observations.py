@@ -139,6 +139,14 @@ def latest_position(
     return int(found or 0)
 
 
+def definitions_changed_at(connection: Connection) -> datetime | None:
+    """When a definition last changed (a version applied, its lifecycle moved); None if none."""
+    found: datetime | None = connection.execute(
+        sa.select(sa.func.max(schema.definitions.c.updated_at))
+    ).scalar_one()
+    return found
+
+
 def newest_position_observed_by(connection: Connection, moment: datetime) -> int | None:
     """The position of the newest event recorded at or before ``moment``, None if none."""
     found: int | None = connection.execute(

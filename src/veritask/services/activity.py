@@ -8,7 +8,7 @@ reconciler decided in the last hour. Its live pages poll :func:`latest_position`
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from veritask.core.states import ACTIVE_ATTEMPT_STATES, InstanceState, RunExecutionState
@@ -54,6 +54,24 @@ def platform_activity(platform: Platform) -> views.Activity:
         decisions_since=since,
         observed_at=now,
     )
+
+
+def definitions_mark(platform: Platform) -> int:
+    """A number that grows whenever an event is recorded or a definition changes.
+
+    The newest event position plus the time of the newest definition change, in
+    milliseconds: each part only grows, so their sum grows when either does, which is all a
+    page that shows definitions and their runs needs to know to fetch itself again.
+    """
+    with dialects.read_transaction(platform.engine) as connection:
+        position = observations.latest_position(connection)
+        changed = observations.definitions_changed_at(connection)
+    return position + (_milliseconds(changed) if changed is not None else 0)
+
+
+def _milliseconds(moment: datetime) -> int:
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return int(aware.timestamp() * 1000)
 
 
 def latest_position(

@@ -23,6 +23,9 @@ from veritask.services.tokens import TokenRole
 from veritask.ui import i18n, rendering, session
 
 LANGUAGE_COOKIE: Final = "veritask_lang"
+THEME_COOKIE: Final = "veritask_theme"
+#: ``auto`` follows the system's light or dark preference; the others hold either one.
+THEMES: Final = ("auto", "light", "dark")
 ZONE_COOKIE: Final = "veritask_tz"
 UTC_ZONE: Final = zoneinfo.ZoneInfo("UTC")
 
@@ -58,6 +61,8 @@ class Page:
     zone: zoneinfo.ZoneInfo
     issue_cookie: bool
     """The session is new (anonymous, or after sign-in): the response sets the cookie."""
+    theme: str = "auto"
+    """One of :data:`THEMES`, as the viewer chose it."""
 
     def may(self, role: TokenRole) -> bool:
         return self.principal is not None and tokens.allows(self.principal, role)
@@ -98,6 +103,7 @@ def visitor(request: Request) -> Page:
         i18n.Translator(language),
         zone_of(request.cookies.get(ZONE_COOKIE)),
         issue,
+        theme_of(request.cookies.get(THEME_COOKIE)),
     )
 
 
@@ -148,6 +154,8 @@ def render(found: Page, template: str, *, status: int = 200, **values: object) -
         may_administer=found.may(TokenRole.ADMIN),
         path=found.request.url.path,
         open_alerts=open_alerts,
+        theme=found.theme,
+        themes=THEMES,
         **values,
     )
     response = HTMLResponse(html, status_code=status)
@@ -169,6 +177,11 @@ def set_session_cookie(
         samesite="lax",
         secure=request.url.scheme == "https",
     )
+
+
+def theme_of(cookie: str | None) -> str:
+    """The viewer's chosen theme; ``auto`` when none or an unknown one."""
+    return cookie if cookie in THEMES else "auto"
 
 
 def zone_of(name: str | None) -> zoneinfo.ZoneInfo:

@@ -1,7 +1,7 @@
 """A grid row's cells as HTML, written here rather than in the template: a grid of 100 runs by
 200 tasks has 20,000 cells, and a Jinja loop over them costs more than the rest of the page.
 
-Each cell is a link to its instance, with the state badge's tone and glyph and, on hover, the
+Each cell is a link to its instance, with the state badge's tone and icon and, on hover, the
 task, the state and the reason in the viewer's language. The title of a (task, state, reason)
 is written once per page: most cells of a row share one.
 """

@@ -1,7 +1,8 @@
 """The Jinja environment (autoescaped), and how values look on a page.
 
 Dates are shown in the viewer's time zone with the UTC time in the ``title`` (on hover);
-states are a colour *and* a glyph and a translated word, so that they read without colour.
+states are a colour *and* an icon (:mod:`veritask.ui.icons`) and a translated word, so that
+they read without colour.
 Sentences the platform stored in English (reasons, a validator's messages, refusals) are
 recognised by the phrase that wrote them and shown in the viewer's language (``sentence``).
 """
@@ -21,36 +22,7 @@ from markupsafe import Markup, escape
 from veritask.core import phrasebook
 from veritask.core.phrases import Slot
 from veritask.definitions.schedule import ScheduleWords
-from veritask.ui import i18n
-
-#: A glyph per state family, beside the colour (for colour-blind readers) and the word.
-STATE_GLYPHS: Final = {
-    "SUCCESS": "✓",
-    "PUBLISHED": "✓",
-    "NOT_REQUIRED": "–",
-    "FAILED": "✗",
-    "START_FAILED": "✗",
-    "UPSTREAM_FAILED": "⊘",
-    "CHECK_FAILED": "✗",
-    "PUBLISH_FAILED": "✗",
-    "TIMEOUT": "⌛",
-    "CANCELLED": "■",
-    "CANCELLING": "◧",
-    "CANCEL_FAILED": "⚠",
-    "RUNNING": "▶",
-    "CHECKING": "▶",
-    "PUBLISHING": "▶",
-    "LOST": "?",
-    "QUEUED": "…",
-    "SCHEDULED": "…",
-    "CREATED": "○",
-    "PENDING": "○",
-    "UP_FOR_RETRY": "↻",
-    "SKIPPED": "↷",
-    "REMOVED": "–",
-    "NOT_RECEIVED": "∅",
-    "ABANDONED": "⊗",
-}
+from veritask.ui import i18n, icons
 
 #: The colour family of each state (a CSS class); the glyph and the word carry the meaning.
 STATE_TONES: Final = {
@@ -77,12 +49,8 @@ STATE_TONES: Final = {
     "PUBLISHING": "live",
 }
 
-#: An alert's status as a tone and a glyph, beside its translated word.
-ALERT_STATUS_LOOKS: Final = {
-    "open": ("bad", "!"),
-    "acknowledged": ("warn", "◔"),
-    "resolved": ("good", "✓"),
-}
+#: An alert's status as a tone, beside its icon and its translated word.
+ALERT_STATUS_TONES: Final = {"open": "bad", "acknowledged": "warn", "resolved": "good"}
 
 _environment = jinja2.Environment(
     loader=jinja2.PackageLoader("veritask.ui", "templates"),
@@ -116,6 +84,7 @@ def render(template: str, *, t: i18n.Translator, zone: zoneinfo.ZoneInfo, **valu
         "as_json": as_json,
         "tone": tone,
         "glyph": glyph,
+        "glyph_at": glyph_at,
     }
     return _environment.get_template(template).render(**helpers, **values)
 
@@ -162,28 +131,26 @@ def duration_in(t: i18n.Translator) -> Callable[[timedelta | None], str]:
 
 
 def state_in(t: i18n.Translator) -> Callable[[str | None], Markup]:
-    """``state(value)``: a badge with the colour, the glyph and the translated word."""
+    """``state(value)``: a badge with the colour, the icon and the translated word."""
 
     def state(value: str | None) -> Markup:
         if value is None:
             return Markup('<span class="none">—</span>')
-        return Markup(
-            '<span class="badge tone-{}" data-state="{}"><span aria-hidden="true">{}</span> {}'
-            "</span>"
-        ).format(tone(value), value, glyph(value), t(f"state.{value}"))
+        return Markup('<span class="badge tone-{}" data-state="{}">{} {}</span>').format(
+            tone(value), value, glyph(value), t(f"state.{value}")
+        )
 
     return state
 
 
 def alert_status_in(t: i18n.Translator) -> Callable[[str], Markup]:
-    """``alert_status(value)``: a badge with the colour, the glyph and the translated word."""
+    """``alert_status(value)``: a badge with the colour, the icon and the translated word."""
 
     def alert_status(value: str) -> Markup:
-        shade, mark = ALERT_STATUS_LOOKS.get(value, ("idle", "·"))
-        return Markup(
-            '<span class="badge tone-{}" data-alert-status="{}"><span aria-hidden="true">{}</span>'
-            " {}</span>"
-        ).format(shade, value, mark, t(f"alert_status.{value}"))
+        mark = icons.drawing(icons.ALERT_ICONS.get(value, icons.DOT))
+        return Markup('<span class="badge tone-{}" data-alert-status="{}">{} {}</span>').format(
+            ALERT_STATUS_TONES.get(value, "idle"), value, mark, t(f"alert_status.{value}")
+        )
 
     return alert_status
 
@@ -362,8 +329,14 @@ def tone(value: str) -> str:
     return STATE_TONES.get(value, "idle")
 
 
-def glyph(value: str) -> str:
-    return STATE_GLYPHS.get(value, "·")
+def glyph(value: str) -> Markup:
+    """The state's icon, sized to the text beside it."""
+    return icons.of_state(value)
+
+
+def glyph_at(value: str, x: float, y: float) -> Markup:
+    """The state's icon inside an SVG drawing, its top left corner at (``x``, ``y``)."""
+    return icons.of_state(value, at=(x, y), ink=tone(value))
 
 
 def as_json(value: object) -> Markup:

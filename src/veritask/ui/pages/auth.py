@@ -1,4 +1,4 @@
-"""Sign in with an API token, sign out, and choose the language."""
+"""Sign in with an API token, sign out, and choose the language and the theme."""
 
 from __future__ import annotations
 
@@ -78,4 +78,13 @@ async def choose_language(request: Request) -> Response:
     response.set_cookie(
         context.LANGUAGE_COOKIE, language.value, max_age=YEAR, path="/", samesite="lax"
     )
+    return response
+
+
+@router.post("/ui/theme")
+async def choose_theme(request: Request) -> Response:
+    _, form = await context.submitted_anonymously(request)
+    theme = context.theme_of(str(form.get("theme") or ""))
+    response = RedirectResponse(context.safe_next(str(form.get("next") or "")), status_code=303)
+    response.set_cookie(context.THEME_COOKIE, theme, max_age=YEAR, path="/", samesite="lax")
     return response

@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from veritask.core.jsontypes import JSONValue
 from veritask.core.states import TriggerKind
-from veritask.services import backfills, definitions, errors, runs
+from veritask.services import activity, backfills, definitions, errors, runs
 from veritask.services.tokens import TokenRole
 from veritask.ui import context, forms
 from veritask.ui.pages.routing import UiRoute
@@ -36,12 +36,19 @@ tasks:
 @router.get("")
 def list_page(request: Request) -> Response:
     found = context.page(request)
+    mark = activity.definitions_mark(found.platform)  # before the reads: no change is missed
     listed = definitions.list_definitions(found.platform)
     recent = {
         item.name: runs.list_runs(found.platform, definition=item.name, limit=RECENT_RUNS).items
         for item in listed
     }
-    return context.render(found, "definitions.html", definitions=listed, recent=recent)
+    return context.render(
+        found,
+        "definitions.html",
+        definitions=listed,
+        recent=recent,
+        live=f"/ui/live?definitions=1&since={mark}",
+    )
 
 
 @router.get("/new")
@@ -79,6 +86,7 @@ def detail(
 ) -> Response:
     """The definition's page; after a refused trigger, the form again with its problems and
     what was typed (and the *Backfill…* form's values, problems and preview: pages/backfills.py)."""
+    mark = activity.definitions_mark(found.platform)  # before the reads: no change is missed
     detail = definitions.get_definition(found.platform, name)
     diff: list[tuple[str, str]] | None = None
     if older is not None and newer is not None:
@@ -96,6 +104,7 @@ def detail(
     return context.render(
         found,
         "definition.html",
+        live=f"/ui/live?definitions=1&since={mark}",
         status=status,
         trigger_problems=trigger_problems,
         typed=typed,

@@ -3,7 +3,9 @@
 The stream polls the ledger's newest event position (of one run or instance, or of all)
 once a second — an indexed ``max(position)`` — and sends ``changed`` when it grew. Alerts are
 not events: with ``alerts=1`` it polls :attr:`~veritask.services.alerts.AlertCounts.changes`
-instead, a number that grows with every alert raised, acknowledged or resolved. It sends
+instead, a number that grows with every alert raised, acknowledged or resolved; with
+``definitions=1`` (the definitions pages) one that also grows when a definition is applied,
+disabled, enabled or deleted. It sends
 no data a page could not read anyway. Each stream ends after :data:`STREAM_SECONDS`
 (``EventSource`` reconnects by itself, with ``Last-Event-ID``), so that a server being
 stopped never waits long for an open browser tab.
@@ -36,16 +38,18 @@ def stream(
     run: Annotated[str | None, Query(max_length=128)] = None,
     instance: Annotated[str | None, Query(max_length=256)] = None,
     watch_alerts: Annotated[bool, Query(alias="alerts")] = False,
+    watch_definitions: Annotated[bool, Query(alias="definitions")] = False,
     since: Annotated[int, Query(ge=0)] = 0,
 ) -> Response:
     found = context.page(request)
     last_seen = request.headers.get("last-event-id", "")
     start = max(since, int(last_seen) if last_seen.isdigit() else 0)
-    measure = (
-        alert_changes(found.platform)
-        if watch_alerts
-        else event_position(found.platform, run=run, instance=instance)
-    )
+    if watch_alerts:
+        measure = alert_changes(found.platform)
+    elif watch_definitions:
+        measure = definition_changes(found.platform)
+    else:
+        measure = event_position(found.platform, run=run, instance=instance)
     return StreamingResponse(
         changes(measure, request, since=start),
         media_type="text/event-stream",
@@ -58,6 +62,11 @@ def event_position(
 ) -> Callable[[], int]:
     """The newest event position of the run, the instance, or the whole ledger."""
     return lambda: activity.latest_position(platform, run_id=run, instance_id=instance)
+
+
+def definition_changes(platform: Platform) -> Callable[[], int]:
+    """A number that grows with every event and every change of a definition."""
+    return lambda: activity.definitions_mark(platform)
 
 
 def alert_changes(platform: Platform) -> Callable[[], int]:

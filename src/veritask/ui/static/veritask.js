@@ -11,10 +11,13 @@
   }
 
   // -- time zone: rendered by the server, reported by the browser once ----------------------
+  // Only a page that shows times is loaded again in the new zone: the sign-in page shows
+  // none, and a reload there would wipe a token just pasted into its form.
   var zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
   if (zone && cookie("veritask_tz") !== zone) {
     document.cookie = "veritask_tz=" + encodeURIComponent(zone) + "; path=/; max-age=31536000; samesite=lax";
-    if (cookie("veritask_tz") === zone && !sessionStorage.getItem("veritask-tz-reload")) {
+    if (cookie("veritask_tz") === zone && document.querySelector("time[datetime]") &&
+        !sessionStorage.getItem("veritask-tz-reload")) {
       sessionStorage.setItem("veritask-tz-reload", "1");  // at most once: never a reload loop
       location.reload();
       return;
