@@ -156,3 +156,42 @@ def test_the_definitions_pages_follow_runs_and_changes_without_a_reload(
         page.wait_for_function(STILL_MARKED)  # the page was never loaded again
     finally:
         page.context.close()
+
+
+@pytest.mark.parametrize("width", [390, 2560])
+def test_no_page_scrolls_sideways_on_a_phone_or_a_wide_screen(
+    browser: Browser, up: Veritask, width: int
+) -> None:
+    _apply(up, LOOKS)
+    run_id = _run(up, "looks")
+    with _api(up) as api:
+        instance_id = api.get(f"/api/v2/runs/{run_id}").json()["instances"][0]["id"]
+    page = signed_in(browser, up, admin_token(up), language="zh" if width < 1000 else "en")
+    try:
+        page.set_viewport_size({"width": width, "height": 900})
+        for path in (
+            "/ui/definitions",
+            "/ui/definitions/looks",
+            "/ui/definitions/looks/grid",
+            "/ui/definitions/new",
+            "/ui/runs",
+            f"/ui/runs/{run_id}",
+            f"/ui/instances/{instance_id}",
+            "/ui/alerts",
+            "/ui/health",
+        ):
+            page.goto(up.url + path)
+            scroll, client = page.evaluate(
+                "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+            )
+            assert scroll <= client, f"{path} is {scroll} px wide in a {client} px window"
+            # Every link of the header is on the screen, not pushed past its edge.
+            for box in page.locator("header.top a").evaluate_all(
+                "links => links.map(a => a.getBoundingClientRect().right)"
+            ):
+                assert box <= client
+        if width > 2000:
+            main_width = page.evaluate("() => document.querySelector('main').clientWidth")
+            assert main_width > 1280  # a wide screen is used, not left empty
+    finally:
+        page.context.close()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import zoneinfo
 from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 
@@ -167,3 +169,38 @@ def test_an_actors_kind_is_translated_and_a_persons_name_is_not() -> None:
     assert actor("reconciler") == "对账器"
     assert actor("robot:x") == "robot:x"  # not a kind we know: shown as recorded
     assert rendering.actor_in(i18n.Translator(i18n.Language.EN))("operator:ann") == "operator:ann"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "english", "chinese"),
+    [
+        (3, "just now", "刚刚"),
+        (-4, "just now", "刚刚"),
+        (42, "42 s ago", "42 秒前"),
+        (185, "3 min ago", "3 分钟前"),
+        (2 * 3600 + 59, "2 h ago", "2 小时前"),
+        (3 * 86400, "3 d ago", "3 天前"),
+        (-600, "in 10 min", "10 分钟后"),
+    ],
+)
+def test_a_time_says_how_long_ago_it_was_in_the_viewers_language(
+    seconds: int, english: str, chinese: str
+) -> None:
+    now = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
+    moment = now - timedelta(seconds=seconds)
+    assert rendering.relative(i18n.Translator(i18n.Language.EN), moment, now) == english
+    assert rendering.relative(i18n.Translator(i18n.Language.ZH), moment, now) == chinese
+
+
+def test_a_time_is_shown_in_the_viewers_zone_with_utc_on_hover_and_how_long_ago() -> None:
+    now = datetime(2026, 12, 2, 8, 0, tzinfo=UTC)
+    when = rendering.when_in(
+        zoneinfo.ZoneInfo("Asia/Shanghai"), i18n.Translator(i18n.Language.EN), now
+    )
+    shown = str(when(now - timedelta(minutes=5)))
+    assert shown == (
+        '<time datetime="2026-12-02T07:55:00+00:00" title="2026-12-02 07:55:00 UTC">'
+        '2026-12-02 15:55:00 CST</time> <span class="ago">5 min ago</span>'
+    )
+    moment = rendering.moment_in(zoneinfo.ZoneInfo("Asia/Shanghai"))
+    assert moment(now) == "2026-12-02 16:00:00 CST"  # tooltips are in the viewer's zone too

@@ -66,14 +66,23 @@ def environment() -> jinja2.Environment:
     return _environment
 
 
-def render(template: str, *, t: i18n.Translator, zone: zoneinfo.ZoneInfo, **values: object) -> str:
-    """``template`` rendered with the helpers bound to the viewer's language and zone."""
+def render(
+    template: str,
+    *,
+    t: i18n.Translator,
+    zone: zoneinfo.ZoneInfo,
+    now: datetime | None = None,
+    **values: object,
+) -> str:
+    """``template`` rendered with the helpers bound to the viewer's language and zone (and
+    to the moment of the request, which relative times count from)."""
     helpers: dict[str, object] = {
         "t": t,
         "lang": t.language.value,
         "languages": i18n.LANGUAGE_NAMES,
         "zone": zone.key,
-        "when": when_in(zone),
+        "when": when_in(zone, t, now),
+        "moment": moment_in(zone),
         "duration": duration_in(t),
         "state": state_in(t),
         "alert_status": alert_status_in(t),
@@ -86,24 +95,52 @@ def render(template: str, *, t: i18n.Translator, zone: zoneinfo.ZoneInfo, **valu
         "glyph": glyph,
         "glyph_at": glyph_at,
     }
-    return _environment.get_template(template).render(**helpers, **values)
+    return _environment.get_template(template).render(**helpers, now=now, **values)
 
 
-def when_in(zone: zoneinfo.ZoneInfo) -> Callable[[datetime | None], Markup]:
-    """``when(dt)``: a ``<time>`` in the viewer's zone with the UTC time on hover."""
+def when_in(
+    zone: zoneinfo.ZoneInfo, t: i18n.Translator | None = None, now: datetime | None = None
+) -> Callable[[datetime | None], Markup]:
+    """``when(dt)``: a ``<time>`` in the viewer's zone with the UTC time on hover, and beside
+    it how long ago (or how soon) that is from ``now``, in the viewer's language."""
 
     def when(moment: datetime | None) -> Markup:
         if moment is None:
             return Markup('<span class="none">—</span>')
         utc = moment.astimezone(UTC)
         local = moment.astimezone(zone)
-        return Markup('<time datetime="{}" title="{}">{}</time>').format(
+        shown = Markup('<time datetime="{}" title="{}">{}</time>').format(
             utc.isoformat(),
             utc.strftime("%Y-%m-%d %H:%M:%S UTC"),
             local.strftime("%Y-%m-%d %H:%M:%S %Z"),
         )
+        if t is None or now is None:
+            return shown
+        return shown + Markup(' <span class="ago">{}</span>').format(relative(t, moment, now))
 
     return when
+
+
+def moment_in(zone: zoneinfo.ZoneInfo) -> Callable[[datetime], str]:
+    """``moment(dt)``: plain text in the viewer's zone, for tooltips and other attributes."""
+
+    def moment(value: datetime) -> str:
+        return value.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+    return moment
+
+
+def relative(t: i18n.Translator, moment: datetime, now: datetime) -> str:
+    """``3 min ago`` or ``in 2 h``: the distance from ``now`` in its largest whole unit."""
+    seconds = (now - moment).total_seconds()
+    distance = abs(seconds)
+    if distance < 10:
+        return t("ago.now")
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60), ("seconds", 1)):
+        if distance >= size:
+            span = t(f"ago.{unit}", n=int(distance // size))
+            break
+    return t("ago.past", span=span) if seconds > 0 else t("ago.future", span=span)
 
 
 def duration_in(t: i18n.Translator) -> Callable[[timedelta | None], str]:
