@@ -23,9 +23,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from veritask.core import codec, judge, new_events
+from veritask.core import codec, judge, new_events, outputs
 from veritask.core.events import Event
 from veritask.core.fold import AttemptView, InstanceSnapshot, derive, empty
+from veritask.core.jsontypes import JSONValue
 from veritask.core.judge import Outcome
 from veritask.core.policy import TaskPolicy
 from veritask.core.states import InstanceState
@@ -241,6 +242,31 @@ class Ledger:
         with dialects.read_transaction(self.engine) as connection:
             loaded = self._load(connection, instance_id)
         return None if loaded is None else (loaded.snapshot, loaded.version)
+
+    def current_outputs(self, run_id: str, task_keys: Sequence[str]) -> dict[str, JSONValue]:
+        """What each of the run's tasks gives downstream, by task key (``core.outputs``): the
+        current attempt's output, or null; a mapped task's is the list of its instances'
+        outputs in map-index order. Tasks without an instance are left out."""
+        t = schema.task_instances.c
+        statement = (
+            sa.select(t.id, t.task_key, t.map_index)
+            .where(t.run_id == run_id, t.task_key.in_(sorted(set(task_keys))))
+            .order_by(t.task_key, t.map_index)
+        )
+        with dialects.read_transaction(self.engine) as connection:
+            rows = connection.execute(statement).all()
+            loaded = self._load_many(connection, {row.id for row in rows})
+        found: dict[str, JSONValue] = {}
+        for row in rows:
+            item = loaded.get(row.id)
+            value = None if item is None else outputs.current_output(item.snapshot)
+            if row.map_index < 0:
+                found[row.task_key] = value
+            else:
+                group = found.setdefault(row.task_key, [])
+                if isinstance(group, list):
+                    group.append(value)
+        return found
 
     def recorded_events(self, instance_id: str) -> list[Event]:
         """The instance's recorded events (rejected ones are not), as the fold takes them."""
