@@ -286,28 +286,82 @@ def test_an_argument_that_is_not_json_or_an_upstream_result_is_refused(write: Wr
     assert "neither a JSON value nor an upstream task's result" in problem.message
 
 
-def test_passing_an_upstream_result_is_refused_until_data_passing_exists(write: Write) -> None:
+def test_an_upstream_result_passed_to_a_task_is_its_output_and_an_edge(write: Write) -> None:
     path = write(
         "passing",
         """\
-        from veritask import pipeline, task
+        from veritask import pipeline, shell, task
 
         @task
         def list_files() -> list[str]:
             return []
 
         @task
-        def load(paths: list[str]) -> None: ...
+        def load(paths: list[str], first: dict[str, object]) -> None: ...
 
         @pipeline()
         def passing() -> None:
             files = list_files()
-            load(files)
+            load(files, {"paths": [files], "n": 1})
+            shell(f"wc -l {files}", name="count")
         """,
     )
-    [problem] = refusal_of(path).problems
-    assert (problem.line, problem.field) == (13, "tasks.load.with.paths")
-    assert "passing data between tasks is not supported yet" in problem.message
+    [compiled] = pipelines.load_file(path)
+    tasks = compiled.spec["tasks"]
+    assert isinstance(tasks, dict)
+    assert tasks["load"] == {
+        "call": "passing:load",
+        "with": {
+            "paths": "{{ outputs.list_files }}",
+            "first": {"paths": ["{{ outputs.list_files }}"], "n": 1},
+        },
+        "after": ["list_files"],
+    }
+    assert tasks["count"] == {"run": "wc -l {{ outputs.list_files }}", "after": ["list_files"]}
+    assert compiled.definition.tasks["load"].reads_outputs == ("list_files",)
+
+
+def test_a_yaml_task_reading_the_output_of_a_task_it_does_not_run_after_is_refused() -> None:
+    text = """\
+name: reads
+tasks:
+  list_files: {call: jobs.files:list_files}
+  other: {run: "true"}
+  load:
+    call: jobs.files:load
+    with: {paths: "{{ outputs.list_files }}"}
+    after: [other]
+  show:
+    run: echo {{ outputs.other }} {{ outputs.nowhere }}
+    after: [other]
+"""
+    with pytest.raises(parse.DefinitionError) as caught:
+        parse.parse_definition(text)
+    found = [(p.field, p.line, p.message) for p in caught.value.problems]
+    assert [(field, line) for field, line, _ in found] == [
+        ("tasks.load.with.paths", 7),
+        ("tasks.show.run", 10),
+    ]
+    assert "{{ outputs.list_files }} reads the output of task 'list_files'" in found[0][2]
+    assert "add that task to its after" in found[0][2]
+    assert "'nowhere'" in found[1][2]
+
+
+def test_an_output_read_by_a_publish_step_or_a_statement_is_refused() -> None:
+    text = """\
+name: reads
+tasks:
+  a: {run: "true"}
+  q: {sql: "SELECT {{ outputs.a }}", connection: wh, after: [a]}
+publish:
+  commit: {run: "echo {{ outputs.a }}"}
+"""
+    with pytest.raises(parse.DefinitionError) as caught:
+        parse.parse_definition(text)
+    assert [p.field for p in caught.value.problems] == ["tasks.q.sql", "publish.commit.run"]
+    assert all(
+        "only a task's run command or its with values" in p.message for p in caught.value.problems
+    )
 
 
 def test_map_is_refused_as_not_supported_yet(write: Write) -> None:

@@ -313,6 +313,18 @@ UNKNOWN_TEMPLATE_NAME = Phrase(
     name=Slot.CODE,
     known=Slot.CODE,
 )
+OUTPUT_NOT_UPSTREAM = Phrase(
+    "problem.output_not_upstream",
+    "{name} reads the output of task {task!r}, which this task does not run after; add that "
+    "task to its after (a task reads only the outputs of its upstream tasks)",
+    name=Slot.CODE,
+)
+OUTPUT_NOT_HERE = Phrase(
+    "problem.output_not_here",
+    "{name}: only a task's run command or its with values can read a task's output; pass "
+    "the value to a run or call task instead",
+    name=Slot.CODE,
+)
 SQL_CANNOT_BIND = Phrase(
     "problem.sql_cannot_bind",
     "{name} cannot be bound in this statement: PostgreSQL binds values only in SELECT, "

@@ -8,6 +8,7 @@ YAML that produces these values.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from veritask.core.jsontypes import JSONValue
 from veritask.core.policy import TaskPolicy
 from veritask.core.run_state import RunGraph, TaskNode, TaskRole
 from veritask.core.trigger_rules import TriggerRule
-from veritask.definitions import cron
+from veritask.definitions import cron, placeholders
 from veritask.definitions.errors import DefinitionError
 from veritask.definitions.parameters import Parameter
 
@@ -214,6 +215,16 @@ class TaskSpec:
         """What the worker executes."""
         return Step(run=self.run, call=self.call)
 
+    @functools.cached_property
+    def reads_outputs(self) -> tuple[str, ...]:
+        """The upstream tasks whose outputs the task names (``{{ outputs.TASK }}`` in its
+        command or its ``with``): the scheduler reads them when it submits an attempt, and
+        only for such tasks (docs/definitions.md, "Outputs")."""
+        texts = [self.run or "", self.sql or "", *_strings(dict(self.with_))]
+        return tuple(
+            dict.fromkeys(key for text in texts for key in placeholders.output_tasks(text))
+        )
+
 
 @dataclass(frozen=True)
 class Definition:
@@ -269,6 +280,16 @@ class Definition:
     def publication_required(self) -> bool:
         """Whether runs have a publication phase (NOT_REQUIRED otherwise)."""
         return self.publish is not None
+
+
+def _strings(value: JSONValue) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item)]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in _strings(item)]
+    return []
 
 
 def _check_step(run: str | None, call: str | None, path: str) -> None:

@@ -223,6 +223,10 @@ class Result(Generic[R]):
     def __repr__(self) -> str:
         return f"<result of task {self.key!r}>"
 
+    def __str__(self) -> str:
+        """In a command (an f-string), the task's output: ``{{ outputs.KEY }}``."""
+        return f"{{{{ outputs.{self.key} }}}}"
+
 
 @dataclass(frozen=True)
 class Options:

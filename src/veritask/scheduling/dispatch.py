@@ -35,6 +35,12 @@ log = logging.getLogger(__name__)
 _DEFERRALS_KEPT = 10_000
 #: The most attempts given in one call to an executor that submits many at once.
 BATCH_LIMIT = 64
+#: The longest value a ``run:`` task's environment variable may hold: the kernel refuses to
+#: start a process with a longer one (MAX_ARG_STRLEN, 128 KiB), with room for the name.
+SHELL_VALUE_LIMIT = 128 * 1024 - 256
+
+#: Reads the outputs that a run's tasks give downstream: (run id, task keys) -> by task key.
+OutputReader = Callable[[str, Sequence[str]], Mapping[str, JSONValue]]
 
 
 def new_event_id() -> str:
@@ -76,11 +82,13 @@ class Dispatcher:
         tokens: AttemptTokens,
         outbox: Path,
         commit_base_url: str | None = None,
+        outputs: OutputReader | None = None,
     ) -> None:
         self.executors = executors
         self.tokens = tokens
         self.outbox = outbox
         self.commit_base_url = commit_base_url
+        self.outputs = outputs
         # The engines' last words about submissions deferred because they were unreachable,
         # so that the reconciler's alert carries them (bounded: only the latest few).
         self._deferred: dict[tuple[str, int], str] = {}
@@ -103,11 +111,17 @@ class Dispatcher:
     def spec(self, run: RunContext, opened: Opened) -> port.AttemptSpec:
         task = run.tasks[opened.task_key]
         declared_parameters = run.definition.parameters
+        # Only a task that names an output reads its upstream instances (the hot path of
+        # every other task reads nothing more).
+        upstream: Mapping[str, JSONValue] = {}
+        if task.reads_outputs and self.outputs is not None:
+            upstream = self.outputs(run.run_id, task.after)
         values = templates.context(
             run_id=run.run_id,
             logical_time=run.logical_time,
             params={**parameters.defaults(declared_parameters), **run.parameters},
             raw=parameters.raw_names(declared_parameters),
+            outputs={key: upstream.get(key) for key in task.reads_outputs},
         )
         declared = task_env(run.definition, task)
         env = {name: value for name, value in declared.items() if isinstance(value, str)}
@@ -129,6 +143,15 @@ class Dispatcher:
             work = port.SqlStatement(statement, str(task.connection), bound)
         elif task.run is not None:
             command, value_env = templates.render_shell(task.run, values)
+            for name, text in value_env.items():
+                if len(text.encode()) > SHELL_VALUE_LIMIT and name.startswith(
+                    templates.OUTPUT_ENV_PREFIX
+                ):
+                    raise ValueError(
+                        f"{name} would hold {len(text.encode())} bytes, more than a process's"
+                        " environment variable can (128 KiB); read the output from the file"
+                        " named by VERITASK_UPSTREAM_OUTPUTS instead"
+                    )
             work = port.ShellCommand(command)
             env = {**value_env, **env}
         else:
@@ -146,6 +169,9 @@ class Dispatcher:
             heartbeat_interval=min(port.AttemptSpec.heartbeat_interval, task.policy.lease / 3),
             queue=task.queue,
             secret_env=secret_env,
+            upstream_outputs={key: upstream.get(key) for key in task.after}
+            if task.reads_outputs
+            else {},
         )
 
     def submit(self, run: RunContext, opened: Opened, now: datetime) -> Event | None:

@@ -82,7 +82,11 @@ class Scheduler:
         self.outbox = outbox
         outbox.mkdir(parents=True, exist_ok=True)
         self.dispatcher = Dispatcher(
-            executors=executors, tokens=tokens, outbox=outbox, commit_base_url=commit_base_url
+            executors=executors,
+            tokens=tokens,
+            outbox=outbox,
+            commit_base_url=commit_base_url,
+            outputs=ledger.current_outputs,
         )
         self._wake = threading.Event()
         self.submissions = Submissions(
