@@ -342,3 +342,28 @@ def test_the_instance_page_shows_each_attempts_last_error_and_cost(ui: Ui) -> No
     assert "Last error of attempt 1" in page
     assert "KeyError: &#39;&lt;users&gt;&#39;" in page  # the task's text, escaped
     assert "CPU 1.25s user, 0.50s system; peak RSS 50.0 MiB" in page
+
+
+def test_the_instance_page_shows_the_output_that_flows_and_each_attempts_own(ui: Ui) -> None:
+    run_id = runs.trigger_run(ui.platform, "pipeline", actor="operator:ann").run_id
+    instance_id = runs.get_run(ui.platform, run_id).instances[0].id
+    token = "token-" + uuid.uuid4().hex
+    attempt_no = open_attempt(ui.platform, instance_id, token)
+    worker = httpx.Client(base_url=ui.url, headers={"Authorization": f"Bearer {token}"})
+    with worker:
+        assert worker.post("/api/v2/callbacks/events", json=started(instance_id, 1, token))
+        event = completed(instance_id, attempt_no, token, seq=2, exit_code=0)
+        assert isinstance(event["evidence"], dict)
+        event["evidence"]["output"] = ["<b>a.csv</b>", 2]
+        assert worker.post("/api/v2/callbacks/events", json=event).status_code == 200
+
+    viewer = ui.signed_in(TokenRole.VIEWER)
+    page = viewer.http.get(f"/ui/instances/{instance_id}").text
+    assert "Output (what flows downstream)" in page
+    assert "Output of attempt 1" in page
+    # The JSON as text: nothing in it is markup.
+    assert page.count('["\\u003cb\\u003ea.csv\\u003c/b\\u003e", 2]') == 2
+    assert "<b>a.csv" not in page
+    viewer.http.post("/ui/language", data={"csrf": viewer.csrf, "language": "zh", "next": "/ui"})
+    chinese = viewer.http.get(f"/ui/instances/{instance_id}").text
+    assert "输出（传给下游任务的值）" in chinese and "第 1 次尝试的输出" in chinese

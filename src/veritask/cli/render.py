@@ -215,7 +215,16 @@ def attempts_table(task: str, attempts: Iterable[JSONObject]) -> Group:
         if isinstance(message, str) and message:
             errors.append(Text(f"Last error of attempt {text(a.get('attempt_no'))}:", style="bold"))
             errors.append(Text(message))
+        if a.get("output") is not None:
+            errors.append(Text(f"Output of attempt {text(a.get('attempt_no'))}:", style="bold"))
+            errors.append(Text(output(a.get("output"))))
     return Group(table, *errors)
+
+
+def output(value: JSONValue, limit: int = 2000) -> str:
+    """A task's output as JSON, cut at ``limit`` characters (``--json`` has all of it)."""
+    shown = json.dumps(value, ensure_ascii=False)
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
 def cost(attempt: JSONObject) -> str:

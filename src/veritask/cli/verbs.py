@@ -296,6 +296,8 @@ def show_command(ident: str, as_json: bool) -> None:
             f"definition {shown.get('definition')}"
         )
         render.out.print(f"state: {shown.get('state')} — {shown.get('reason')}")
+        if shown.get("output") is not None:
+            render.out.print(f"output (what flows downstream): {render.output(shown['output'])}")
         render.out.print(
             render.attempts_table(
                 render.text(shown.get("task")), render.items(shown.get("attempts"))
