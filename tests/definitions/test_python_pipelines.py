@@ -15,6 +15,7 @@ import pytest
 from veritask.definitions import parse
 from veritask.pipelines import PipelineError
 from veritask.pipelines import compile as pipelines
+from veritask.pipelines.api import Options, Task
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -364,9 +365,62 @@ publish:
     )
 
 
-def test_map_is_refused_as_not_supported_yet(write: Write) -> None:
+def test_map_over_a_result_compiles_to_a_mapped_task_with_the_hash_of_its_yaml(
+    write: Write,
+) -> None:
     path = write(
         "mapping",
+        """\
+        from veritask import pipeline, task
+
+        @task
+        def list_files() -> list[str]:
+            return []
+
+        @task
+        def load(path: str, factor: int) -> int:
+            return 1
+
+        @task
+        def report(counts: list[int]) -> None: ...
+
+        @pipeline()
+        def mapped() -> None:
+            counts = load.options(max_map=10).map(list_files(), factor=2)
+            report(counts)
+        """,
+    )
+    [compiled] = pipelines.load_file(path)
+    tasks = compiled.spec["tasks"]
+    assert isinstance(tasks, dict)
+    assert tasks["load"] == {
+        "call": "mapping:load",
+        "with": {"path": "{{ map.item }}", "factor": 2},
+        "map": {"over": "{{ outputs.list_files }}", "max_map": 10},
+        "after": ["list_files"],
+    }
+    yaml_twin = """\
+name: mapped
+tasks:
+  list_files: {call: "mapping:list_files"}
+  load:
+    call: mapping:load
+    with: {path: "{{ map.item }}", factor: 2}
+    map: {over: "{{ outputs.list_files }}", max_map: 10}
+    after: [list_files]
+  report:
+    call: mapping:report
+    with: {counts: "{{ outputs.load }}"}
+    after: [load]
+"""
+    assert parse.content_hash(parse.parse_definition(yaml_twin)) == compiled.content_hash
+    load = compiled.definition.tasks["load"]
+    assert (load.map_over, load.max_map) == ("list_files", 10)
+
+
+def test_map_over_something_that_is_not_an_upstream_output_is_refused(write: Write) -> None:
+    path = write(
+        "mapping_constant",
         """\
         from veritask import pipeline, task
 
@@ -378,8 +432,51 @@ def test_map_is_refused_as_not_supported_yet(write: Write) -> None:
             load.map(["a", "b"])
         """,
     )
-    with pytest.raises(NotImplementedError, match=r"\.map .* is not supported yet"):
-        pipelines.load_file(path)
+    [problem] = refusal_of(path).problems
+    assert (problem.file, problem.line) == (str(path), 8)
+    assert ".map over ['a', 'b'], which is not an upstream task's output" in problem.message
+    assert "map over the result of a task called earlier" in problem.message
+
+
+def test_outside_a_pipeline_map_calls_the_function_once_per_item() -> None:
+    def double(value: int, plus: int) -> int:
+        return value * 2 + plus
+
+    assert Task(double, Options()).map([1, 2, 3], plus=1) == [3, 5, 7]
+
+
+def test_yaml_map_refusals_name_the_field_and_line() -> None:
+    text = """\
+name: mapped
+tasks:
+  list_files: {run: "true"}
+  other: {run: "true"}
+  load:
+    run: echo {{ map.item }}
+    map: {over: "{{ outputs.list_files }}"}
+    after: [other]
+  bad_over:
+    run: "true"
+    map: {over: "list_files", max_map: 0}
+    after: [list_files]
+  unmapped:
+    run: echo {{ map.index }}
+"""
+    with pytest.raises(parse.DefinitionError) as caught:
+        parse.parse_definition(text)
+    found = [(p.field, p.line) for p in caught.value.problems]
+    assert found == [
+        ("tasks.load.map.over", 7),
+        ("tasks.bad_over.map.max_map", 11),
+        ("tasks.bad_over.map.over", 11),
+        ("tasks.unmapped.run", 14),
+    ], caught.value.problems
+    messages = [p.message for p in caught.value.problems]
+    assert (
+        "reads the output of task 'list_files', which this task does not run after" in (messages[0])
+    )
+    assert "'list_files' is not an upstream task's output" in messages[2]
+    assert "{{ map.index }} is the item of a mapped task, and this task has no map" in (messages[3])
 
 
 def test_a_refusal_of_the_definition_checks_names_the_python_line(write: Write) -> None:
@@ -504,3 +601,17 @@ def test_a_definition_stored_as_json_is_printed_as_yaml() -> None:
     assert yaml_text(source) == "name: hello\ntasks:\n  greet:\n    run: echo hi\n"
     written = "# kept as applied\nname: hello\n"
     assert yaml_text(written) == written
+
+
+def test_an_output_is_a_template_variable_whatever_parameters_are_declared() -> None:
+    text = """\
+name: reads
+parameters: {day: "2024-01-01"}
+tasks:
+  list_files: {run: "true"}
+  load:
+    run: echo {{ params.day }} {{ outputs.list_files }}
+    after: [list_files]
+"""
+    load = parse.parse_definition(text).tasks["load"]
+    assert load.reads_outputs == ("list_files",)

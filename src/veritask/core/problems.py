@@ -319,6 +319,18 @@ OUTPUT_NOT_UPSTREAM = Phrase(
     "task to its after (a task reads only the outputs of its upstream tasks)",
     name=Slot.CODE,
 )
+MAP_OVER_NOT_OUTPUT = Phrase(
+    "problem.map_over_not_output",
+    "{value!r} is not an upstream task's output; write map.over as {example}, naming a task "
+    "this task runs after whose output is a list",
+    example=Slot.CODE,
+)
+MAP_PLACEHOLDER_UNMAPPED = Phrase(
+    "problem.map_placeholder_unmapped",
+    "{name} is the item of a mapped task, and this task has no map: give it a map with its "
+    "over, or remove the placeholder",
+    name=Slot.CODE,
+)
 OUTPUT_NOT_HERE = Phrase(
     "problem.output_not_here",
     "{name}: only a task's run command or its with values can read a task's output; pass "

@@ -30,6 +30,8 @@ SLUG = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 CALLABLE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
 DEFAULT_SKIP_EXIT_CODE = 99
+#: The most instances a mapped task expands into, unless it sets ``map.max_map``.
+DEFAULT_MAX_MAP = 1024
 DEFAULT_EXECUTOR = "local"
 #: A variable of a task's environment (``env:``), and the name of a secret.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -180,6 +182,11 @@ class TaskSpec:
     """The SQL server a ``sql`` task runs on, a name the platform's settings map to a URL."""
     env: Mapping[str, EnvValue] = field(default_factory=dict)
     """The task's own environment variables (``env:``); they win over the definition's."""
+    map_over: str | None = None
+    """A mapped task: the upstream task over whose output (a list) it runs once per item
+    (``map: {over: "{{ outputs.TASK }}"}``)."""
+    max_map: int = DEFAULT_MAX_MAP
+    """The most items a mapped task maps over; more fails the expansion."""
 
     def __post_init__(self) -> None:
         check_env(self.env, f"tasks.{self.key}.env")

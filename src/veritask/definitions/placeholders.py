@@ -21,6 +21,8 @@ BUILT_INS = ("run_id", "logical_time", "logical_date", "ds")
 PARAMS = "params."
 #: ``outputs.TASK``: the output of an upstream task (docs/definitions.md, "Outputs").
 OUTPUTS = "outputs."
+#: A mapped task's item and its index (docs/definitions.md, "Mapping").
+MAP_NAMES = ("map.item", "map.index")
 _TASK_KEY = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 #: The statements PostgreSQL can prepare, so bind parameters in (a leading ``(`` or ``WITH``
 #: starts one of them).
@@ -48,6 +50,7 @@ def is_template_name(name: str) -> bool:
         name in BUILT_INS
         or (name.startswith(PARAMS) and len(name) > len(PARAMS))
         or output_task(name) is not None
+        or name in MAP_NAMES
     )
 
 

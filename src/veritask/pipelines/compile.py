@@ -30,6 +30,7 @@ from veritask.pipelines.api import (
     Defaults,
     EnvValue,
     Graph,
+    MapItem,
     Node,
     Options,
     ParamRef,
@@ -302,6 +303,15 @@ class _Spec:
                 data["with"] = arguments
         o = node.options
         after = [self.upstream(node, up) for up in o.after]
+        if node.map_over is not None:
+            after.append(node.map_over)
+            mapping: JSONObject = {"over": "{{ outputs." + node.map_over + " }}"}
+            if o.max_map is not None:
+                mapping["max_map"] = o.max_map
+            data["map"] = mapping
+            self.places[f"{path}.map"] = (node.file, node.line)
+        elif o.max_map is not None:
+            self.refuse(node, f"{path}.map", "max_map is for a mapped task: call it with .map")
         for value in node.arguments.values():
             after.extend(up.key for up in _results(value) if up.key not in after)
         # A result written into a command (an f-string) is an edge too.
@@ -360,7 +370,7 @@ def _results(value: object) -> list[Result[Any]]:
 
 
 def _without_results(value: object) -> object:
-    if isinstance(value, Result):
+    if isinstance(value, Result | MapItem):
         return None
     if isinstance(value, list | tuple):
         return [_without_results(item) for item in value]
@@ -370,7 +380,7 @@ def _without_results(value: object) -> object:
 
 
 def _plain(value: object) -> JSONValue:
-    if isinstance(value, ParamRef | Result):
+    if isinstance(value, ParamRef | Result | MapItem):
         return str(value)
     if isinstance(value, list | tuple):
         return [_plain(item) for item in value]
