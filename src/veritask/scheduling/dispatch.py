@@ -41,6 +41,10 @@ SHELL_VALUE_LIMIT = 128 * 1024 - 256
 
 #: Reads the outputs that a run's tasks give downstream: (run id, task keys) -> by task key.
 OutputReader = Callable[[str, Sequence[str]], Mapping[str, JSONValue]]
+#: Reads the items a mapped task was expanded over: (run id, task key) -> the list, or None.
+MapItemsReader = Callable[[str, str], list[JSONValue] | None]
+#: How many mapped tasks' items the dispatcher keeps (each is read once per run, not per item).
+_MAPS_KEPT = 64
 
 
 def new_event_id() -> str:
@@ -70,6 +74,8 @@ class Opened:
     attempt_no: int
     task_key: str
     nonce: str
+    map_index: int = -1
+    """The instance's item in its mapped task (-1: not mapped)."""
 
 
 class Dispatcher:
@@ -83,12 +89,16 @@ class Dispatcher:
         outbox: Path,
         commit_base_url: str | None = None,
         outputs: OutputReader | None = None,
+        map_items: MapItemsReader | None = None,
     ) -> None:
         self.executors = executors
         self.tokens = tokens
         self.outbox = outbox
         self.commit_base_url = commit_base_url
         self.outputs = outputs
+        self.map_items = map_items
+        self._maps: dict[tuple[str, str], list[JSONValue]] = {}
+        self._maps_lock = threading.Lock()
         # The engines' last words about submissions deferred because they were unreachable,
         # so that the reconciler's alert carries them (bounded: only the latest few).
         self._deferred: dict[tuple[str, int], str] = {}
@@ -122,6 +132,7 @@ class Dispatcher:
             params={**parameters.defaults(declared_parameters), **run.parameters},
             raw=parameters.raw_names(declared_parameters),
             outputs={key: upstream.get(key) for key in task.reads_outputs},
+            map_item=self._item(run, opened) if task.map_over is not None else None,
         )
         declared = task_env(run.definition, task)
         env = {name: value for name, value in declared.items() if isinstance(value, str)}
@@ -136,6 +147,8 @@ class Dispatcher:
         }
         if run.logical_time is not None:
             env["VERITASK_LOGICAL_TIME"] = run.logical_time.isoformat()
+        if opened.map_index >= 0:
+            env["VERITASK_MAP_INDEX"] = str(opened.map_index)
         # Values are data: a command reads them from its environment, a statement binds them.
         work: port.TaskSpec
         if task.sql is not None:
@@ -173,6 +186,25 @@ class Dispatcher:
             if task.reads_outputs
             else {},
         )
+
+    def _item(self, run: RunContext, opened: Opened) -> tuple[int, JSONValue] | None:
+        """A mapped instance's index and item, from the output its task was expanded over."""
+        if opened.map_index < 0 or self.map_items is None:
+            return None
+        key = (run.run_id, opened.task_key)
+        with self._maps_lock:
+            items = self._maps.get(key)
+        if items is None:
+            items = self.map_items(run.run_id, opened.task_key)
+            if items is None:
+                raise ValueError(f"task {opened.task_key!r} has not been expanded in this run")
+            with self._maps_lock:
+                if len(self._maps) >= _MAPS_KEPT:
+                    self._maps.pop(next(iter(self._maps)))
+                self._maps[key] = items
+        if opened.map_index >= len(items):
+            raise ValueError(f"map index {opened.map_index} is past the {len(items)} items")
+        return opened.map_index, items[opened.map_index]
 
     def submit(self, run: RunContext, opened: Opened, now: datetime) -> Event | None:
         """Submit one attempt; the executor's answer as an event to record, or None when the

@@ -87,6 +87,7 @@ class Scheduler:
             outbox=outbox,
             commit_base_url=commit_base_url,
             outputs=ledger.current_outputs,
+            map_items=ledger.map_items,
         )
         self._wake = threading.Event()
         self.submissions = Submissions(

@@ -31,6 +31,8 @@ from veritask.definitions import placeholders
 from veritask.definitions.placeholders import PARAMS, Where
 
 _ENV_OF_BUILT_IN = {
+    "map.item": "VERITASK_MAP_ITEM",
+    "map.index": "VERITASK_MAP_INDEX",
     "run_id": "VERITASK_RUN_ID",
     "logical_time": "VERITASK_LOGICAL_TIME",
     "logical_date": "VERITASK_LOGICAL_DATE",
@@ -59,6 +61,7 @@ def context(
     params: Mapping[str, JSONValue],
     raw: Collection[str] = (),
     outputs: Mapping[str, JSONValue] | None = None,
+    map_item: tuple[int, JSONValue] | None = None,
 ) -> Values:
     """The values of a run; ``raw`` names the parameters declared raw; ``outputs`` are the
     upstream outputs an attempt reads, by task key."""
@@ -71,6 +74,8 @@ def context(
         values[f"{PARAMS}{name}"] = value
     for key, value in (outputs or {}).items():
         values[f"{placeholders.OUTPUTS}{key}"] = value
+    if map_item is not None:
+        values["map.index"], values["map.item"] = map_item
     return Values(values, frozenset(f"{PARAMS}{name}" for name in raw if name in params))
 
 
@@ -111,7 +116,7 @@ def render_json(value: JSONValue, values: Values) -> JSONValue:
 
 def _whole_value(name: str) -> bool:
     """Names whose value a lone placeholder in ``with`` gives as itself, not as text."""
-    return placeholders.output_task(name) is not None
+    return placeholders.output_task(name) is not None or name == "map.item"
 
 
 def render_shell(command: str, values: Values) -> tuple[str, dict[str, str]]:
