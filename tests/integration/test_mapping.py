@@ -11,6 +11,7 @@ import pytest
 from tests.integration.conftest import Api
 from tests.scheduling.harness import Harness
 from veritask.core.states import RunExecutionState
+from veritask.scheduling import clearing
 
 pytestmark = pytest.mark.slow
 
@@ -61,3 +62,42 @@ def test_a_shell_task_maps_over_an_output_and_each_item_stays_data(
     after_all = next(i for i in instances if i["task"] == "after_all")
     assert after_all["state"] == "SUCCESS"
     assert Path(after_all["attempts"][0]["log_location"]).read_text() == "[null, null]\n"
+
+
+FLAKY = """\
+name: flaky_map
+tasks:
+  list_files:
+    run: echo '[0, 1, 2]' > "$VERITASK_OUTPUT"
+  each:
+    run: test {{ map.item }} != 1 || test -e "$MARKS/fixed"
+    map: {over: "{{ outputs.list_files }}"}
+    after: [list_files]
+    env: {MARKS: "%s"}
+"""
+
+
+def test_clearing_a_mapped_task_runs_its_instances_again_over_the_same_items(
+    api: Api, harness: Harness, tmp_path: Path
+) -> None:
+    harness.apply(FLAKY % tmp_path)
+    run_id = harness.trigger("flaky_map")
+    assert harness.finish(run_id)[0] is RunExecutionState.FAILED
+    (tmp_path / "fixed").write_text("")
+
+    cleared = clearing.clear(
+        harness.ledger, run_id, tasks=["each"], reason="fixed", actor="operator:test"
+    )
+
+    assert {i.task for i in cleared.instances} == {"each[0]", "each[1]", "each[2]"}
+    assert harness.finish(run_id)[0] is RunExecutionState.SUCCESS
+    each = sorted(
+        (i for i in api.run(run_id)["instances"] if i["task"] == "each"),
+        key=lambda i: i["map_index"],
+    )
+    assert [(i["map_index"], i["state"], len(i["attempts"])) for i in each] == [
+        (-1, "SUCCESS", 0),
+        (0, "SUCCESS", 2),
+        (1, "SUCCESS", 2),
+        (2, "SUCCESS", 2),
+    ]

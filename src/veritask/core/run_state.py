@@ -117,6 +117,9 @@ class RunGraph:
         """Every task key, in definition order."""
         return tuple(node.key for node in self.nodes)
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._by_key
+
     def node(self, key: str) -> TaskNode:
         """The task called ``key``."""
         return self._by_key[key]

@@ -297,6 +297,10 @@ class RunAdvancer:
             waiting: list[run_store.InstanceBrief] = []
             for brief in pending:
                 state = states[_key(brief)]
+                if state is InstanceState.CREATED and _key(brief) not in graph:
+                    # The unmapped instance of an expanded task (cleared since): its
+                    # instances are the task now; nothing decides it again.
+                    continue
                 if state is InstanceState.CREATED:
                     decision = self._rule(brief, graph, states, branches, now, gate)
                     mapped = brief.map_index < 0 and _mapped(context, brief.task_key)
