@@ -7,9 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from tests.integration.conftest import Api
 from tests.scheduling.harness import Harness
+from veritask.cli import render
 from veritask.core.states import RunExecutionState
 from veritask.scheduling import clearing
 
@@ -59,6 +61,10 @@ def test_a_shell_task_maps_over_an_output_and_each_item_stays_data(
     # The item is one word from the environment: `$(…)` in it is text, never run.
     logs = [Path(i["attempts"][0]["log_location"]).read_text() for i in each[1:]]
     assert logs == ["0 0 a b.csv\n", "1 1 $(touch /tmp/pwned)\n"]
+    console = Console(width=200, record=True)
+    console.print(render.instances_table(instances))
+    shown = console.export_text()
+    assert "each[0]" in shown and "each[1]" in shown
     after_all = next(i for i in instances if i["task"] == "after_all")
     assert after_all["state"] == "SUCCESS"
     assert Path(after_all["attempts"][0]["log_location"]).read_text() == "[null, null]\n"

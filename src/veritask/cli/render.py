@@ -157,8 +157,10 @@ def instances_table(instances: Iterable[JSONObject]) -> Table:
         table.add_column(column, overflow="fold")
     for i in instances:
         attempts = items(i.get("attempts"))
+        index = i.get("map_index")
+        mapped = f"[{index}]" if isinstance(index, int) and index >= 0 else ""
         table.add_row(
-            text(i.get("task")),
+            text(i.get("task")) + mapped,
             state(i.get("state")),
             str(len(attempts)),
             progress(attempts[-1]) if attempts else "",
