@@ -556,7 +556,10 @@ def test_a_pipeline_module_passes_mypy_strict_and_a_wrong_argument_does_not(
         )
 
     good = mypy(
-        EXAMPLES / "jobs" / "daily_files.py", EXAMPLES / "daily_report.py", EXAMPLES / "hello.py"
+        EXAMPLES / "jobs" / "daily_files.py",
+        EXAMPLES / "jobs" / "mapped_files.py",
+        EXAMPLES / "daily_report.py",
+        EXAMPLES / "hello.py",
     )
     assert good.returncode == 0, good.stdout
     bad = mypy(wrong)
