@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.ui
 	$(BIN)/python -m bench.backfill
 	$(BIN)/python -m bench.pipelines
+	$(BIN)/python -m bench.mapping --postgres
 	$(BIN)/python -m bench.celery --rounds 3
 
 # The scheduler's kill -9 fault test at length (SOAK_ITERATIONS per database, a new random

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from daily_report import daily_report
 from hello import hello
 from jobs.daily_files import daily_files
+from jobs.mapped_files import mapped_files
 
 from veritask import testing
 
@@ -35,3 +36,12 @@ def test_daily_files_loads_the_day() -> None:
     assert result.succeeded, result.reason
     assert result.instances["load"].exit_code == 0
     assert result.instances["load"].log == "loading 3 files of 2024-01-31\n"
+
+
+def test_mapped_files_loads_each_file_and_reports_in_order() -> None:
+    result = testing.run(
+        mapped_files, params={"parts": 2}, logical_time=datetime(2024, 1, 31, tzinfo=UTC)
+    )
+    assert result.succeeded, result.reason
+    assert result.instances["load[1]"].log == "loading /data/2024-01-31/part-1.csv\n"
+    assert result.instances["report"].output == 2 * len("/data/2024-01-31/part-0.csv")

@@ -70,6 +70,8 @@ class TaskResult:
     attempts: int
     exit_code: int | None
     log: str
+    output: JSONValue = None
+    """What the task gives downstream: its current attempt's output when it succeeded."""
 
     def to_json(self) -> JSONObject:
         return {
@@ -79,6 +81,7 @@ class TaskResult:
             "attempts": self.attempts,
             "exit_code": self.exit_code,
             "log": self.log,
+            "output": self.output,
         }
 
 
@@ -324,6 +327,7 @@ class _Watcher:
                 attempts=len(instance.attempts),
                 exit_code=last.exit_code if last is not None else None,
                 log="".join(self.text.get(name, [])),
+                output=instance.output,
             )
         run = detail.run
         return RunResult(

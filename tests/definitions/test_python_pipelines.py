@@ -15,6 +15,7 @@ import pytest
 from veritask.definitions import parse
 from veritask.pipelines import PipelineError
 from veritask.pipelines import compile as pipelines
+from veritask.pipelines.api import Options, Task
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -286,9 +287,89 @@ def test_an_argument_that_is_not_json_or_an_upstream_result_is_refused(write: Wr
     assert "neither a JSON value nor an upstream task's result" in problem.message
 
 
-def test_passing_an_upstream_result_is_refused_until_data_passing_exists(write: Write) -> None:
+def test_an_upstream_result_passed_to_a_task_is_its_output_and_an_edge(write: Write) -> None:
     path = write(
         "passing",
+        """\
+        from veritask import pipeline, shell, task
+
+        @task
+        def list_files() -> list[str]:
+            return []
+
+        @task
+        def load(paths: list[str], first: dict[str, object]) -> None: ...
+
+        @pipeline()
+        def passing() -> None:
+            files = list_files()
+            load(files, {"paths": [files], "n": 1})
+            shell(f"wc -l {files}", name="count")
+        """,
+    )
+    [compiled] = pipelines.load_file(path)
+    tasks = compiled.spec["tasks"]
+    assert isinstance(tasks, dict)
+    assert tasks["load"] == {
+        "call": "passing:load",
+        "with": {
+            "paths": "{{ outputs.list_files }}",
+            "first": {"paths": ["{{ outputs.list_files }}"], "n": 1},
+        },
+        "after": ["list_files"],
+    }
+    assert tasks["count"] == {"run": "wc -l {{ outputs.list_files }}", "after": ["list_files"]}
+    assert compiled.definition.tasks["load"].reads_outputs == ("list_files",)
+
+
+def test_a_yaml_task_reading_the_output_of_a_task_it_does_not_run_after_is_refused() -> None:
+    text = """\
+name: reads
+tasks:
+  list_files: {call: jobs.files:list_files}
+  other: {run: "true"}
+  load:
+    call: jobs.files:load
+    with: {paths: "{{ outputs.list_files }}"}
+    after: [other]
+  show:
+    run: echo {{ outputs.other }} {{ outputs.nowhere }}
+    after: [other]
+"""
+    with pytest.raises(parse.DefinitionError) as caught:
+        parse.parse_definition(text)
+    found = [(p.field, p.line, p.message) for p in caught.value.problems]
+    assert [(field, line) for field, line, _ in found] == [
+        ("tasks.load.with.paths", 7),
+        ("tasks.show.run", 10),
+    ]
+    assert "{{ outputs.list_files }} reads the output of task 'list_files'" in found[0][2]
+    assert "add that task to its after" in found[0][2]
+    assert "'nowhere'" in found[1][2]
+
+
+def test_an_output_read_by_a_publish_step_or_a_statement_is_refused() -> None:
+    text = """\
+name: reads
+tasks:
+  a: {run: "true"}
+  q: {sql: "SELECT {{ outputs.a }}", connection: wh, after: [a]}
+publish:
+  commit: {run: "echo {{ outputs.a }}"}
+"""
+    with pytest.raises(parse.DefinitionError) as caught:
+        parse.parse_definition(text)
+    assert [p.field for p in caught.value.problems] == ["tasks.q.sql", "publish.commit.run"]
+    assert all(
+        "only a task's run command or its with values" in p.message for p in caught.value.problems
+    )
+
+
+def test_map_over_a_result_compiles_to_a_mapped_task_with_the_hash_of_its_yaml(
+    write: Write,
+) -> None:
+    path = write(
+        "mapping",
         """\
         from veritask import pipeline, task
 
@@ -297,22 +378,49 @@ def test_passing_an_upstream_result_is_refused_until_data_passing_exists(write: 
             return []
 
         @task
-        def load(paths: list[str]) -> None: ...
+        def load(path: str, factor: int) -> int:
+            return 1
+
+        @task
+        def report(counts: list[int]) -> None: ...
 
         @pipeline()
-        def passing() -> None:
-            files = list_files()
-            load(files)
+        def mapped() -> None:
+            counts = load.options(max_map=10).map(list_files(), factor=2)
+            report(counts)
         """,
     )
-    [problem] = refusal_of(path).problems
-    assert (problem.line, problem.field) == (13, "tasks.load.with.paths")
-    assert "passing data between tasks is not supported yet" in problem.message
+    [compiled] = pipelines.load_file(path)
+    tasks = compiled.spec["tasks"]
+    assert isinstance(tasks, dict)
+    assert tasks["load"] == {
+        "call": "mapping:load",
+        "with": {"path": "{{ map.item }}", "factor": 2},
+        "map": {"over": "{{ outputs.list_files }}", "max_map": 10},
+        "after": ["list_files"],
+    }
+    yaml_twin = """\
+name: mapped
+tasks:
+  list_files: {call: "mapping:list_files"}
+  load:
+    call: mapping:load
+    with: {path: "{{ map.item }}", factor: 2}
+    map: {over: "{{ outputs.list_files }}", max_map: 10}
+    after: [list_files]
+  report:
+    call: mapping:report
+    with: {counts: "{{ outputs.load }}"}
+    after: [load]
+"""
+    assert parse.content_hash(parse.parse_definition(yaml_twin)) == compiled.content_hash
+    load = compiled.definition.tasks["load"]
+    assert (load.map_over, load.max_map) == ("list_files", 10)
 
 
-def test_map_is_refused_as_not_supported_yet(write: Write) -> None:
+def test_map_over_something_that_is_not_an_upstream_output_is_refused(write: Write) -> None:
     path = write(
-        "mapping",
+        "mapping_constant",
         """\
         from veritask import pipeline, task
 
@@ -324,8 +432,51 @@ def test_map_is_refused_as_not_supported_yet(write: Write) -> None:
             load.map(["a", "b"])
         """,
     )
-    with pytest.raises(NotImplementedError, match=r"\.map .* is not supported yet"):
-        pipelines.load_file(path)
+    [problem] = refusal_of(path).problems
+    assert (problem.file, problem.line) == (str(path), 8)
+    assert ".map over ['a', 'b'], which is not an upstream task's output" in problem.message
+    assert "map over the result of a task called earlier" in problem.message
+
+
+def test_outside_a_pipeline_map_calls_the_function_once_per_item() -> None:
+    def double(value: int, plus: int) -> int:
+        return value * 2 + plus
+
+    assert Task(double, Options()).map([1, 2, 3], plus=1) == [3, 5, 7]
+
+
+def test_yaml_map_refusals_name_the_field_and_line() -> None:
+    text = """\
+name: mapped
+tasks:
+  list_files: {run: "true"}
+  other: {run: "true"}
+  load:
+    run: echo {{ map.item }}
+    map: {over: "{{ outputs.list_files }}"}
+    after: [other]
+  bad_over:
+    run: "true"
+    map: {over: "list_files", max_map: 0}
+    after: [list_files]
+  unmapped:
+    run: echo {{ map.index }}
+"""
+    with pytest.raises(parse.DefinitionError) as caught:
+        parse.parse_definition(text)
+    found = [(p.field, p.line) for p in caught.value.problems]
+    assert found == [
+        ("tasks.load.map.over", 7),
+        ("tasks.bad_over.map.max_map", 11),
+        ("tasks.bad_over.map.over", 11),
+        ("tasks.unmapped.run", 14),
+    ], caught.value.problems
+    messages = [p.message for p in caught.value.problems]
+    assert (
+        "reads the output of task 'list_files', which this task does not run after" in (messages[0])
+    )
+    assert "'list_files' is not an upstream task's output" in messages[2]
+    assert "{{ map.index }} is the item of a mapped task, and this task has no map" in (messages[3])
 
 
 def test_a_refusal_of_the_definition_checks_names_the_python_line(write: Write) -> None:
@@ -405,7 +556,10 @@ def test_a_pipeline_module_passes_mypy_strict_and_a_wrong_argument_does_not(
         )
 
     good = mypy(
-        EXAMPLES / "jobs" / "daily_files.py", EXAMPLES / "daily_report.py", EXAMPLES / "hello.py"
+        EXAMPLES / "jobs" / "daily_files.py",
+        EXAMPLES / "jobs" / "mapped_files.py",
+        EXAMPLES / "daily_report.py",
+        EXAMPLES / "hello.py",
     )
     assert good.returncode == 0, good.stdout
     bad = mypy(wrong)
@@ -450,3 +604,17 @@ def test_a_definition_stored_as_json_is_printed_as_yaml() -> None:
     assert yaml_text(source) == "name: hello\ntasks:\n  greet:\n    run: echo hi\n"
     written = "# kept as applied\nname: hello\n"
     assert yaml_text(written) == written
+
+
+def test_an_output_is_a_template_variable_whatever_parameters_are_declared() -> None:
+    text = """\
+name: reads
+parameters: {day: "2024-01-01"}
+tasks:
+  list_files: {run: "true"}
+  load:
+    run: echo {{ params.day }} {{ outputs.list_files }}
+    after: [list_files]
+"""
+    load = parse.parse_definition(text).tasks["load"]
+    assert load.reads_outputs == ("list_files",)

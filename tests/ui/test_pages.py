@@ -10,6 +10,9 @@ import httpx
 from tests.contract.test_audit import _story
 from tests.integration.conftest import completed, open_attempt, started
 from tests.ui.conftest import Ui, api_intervals, csrf_of, drawn_intervals
+from veritask import ids
+from veritask.core import new_events
+from veritask.core.policy import TaskPolicy
 from veritask.services import definitions, runs, tokens
 from veritask.services.tokens import TokenRole
 
@@ -360,3 +363,101 @@ def test_the_instance_page_shows_each_attempts_last_error_and_cost(ui: Ui) -> No
     assert "Last error of attempt 1" in page
     assert "KeyError: &#39;&lt;users&gt;&#39;" in page  # the task's text, escaped
     assert "CPU 1.25s user, 0.50s system; peak RSS 50.0 MiB" in page
+
+
+def test_the_instance_page_shows_the_output_that_flows_and_each_attempts_own(ui: Ui) -> None:
+    run_id = runs.trigger_run(ui.platform, "pipeline", actor="operator:ann").run_id
+    instance_id = runs.get_run(ui.platform, run_id).instances[0].id
+    token = "token-" + uuid.uuid4().hex
+    attempt_no = open_attempt(ui.platform, instance_id, token)
+    worker = httpx.Client(base_url=ui.url, headers={"Authorization": f"Bearer {token}"})
+    with worker:
+        assert worker.post("/api/v2/callbacks/events", json=started(instance_id, 1, token))
+        event = completed(instance_id, attempt_no, token, seq=2, exit_code=0)
+        assert isinstance(event["evidence"], dict)
+        event["evidence"]["output"] = ["<b>a.csv</b>", 2]
+        assert worker.post("/api/v2/callbacks/events", json=event).status_code == 200
+
+    viewer = ui.signed_in(TokenRole.VIEWER)
+    page = viewer.http.get(f"/ui/instances/{instance_id}").text
+    assert "Output (what flows downstream)" in page
+    assert "Output of attempt 1" in page
+    # The JSON as text: nothing in it is markup.
+    assert page.count('["\\u003cb\\u003ea.csv\\u003c/b\\u003e", 2]') == 2
+    assert "<b>a.csv" not in page
+    viewer.http.post("/ui/language", data={"csrf": viewer.csrf, "language": "zh", "next": "/ui"})
+    chinese = viewer.http.get(f"/ui/instances/{instance_id}").text
+    assert "输出（传给下游任务的值）" in chinese and "第 1 次尝试的输出" in chinese
+
+
+MAPPED = """\
+name: mapped
+tasks:
+  list_files: {run: "true"}
+  each:
+    run: echo {{ map.item }}
+    map: {over: "{{ outputs.list_files }}"}
+    after: [list_files]
+"""
+
+
+def test_a_mapped_task_is_one_row_with_counts_that_opens_into_its_instances(ui: Ui) -> None:
+    definitions.apply_definition(ui.platform, MAPPED, actor="test")
+    run_id = runs.trigger_run(ui.platform, "mapped", actor="operator:ann").run_id
+    parent = next(i for i in runs.get_run(ui.platform, run_id).instances if i.task == "each")
+    ledger = ui.platform.ledger
+    loaded = ledger.snapshot(parent.id)
+    assert loaded is not None
+    expanded = new_events.map_expanded(
+        event_id=ids.time_ordered_id(),
+        instance_id=parent.id,
+        epoch=0,
+        event_time=ui.platform.now(),
+        over="list_files",
+        upstream_instance_id="",
+        upstream_attempt_no=1,
+        items=["a", "b", "c"],
+    )
+    ledger.expand_map(
+        expanded,
+        expected_version=loaded[1],
+        run_id=run_id,
+        task_key="each",
+        policy=TaskPolicy(),
+        new_id=ids.time_ordered_id,
+    )
+    viewer = ui.signed_in(TokenRole.VIEWER)
+
+    page = viewer.http.get(f"/ui/runs/{run_id}").text
+    group = re.search(
+        r'<tr data-instance="each" class="mapped-group" id="mapped-each">(.*?)</tr>', page, re.S
+    )
+    assert group is not None
+    assert "3 instances" in group.group(1)
+    assert re.findall(r'class="mapped-count" data-state="(\w+)"', group.group(1)) == ["CREATED"]
+    assert "×3" in group.group(1)
+    assert "expanded into 3 instances, one per item of the output of list_files" in group.group(1)
+    opened = re.search(
+        r'<tr class="mapped-instances" data-group="each">(.*?)</details>', page, re.S
+    )
+    assert opened is not None
+    assert re.findall(r'data-instance="(each\[\d\])"', opened.group(1)) == [
+        "each[0]",
+        "each[1]",
+        "each[2]",
+    ]
+    # The graph draws the group as one box that leads to its row.
+    assert 'href="#mapped-each" class="node" data-task="each ×3"' in page
+    # The grid: one cell for the task, its counts on hover, opening the run's row.
+    grid = viewer.http.get("/ui/definitions/mapped/grid").text
+    cell = re.search(
+        r'<tr data-task="each">.*?<a href="([^"]*)"[^>]*data-mapped="3" title="([^"]*)"', grid, re.S
+    )
+    assert cell is not None
+    assert cell.group(1) == f"/ui/runs/{run_id}#mapped-each"
+    assert "3 mapped instances (created 3)" in cell.group(2)
+    chinese = viewer.http.post(
+        "/ui/language", data={"csrf": viewer.csrf, "language": "zh", "next": "/ui"}
+    )
+    assert chinese.status_code == 303
+    assert "3 个实例" in viewer.http.get(f"/ui/runs/{run_id}").text

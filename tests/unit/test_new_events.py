@@ -70,6 +70,19 @@ MADE: dict[str, tuple[EventKind, Callable[[], Event]]] = {
             upstream={"a": InstanceState.SKIPPED},
         ),
     ),
+    "map_expanded": (
+        EventKind.MAP_EXPANDED,
+        lambda: new_events.map_expanded(
+            event_id="ev-1",
+            instance_id="inst",
+            epoch=0,
+            event_time=NOW,
+            over="list_files",
+            upstream_instance_id="up",
+            upstream_attempt_no=1,
+            items=["a", "b"],
+        ),
+    ),
     "cancel_requested": (
         EventKind.CANCEL_REQUESTED,
         lambda: new_events.cancel_requested(
@@ -149,7 +162,7 @@ MADE: dict[str, tuple[EventKind, Callable[[], Event]]] = {
 }
 
 #: Evidence a constructor takes whole from another value, not key by key.
-_CARRIED_BY = {"engine_state": "observation", "source": "observation"}
+_CARRIED_BY = {"engine_state": "observation", "source": "observation", "count": "items"}
 
 
 def test_every_public_constructor_is_covered_here() -> None:

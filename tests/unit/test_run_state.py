@@ -16,7 +16,7 @@ from veritask.core.run_state import (
     find_cycles,
 )
 from veritask.core.states import TERMINAL_INSTANCE_STATES, InstanceState, RunExecutionState
-from veritask.core.trigger_rules import TriggerRule
+from veritask.core.trigger_rules import RuleOutcome, TriggerRule, evaluate
 
 S = InstanceState.SUCCESS
 F = InstanceState.FAILED
@@ -305,3 +305,46 @@ def test_a_cancel_ends_as_the_instances_say() -> None:
     assert failed is not None
     assert failed.state is FAILED
     assert "leaf b failed" in failed.reason and "too late" in failed.reason
+
+
+# -- mapped groups ---------------------------------------------------------------------------
+
+
+def mapped_graph() -> RunGraph:
+    return graph(task("list"), task("load", "list"), task("report", "load"))
+
+
+def test_an_expanded_mapped_task_is_one_node_per_instance_and_its_downstream_waits_for_all() -> (
+    None
+):
+    expanded = mapped_graph().expanded({"load": 3})
+    assert expanded.keys == ("list", "load[0]", "load[1]", "load[2]", "report")
+    assert expanded.node("load[1]").after == ("list",)
+    assert expanded.node("report").after == ("load[0]", "load[1]", "load[2]")
+    assert mapped_graph().expanded({}) == mapped_graph()
+
+
+def test_the_run_waits_for_every_instance_of_a_group_and_a_failed_one_fails_a_leaf_group() -> None:
+    leaves = graph(task("list"), task("load", "list")).expanded({"load": 2})
+    running = {"list": S, "load": S, "load[0]": S, "load[1]": R}
+    assert execution_state(leaves, running).state is RUNNING
+    failed = {"list": S, "load": S, "load[0]": S, "load[1]": F}
+    verdict = execution_state(leaves, failed)
+    assert (verdict.state, verdict.reason) == (FAILED, "leaf load[1] failed")
+    done = {"list": S, "load": S, "load[0]": S, "load[1]": S}
+    assert execution_state(leaves, done).state is SUCCESS
+
+
+@given(st.lists(st.sampled_from([S, F, K]), min_size=1, max_size=8))
+def test_trigger_rules_see_a_group_as_all_of_its_instances(ends: list[InstanceState]) -> None:
+    expanded = mapped_graph().expanded({"load": len(ends)})
+    states = {f"load[{i}]": s for i, s in enumerate(ends)}
+    node = expanded.node("report")
+    upstream = {key: states[key] for key in node.after}
+    outcome = evaluate(node.trigger_rule, upstream).outcome
+    if F in ends:
+        assert outcome is RuleOutcome.UPSTREAM_FAILED
+    elif K in ends:
+        assert outcome is RuleOutcome.SKIP
+    else:
+        assert outcome is RuleOutcome.RUN

@@ -11,6 +11,7 @@ from tests.unit.story import Story
 from veritask.core import transitions
 from veritask.core.errors import IllegalTransition
 from veritask.core.events import EventKind
+from veritask.core.jsontypes import JSONObject
 from veritask.core.judge import Outcome, Verdict
 from veritask.core.policy import RetryPolicy, TaskPolicy
 from veritask.core.states import AttemptState, EngineState
@@ -46,6 +47,19 @@ def test_rule_removed_from_the_definition() -> None:
     story = Story()
     verdict = story.send(EventKind.REMOVED, 0, "scheduler", {"definition_version": 2})
     assert_edge(verdict, I.CREATED, I.REMOVED, "removed_from_the_definition")
+
+
+def test_rule_map_expands() -> None:
+    story = Story()
+    evidence: JSONObject = {"over": "list_files", "count": 2, "items": ["a", "b"]}
+    verdict = story.send(EventKind.MAP_EXPANDED, 0, "scheduler", evidence)
+    assert_edge(verdict, I.CREATED, I.SUCCESS, "map_expands")
+    assert story.snapshot.reason == (
+        "expanded into 2 instances, one per item of the output of list_files"
+    )
+    # Expanded once: a second expansion is illegal now.
+    again = story.send(EventKind.MAP_EXPANDED, 0, "scheduler", evidence)
+    assert again.outcome is Outcome.REJECTED
 
 
 def test_rule_cancel_with_nothing_running() -> None:

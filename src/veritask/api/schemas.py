@@ -182,6 +182,8 @@ class Attempt(Out):
     cpu_user_seconds: float | None = None
     cpu_system_seconds: float | None = None
     peak_rss_bytes: int | None = None
+    output: JsonValue = None
+    """The JSON the attempt's task left, kept on its record (a fenced attempt's too)."""
 
 
 class Instance(Out):
@@ -195,6 +197,8 @@ class Instance(Out):
     retry_at: datetime | None
     overridden: bool
     attempts: list[Attempt]
+    output: JsonValue = None
+    """What flows downstream: the current attempt's output when it succeeded, else null."""
 
 
 class Run(Out):

@@ -157,8 +157,10 @@ def instances_table(instances: Iterable[JSONObject]) -> Table:
         table.add_column(column, overflow="fold")
     for i in instances:
         attempts = items(i.get("attempts"))
+        index = i.get("map_index")
+        mapped = f"[{index}]" if isinstance(index, int) and index >= 0 else ""
         table.add_row(
-            text(i.get("task")),
+            text(i.get("task")) + mapped,
             state(i.get("state")),
             str(len(attempts)),
             progress(attempts[-1]) if attempts else "",
@@ -215,7 +217,16 @@ def attempts_table(task: str, attempts: Iterable[JSONObject]) -> Group:
         if isinstance(message, str) and message:
             errors.append(Text(f"Last error of attempt {text(a.get('attempt_no'))}:", style="bold"))
             errors.append(Text(message))
+        if a.get("output") is not None:
+            errors.append(Text(f"Output of attempt {text(a.get('attempt_no'))}:", style="bold"))
+            errors.append(Text(output(a.get("output"))))
     return Group(table, *errors)
+
+
+def output(value: JSONValue, limit: int = 2000) -> str:
+    """A task's output as JSON, cut at ``limit`` characters (``--json`` has all of it)."""
+    shown = json.dumps(value, ensure_ascii=False)
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
 def cost(attempt: JSONObject) -> str:

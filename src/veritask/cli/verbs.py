@@ -289,13 +289,19 @@ def show_command(ident: str, as_json: bool) -> None:
         for instance in instances:
             attempts = render.items(instance.get("attempts"))
             if attempts:
-                render.out.print(render.attempts_table(render.text(instance.get("task")), attempts))
+                index = instance.get("map_index")
+                task = render.text(instance.get("task"))
+                if isinstance(index, int) and index >= 0:
+                    task += f"[{index}]"
+                render.out.print(render.attempts_table(task, attempts))
     else:
         render.out.print(
             f"instance {shown.get('id')}  task {shown.get('task')}  run {shown.get('run_id')}  "
             f"definition {shown.get('definition')}"
         )
         render.out.print(f"state: {shown.get('state')} — {shown.get('reason')}")
+        if shown.get("output") is not None:
+            render.out.print(f"output (what flows downstream): {render.output(shown['output'])}")
         render.out.print(
             render.attempts_table(
                 render.text(shown.get("task")), render.items(shown.get("attempts"))

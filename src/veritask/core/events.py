@@ -111,6 +111,9 @@ class EventKind(StrEnum):
     """The instance's task is absent from the definition version of a rerun."""
     CLEARED = "cleared"
     """An operator cleared a finished instance: it waits to be decided again in a new epoch."""
+    MAP_EXPANDED = "map_expanded"
+    """The scheduler expanded a mapped task over its upstream's output: the instances of its
+    items were created with this event, which carries the output they were made from."""
 
 
 class Level(StrEnum):
@@ -241,6 +244,13 @@ KIND_RULES: Mapping[EventKind, KindRule] = {
     ),
     EventKind.REMOVED: _rule(
         {_S}, {"definition_version": _INT}, decision=True, level=Level.INSTANCE, summary="version"
+    ),
+    EventKind.MAP_EXPANDED: _rule(
+        {_S},
+        {"over": _STR, "count": _INT, "items": (list,)},
+        decision=True,
+        level=Level.INSTANCE,
+        summary="the upstream and its attempt, the output, how many instances",
     ),
     # Its attempt_no names the epoch it opens (the current one + 1), which has no attempt
     # until the scheduler decides the instance again.

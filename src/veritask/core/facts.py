@@ -338,6 +338,7 @@ def _merge_attempt(a: AttemptFacts, event: Event) -> AttemptFacts:
             | EventKind.UPSTREAM_FAILED
             | EventKind.REMOVED
             | EventKind.CLEARED
+            | EventKind.MAP_EXPANDED
         ):
             raise ValueError(f"{kind} is an instance-level event, not an attempt's")
 

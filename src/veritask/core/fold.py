@@ -177,6 +177,12 @@ def _instance_state(
         why = phrase.format(actor=cancel.actor, why=cancel.evidence["reason"])
         return InstanceState.CANCELLED, why, None
     if current is None:
+        expanded = facts.decision(epoch, EventKind.MAP_EXPANDED)
+        if expanded is not None:
+            why = reasons.MAP_EXPANDED.format(
+                count=expanded.evidence["count"], task=expanded.evidence["over"]
+            )
+            return InstanceState.SUCCESS, why, None
         for kind, state in (
             (EventKind.UPSTREAM_FAILED, InstanceState.UPSTREAM_FAILED),
             (EventKind.SKIPPED, InstanceState.SKIPPED),

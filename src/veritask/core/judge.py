@@ -198,7 +198,7 @@ def _decision_problem(snapshot: InstanceSnapshot, event: Event) -> str | None:
         case EventKind.OVERRIDE:
             if attempt_state in _OVERRIDE_BLOCKERS:
                 return reasons.STOP_BEFORE_OVERRIDE.format(state=state, epoch=epoch)
-        case EventKind.SKIPPED | EventKind.UPSTREAM_FAILED:
+        case EventKind.SKIPPED | EventKind.UPSTREAM_FAILED | EventKind.MAP_EXPANDED:
             if state is not InstanceState.CREATED or current is not None:
                 return reasons.ILLEGAL_RULE.format(state=state)
         case EventKind.REMOVED:

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal, TypedDict
 
 from veritask.core.events import ClearScope, Event, EventKind, OpenReason, OverrideScope
-from veritask.core.jsontypes import JSONObject
+from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.core.policy import OnUnknown
 from veritask.core.states import InstanceState
 
@@ -111,6 +111,31 @@ def trigger_rule_decided(
         "upstream": {key: state.value for key, state in upstream.items()},
     }
     return Event(event_id, instance_id, 0, kind, "scheduler", event_time, evidence)
+
+
+def map_expanded(
+    *,
+    event_id: str,
+    instance_id: str,
+    epoch: int,
+    event_time: datetime,
+    over: str,
+    upstream_instance_id: str,
+    upstream_attempt_no: int,
+    items: list[JSONValue],
+) -> Event:
+    """``map_expanded``: a mapped task's instances, one per item of its upstream's output,
+    created together with this event, whose evidence is that output."""
+    evidence: JSONObject = {
+        "over": over,
+        "upstream_instance_id": upstream_instance_id,
+        "upstream_attempt_no": upstream_attempt_no,
+        "count": len(items),
+        "items": items,
+    }
+    return _decision(
+        EventKind.MAP_EXPANDED, "scheduler", event_id, instance_id, epoch, event_time, evidence
+    )
 
 
 def cancel_requested(

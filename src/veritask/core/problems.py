@@ -313,6 +313,30 @@ UNKNOWN_TEMPLATE_NAME = Phrase(
     name=Slot.CODE,
     known=Slot.CODE,
 )
+OUTPUT_NOT_UPSTREAM = Phrase(
+    "problem.output_not_upstream",
+    "{name} reads the output of task {task!r}, which this task does not run after; add that "
+    "task to its after (a task reads only the outputs of its upstream tasks)",
+    name=Slot.CODE,
+)
+MAP_OVER_NOT_OUTPUT = Phrase(
+    "problem.map_over_not_output",
+    "{value!r} is not an upstream task's output; write map.over as {example}, naming a task "
+    "this task runs after whose output is a list",
+    example=Slot.CODE,
+)
+MAP_PLACEHOLDER_UNMAPPED = Phrase(
+    "problem.map_placeholder_unmapped",
+    "{name} is the item of a mapped task, and this task has no map: give it a map with its "
+    "over, or remove the placeholder",
+    name=Slot.CODE,
+)
+OUTPUT_NOT_HERE = Phrase(
+    "problem.output_not_here",
+    "{name}: only a task's run command or its with values can read a task's output; pass "
+    "the value to a run or call task instead",
+    name=Slot.CODE,
+)
 SQL_CANNOT_BIND = Phrase(
     "problem.sql_cannot_bind",
     "{name} cannot be bound in this statement: PostgreSQL binds values only in SELECT, "

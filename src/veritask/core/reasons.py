@@ -41,6 +41,25 @@ CLEARED_WAITING = Phrase(
     actor=Slot.ACTOR,
 )
 TRIGGER_RULE = Phrase("reason.trigger_rule", "trigger rule {rule}", rule=_S)
+MAP_EXPANDED = Phrase(
+    "reason.map_expanded",
+    "expanded into {count} instances, one per item of the output of {task}",
+    count=Slot.NUMBER,
+)
+MAP_EMPTY = Phrase(
+    "reason.map_empty", "the output of {task} is an empty list: nothing to map, skipped"
+)
+MAP_TOO_MANY = Phrase(
+    "reason.map_too_many",
+    "the output of {task} has {count} items, more than max_map ({limit}) allows; "
+    "raise max_map or map over fewer items",
+    count=Slot.NUMBER,
+    limit=Slot.NUMBER,
+)
+MAP_NOT_A_LIST = Phrase(
+    "reason.map_not_a_list",
+    "the output of {task} is not a list ({kind}): a mapped task maps over a JSON list",
+)
 WAITING = Phrase("reason.waiting", "waiting for dependencies, concurrency or time")
 ATTEMPT = Phrase(
     "reason.attempt", "attempt {attempt_no}: {reason}", attempt_no=Slot.NUMBER, reason=_S

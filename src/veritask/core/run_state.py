@@ -117,6 +117,9 @@ class RunGraph:
         """Every task key, in definition order."""
         return tuple(node.key for node in self.nodes)
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._by_key
+
     def node(self, key: str) -> TaskNode:
         """The task called ``key``."""
         return self._by_key[key]
@@ -139,6 +142,33 @@ class RunGraph:
         """The tasks no task runs after (a leaf may have teardown tasks after it)."""
         return self._ends
 
+    def expanded(self, groups: Mapping[str, int]) -> RunGraph:
+        """The graph of a run whose mapped tasks were expanded: each task of ``groups``
+        (task key -> how many instances) becomes one node per instance (:func:`instance_key`)
+        with the task's edges, and its downstream tasks wait for all of them. So trigger rules,
+        leaves and deadlocks see a mapped group as all of its instances."""
+        if not groups:
+            return self
+        nodes: list[TaskNode] = []
+        for node in self.nodes:
+            after = tuple(key for up in node.after for key in _members(up, groups))
+            if node.key in groups:
+                nodes.extend(
+                    TaskNode(
+                        instance_key(node.key, index),
+                        after,
+                        node.trigger_rule,
+                        node.role,
+                        node.decides_run,
+                    )
+                    for index in range(groups[node.key])
+                )
+            else:
+                nodes.append(
+                    TaskNode(node.key, after, node.trigger_rule, node.role, node.decides_run)
+                )
+        return RunGraph(tuple(nodes))
+
     def _find_leaves(self) -> tuple[str, ...]:
         result = []
         for node in self.nodes:
@@ -148,6 +178,19 @@ class RunGraph:
             if all(self._by_key[d].role is TaskRole.TEARDOWN for d in below):
                 result.append(node.key)
         return tuple(result)
+
+
+def instance_key(task_key: str, map_index: int) -> str:
+    """How an instance is named in a run's graph: its task key, ``KEY[i]`` for a mapped one
+    (a task key never holds ``[``)."""
+    return task_key if map_index < 0 else f"{task_key}[{map_index}]"
+
+
+def _members(key: str, groups: Mapping[str, int]) -> tuple[str, ...]:
+    count = groups.get(key)
+    if count is None:
+        return (key,)
+    return tuple(instance_key(key, index) for index in range(count))
 
 
 def pipeline_order(graph: RunGraph) -> tuple[str, ...]:

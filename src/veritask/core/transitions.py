@@ -85,6 +85,15 @@ INSTANCE_RULES: tuple[Rule[InstanceState], ...] = (
         "the upstream states settle the trigger rule without running the task",
     ),
     _rule(
+        "map_expands",
+        [I.CREATED],
+        [I.SUCCESS],
+        [K.MAP_EXPANDED],
+        "scheduler",
+        "a mapped task's upstream succeeded with a list: one instance per item was created; "
+        "the group's instances run from here",
+    ),
+    _rule(
         "removed_from_the_definition",
         [I.CREATED, I.UP_FOR_RETRY, *_I_FINISHED],
         [I.REMOVED],

@@ -130,6 +130,8 @@ def _task(task: TaskSpec) -> JSONObject:
     )
     data.update(_policy(task.policy))
     data.update(_env(task.env))
+    if task.map_over is not None:  # absent otherwise: an unmapped task keeps its hash
+        data["map"] = {"over": "{{ outputs." + task.map_over + " }}", "max_map": task.max_map}
     if task.sql is not None:
         del data["with"]  # a sql task has no parameters of its own: the statement is all
     return data

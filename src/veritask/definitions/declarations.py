@@ -20,7 +20,7 @@ from veritask.definitions.parameters import (
     ParameterType,
     value_problem,
 )
-from veritask.definitions.placeholders import PARAMS, Where
+from veritask.definitions.placeholders import OUTPUTS, PARAMS, Where
 from veritask.definitions.reader import Reader, entry_line, is_null, kind
 from veritask.definitions.source import Entry, Map, Scalar, Seq, Value
 
@@ -129,9 +129,18 @@ def check_placeholders(
         if task.sql is not None:
             known.check(reader, f"tasks.{key}.sql", task.sql, line("sql"), sql=True)
             _check_sql(reader, f"tasks.{key}.sql", task.sql, raw, line("sql"))
+            _check_no_outputs(reader, f"tasks.{key}.sql", task.sql, line("sql"))
         for name, value in task.with_.items():
             for text in _strings(value):
                 known.check(reader, f"tasks.{key}.with.{name}", text, line("with"), sql=None)
+                _check_upstream(reader, f"tasks.{key}.with.{name}", text, line("with"), task)
+        if task.run is not None:
+            _check_upstream(reader, f"tasks.{key}.run", task.run, line("run"), task)
+        if task.map_over is not None:
+            over = "{{ " + OUTPUTS + task.map_over + " }}"
+            _check_upstream(reader, f"tasks.{key}.map.over", over, line("map"), task)
+        else:
+            _check_unmapped(reader, key, task, line)
     if publish is not None:
         publish_entry = tree.get("publish") if isinstance(tree, Map) else None
         at = entry_line(publish_entry)
@@ -139,9 +148,42 @@ def check_placeholders(
             if check.run is not None:
                 known.check(reader, f"publish.checks[{i}].run", check.run, at, sql=False)
                 _check_shell(reader, f"publish.checks[{i}].run", check.run, raw, at)
+                _check_no_outputs(reader, f"publish.checks[{i}].run", check.run, at)
         if publish.commit.run is not None:
             known.check(reader, "publish.commit.run", publish.commit.run, at, sql=False)
             _check_shell(reader, "publish.commit.run", publish.commit.run, raw, at)
+            _check_no_outputs(reader, "publish.commit.run", publish.commit.run, at)
+
+
+def _check_upstream(reader: Reader, path: str, text: str, line: int | None, task: TaskSpec) -> None:
+    """A task reads only the outputs of the tasks it runs after (``after``)."""
+    for up in placeholders.output_tasks(text):
+        if up not in task.after:
+            reader.add(
+                path,
+                line,
+                problems.OUTPUT_NOT_UPSTREAM.format(name=_shown(OUTPUTS + up), task=up),
+            )
+
+
+def _check_unmapped(reader: Reader, key: str, task: TaskSpec, line: _Lines) -> None:
+    """``{{ map.item }}`` and ``{{ map.index }}`` belong to mapped tasks."""
+    fields = [("run", task.run or "")]
+    fields += [(f"with.{name}", text) for name, v in task.with_.items() for text in _strings(v)]
+    for field, text in fields:
+        for match in placeholders.PLACEHOLDER.finditer(text):
+            if match.group(1) in placeholders.MAP_NAMES:
+                reader.add(
+                    f"tasks.{key}.{field}",
+                    line(field.partition(".")[0]),
+                    problems.MAP_PLACEHOLDER_UNMAPPED.format(name=_shown(match.group(1))),
+                )
+
+
+def _check_no_outputs(reader: Reader, path: str, text: str, line: int | None) -> None:
+    """Outputs go to the tasks of the graph that run a command or a callable."""
+    for up in placeholders.output_tasks(text):
+        reader.add(path, line, problems.OUTPUT_NOT_HERE.format(name=_shown(OUTPUTS + up)))
 
 
 class _Known:
@@ -155,7 +197,12 @@ class _Known:
         self.shown = ", ".join(_shown(name) for name in ordered)
 
     def defines(self, name: str) -> bool:
-        return name in self.names or (self.open and placeholders.is_template_name(name))
+        return (
+            name in self.names
+            or placeholders.output_task(name) is not None
+            or name in placeholders.MAP_NAMES
+            or (self.open and placeholders.is_template_name(name))
+        )
 
     def check(
         self, reader: Reader, path: str, text: str, line: int | None, *, sql: bool | None

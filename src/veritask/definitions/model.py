@@ -8,6 +8,7 @@ YAML that produces these values.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from veritask.core.jsontypes import JSONValue
 from veritask.core.policy import TaskPolicy
 from veritask.core.run_state import RunGraph, TaskNode, TaskRole
 from veritask.core.trigger_rules import TriggerRule
-from veritask.definitions import cron
+from veritask.definitions import cron, placeholders
 from veritask.definitions.errors import DefinitionError
 from veritask.definitions.parameters import Parameter
 
@@ -29,6 +30,8 @@ SLUG = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 CALLABLE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
 DEFAULT_SKIP_EXIT_CODE = 99
+#: The most instances a mapped task expands into, unless it sets ``map.max_map``.
+DEFAULT_MAX_MAP = 1024
 DEFAULT_EXECUTOR = "local"
 #: A variable of a task's environment (``env:``), and the name of a secret.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -179,6 +182,11 @@ class TaskSpec:
     """The SQL server a ``sql`` task runs on, a name the platform's settings map to a URL."""
     env: Mapping[str, EnvValue] = field(default_factory=dict)
     """The task's own environment variables (``env:``); they win over the definition's."""
+    map_over: str | None = None
+    """A mapped task: the upstream task over whose output (a list) it runs once per item
+    (``map: {over: "{{ outputs.TASK }}"}``)."""
+    max_map: int = DEFAULT_MAX_MAP
+    """The most items a mapped task maps over; more fails the expansion."""
 
     def __post_init__(self) -> None:
         check_env(self.env, f"tasks.{self.key}.env")
@@ -213,6 +221,16 @@ class TaskSpec:
     def step(self) -> Step:
         """What the worker executes."""
         return Step(run=self.run, call=self.call)
+
+    @functools.cached_property
+    def reads_outputs(self) -> tuple[str, ...]:
+        """The upstream tasks whose outputs the task names (``{{ outputs.TASK }}`` in its
+        command or its ``with``): the scheduler reads them when it submits an attempt, and
+        only for such tasks (docs/definitions.md, "Outputs")."""
+        texts = [self.run or "", self.sql or "", *_strings(dict(self.with_))]
+        return tuple(
+            dict.fromkeys(key for text in texts for key in placeholders.output_tasks(text))
+        )
 
 
 @dataclass(frozen=True)
@@ -269,6 +287,16 @@ class Definition:
     def publication_required(self) -> bool:
         """Whether runs have a publication phase (NOT_REQUIRED otherwise)."""
         return self.publish is not None
+
+
+def _strings(value: JSONValue) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item)]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in _strings(item)]
+    return []
 
 
 def _check_step(run: str | None, call: str | None, path: str) -> None:

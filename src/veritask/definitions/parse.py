@@ -19,13 +19,14 @@ from veritask.core.jsontypes import JSONValue
 from veritask.core.policy import Backoff, OnUnknown, RetryPolicy, TaskPolicy
 from veritask.core.run_state import TaskRole, find_cycles
 from veritask.core.trigger_rules import TriggerRule
-from veritask.definitions import cron, declarations, source
+from veritask.definitions import cron, declarations, placeholders, source
 from veritask.definitions.codec import content_hash, definition_to_json
 from veritask.definitions.environment import read_env
 from veritask.definitions.errors import DefinitionError, Problem
 from veritask.definitions.model import (
     CALLABLE,
     DEFAULT_EXECUTOR,
+    DEFAULT_MAX_MAP,
     DEFAULT_SKIP_EXIT_CODE,
     SLUG,
     Catchup,
@@ -83,7 +84,9 @@ TASK_FIELDS = (
     "connection",
     *POLICY_FIELDS,
     "env",
+    "map",
 )
+MAP_FIELDS = ("over", "max_map")
 #: The executor a task with ``sql`` uses unless it names another.
 SQL_EXECUTOR = "sql"
 SCHEDULE_FIELDS = ("cron", "timezone", "catchup")
@@ -283,6 +286,7 @@ class _Reader(Reader):
         base = replace(defaults, requires_commit=requires_commit)
         policy = self.policy(f, path, base, None)
         env = read_env(self, f.get("env"), f"{path}.env")
+        map_over, max_map = self.mapping(f.get("map"), path)
         if run is None and call is None and sql is None:
             return None
         return self.attempt(
@@ -302,10 +306,32 @@ class _Reader(Reader):
                 sql=sql,
                 connection=connection,
                 env=env,
+                map_over=map_over,
+                max_map=max_map,
             ),
             line,
             since,
         )
+
+    def mapping(self, entry: Entry | None, path: str) -> tuple[str | None, int]:
+        """``map: {over: "{{ outputs.TASK }}", max_map: N}``: one instance per item of an
+        upstream's output (the upstream is checked with the placeholders)."""
+        f = self.fields_of(entry, f"{path}.map", MAP_FIELDS, required=("over",))
+        if f is None:
+            return None, DEFAULT_MAX_MAP
+        over_text = self.text(f.get("over"), f"{path}.map.over")
+        max_map = self.integer(f.get("max_map"), f"{path}.map.max_map", DEFAULT_MAX_MAP, minimum=1)
+        if over_text is None:
+            return None, DEFAULT_MAX_MAP
+        whole = placeholders.PLACEHOLDER.fullmatch(over_text.strip())
+        over = placeholders.output_task(whole.group(1)) if whole else None
+        if over is None:
+            self.add(
+                f"{path}.map.over",
+                entry_line(f.get("over")),
+                problems.MAP_OVER_NOT_OUTPUT.format(value=over_text, example="{{ outputs.TASK }}"),
+            )
+        return over, max_map or DEFAULT_MAX_MAP
 
     def sql(
         self, f: Mapping[str, Entry], path: str, line: int | None
@@ -327,7 +353,7 @@ class _Reader(Reader):
                     problems.CONNECTION_WITHOUT_SQL.format(),
                 )
             return None, None
-        for other in ("run", "call", "with", "env"):
+        for other in ("run", "call", "with", "env", "map"):
             if other in f:
                 self.add(
                     f"{path}.{other}",

@@ -14,9 +14,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
-PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\}\}")
+#: A name is dotted; the parts after the first may hold ``-`` (``outputs.list-files``: task
+#: keys may).
+PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_][A-Za-z0-9_-]*)*)\s*\}\}")
 BUILT_INS = ("run_id", "logical_time", "logical_date", "ds")
 PARAMS = "params."
+#: ``outputs.TASK``: the output of an upstream task (docs/definitions.md, "Outputs").
+OUTPUTS = "outputs."
+#: A mapped task's item and its index (docs/definitions.md, "Mapping").
+MAP_NAMES = ("map.item", "map.index")
+_TASK_KEY = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 #: The statements PostgreSQL can prepare, so bind parameters in (a leading ``(`` or ``WITH``
 #: starts one of them).
 PREPARABLE = frozenset({"select", "insert", "update", "delete", "merge", "values", "with", "table"})
@@ -39,7 +46,27 @@ class Place:
 
 
 def is_template_name(name: str) -> bool:
-    return name in BUILT_INS or (name.startswith(PARAMS) and len(name) > len(PARAMS))
+    return (
+        name in BUILT_INS
+        or (name.startswith(PARAMS) and len(name) > len(PARAMS))
+        or output_task(name) is not None
+        or name in MAP_NAMES
+    )
+
+
+def output_task(name: str) -> str | None:
+    """The task whose output ``outputs.TASK`` names (None for any other name)."""
+    if not name.startswith(OUTPUTS):
+        return None
+    key = name[len(OUTPUTS) :]
+    return key if _TASK_KEY.fullmatch(key) else None
+
+
+def output_tasks(text: str) -> list[str]:
+    """The tasks whose outputs a text names, in order, each once (comments included: a
+    command that reads the outputs file may name a task there)."""
+    found = (output_task(m.group(1)) for m in PLACEHOLDER.finditer(text))
+    return list(dict.fromkeys(key for key in found if key is not None))
 
 
 def line_of(text: str, place: Place) -> int:

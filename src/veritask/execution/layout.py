@@ -13,6 +13,9 @@ it alone, even when every callback was lost::
     task.log          the task's stdout and stderr, capped, with the worker's notes; made
                       on the first byte (a silent task has none: read as empty)
     output.json       VERITASK_OUTPUT: JSON the task leaves for the platform
+    upstream_outputs.json
+                      VERITASK_UPSTREAM_OUTPUTS: the upstream tasks' outputs, by task key (only
+                      for a task that reads outputs)
     channel           a FIFO: the task API's progress and commit notices to the worker
     event.<seq>.*     the spool: every event, written before it is sent (see spool.py)
     exit.json         the exit record: the ``completed`` event, fsync-ed (a second name of
@@ -73,6 +76,10 @@ class AttemptDir:
     @functools.cached_property
     def output(self) -> Path:
         return self.path / "output.json"
+
+    @functools.cached_property
+    def upstream_outputs(self) -> Path:
+        return self.path / "upstream_outputs.json"
 
     @functools.cached_property
     def channel(self) -> Path:

@@ -177,6 +177,9 @@ class AttemptSpec:
     #: Variables whose value is a secret, by the secret's name (never its value): the worker
     #: looks each up when the attempt starts (``execution/secrets.py``).
     secret_env: Mapping[str, str] = field(default_factory=dict)
+    #: The outputs of the upstream tasks, by task key, for a task that reads them: the worker
+    #: writes them to a file named by VERITASK_UPSTREAM_OUTPUTS.
+    upstream_outputs: Mapping[str, JSONValue] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_instance_id(self.instance_id)

@@ -90,6 +90,7 @@ def encode_spec(spec: port.AttemptSpec) -> jsontypes.JSONObject:
         "delivery_deadline_seconds": spec.delivery_deadline.total_seconds(),
         "queue": spec.queue,
         "secret_env": dict(spec.secret_env),
+        "upstream_outputs": dict(spec.upstream_outputs),
     }
 
 
@@ -134,6 +135,9 @@ def decode_spec(obj: jsontypes.JSONObject) -> port.AttemptSpec:
         isinstance(value, str) for value in secret_env.values()
     ):
         raise ValueError("secret_env must map variables to secret names")
+    upstream_outputs = obj.get("upstream_outputs") or {}  # absent from older schedulers' specs
+    if not isinstance(upstream_outputs, dict):
+        raise ValueError("upstream_outputs must map task keys to outputs")
     workdir = _optional(obj, "workdir", str)
     return port.AttemptSpec(
         instance_id=_field(obj, "instance_id", str),
@@ -152,6 +156,7 @@ def decode_spec(obj: jsontypes.JSONObject) -> port.AttemptSpec:
         delivery_deadline=_seconds(obj, "delivery_deadline_seconds"),
         queue=_optional(obj, "queue", str),
         secret_env=cast(dict[str, str], secret_env),
+        upstream_outputs=upstream_outputs,
     )
 
 

@@ -46,7 +46,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -76,8 +76,10 @@ EXIT_BUSY = 3
 #: How long to keep reading output after the task's leader ended (its group was killed then;
 #: only a process that left the group can still hold the pipe).
 OUTPUT_DRAIN_SECONDS = 1.0
-#: Output larger than this is not sent in the completed event (it stays in output.json).
+#: The largest output a task may leave, unless VERITASK_MAX_OUTPUT_BYTES in the worker's
+#: environment says otherwise: a larger one fails the attempt (it stays in output.json).
 OUTPUT_EVENT_LIMIT_BYTES = 1024 * 1024
+MAX_OUTPUT_SETTING = "VERITASK_MAX_OUTPUT_BYTES"
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: How long an ending attempt waits for its delivery thread (busy with a request) to end.
 DELIVERY_JOIN_SECONDS = 0.2
@@ -294,6 +296,10 @@ class AttemptRun:
             (None, None) if wait_status is None else task_process.decode_wait_status(wait_status)
         )
         category = self._categorize(exit_code, signum)
+        output, output_error = self._read_output()
+        if output_error is not None and category is port.ErrorCategory.NONE:
+            # Nothing half-stored: the attempt fails and its output is not recorded.
+            category = port.ErrorCategory.TASK_ERROR
         ended_at = wire.utc_now()
         evidence = wire.CompletedEvidence(
             exit_code=exit_code,
@@ -301,12 +307,12 @@ class AttemptRun:
             error_category=category.value,
             commit_marker=self._commit_marker,
             log_path=str(self.attempt.log),
-            output=self._read_output(),
+            output=output,
         )
         if self._start_error is not None:
             evidence["start_error"] = self._start_error[:1000]
         if category not in (port.ErrorCategory.NONE, port.ErrorCategory.SKIPPED):
-            error = self.log.error_tail() or self._start_error
+            error = output_error or self.log.error_tail() or self._start_error
             if error:
                 evidence["error_message"] = error
         if self._usage is not None:
@@ -415,6 +421,12 @@ class AttemptRun:
         """The task's environment (``task_env``): never the worker's own settings. Its
         secrets are looked up here, at the attempt's start, and masked in its log from now.
         Raises StartFailed naming what could not be had (a secret, a bad pass-through)."""
+        own: dict[str, str] = {}
+        if self.spec.upstream_outputs:
+            layout.write_json_atomically(
+                self.attempt.upstream_outputs, dict(self.spec.upstream_outputs), durable=False
+            )
+            own["VERITASK_UPSTREAM_OUTPUTS"] = str(self.attempt.upstream_outputs)
         try:
             providers = secrets.providers_from_environment(os.environ)
             resolved = secrets.resolve(self.spec.secret_env, providers=providers)
@@ -431,6 +443,7 @@ class AttemptRun:
                     "VERITASK_CALLBACK": transports.platform_base_url(self.spec.callback) or "",
                     "VERITASK_CHANNEL": str(self.attempt.channel),
                     "VERITASK_SKIP_EXIT_CODE": str(self.spec.skip_exit_code),
+                    **own,
                 },
             )
         except (secrets.SecretError, task_env.TaskEnvError) as exc:
@@ -473,19 +486,26 @@ class AttemptRun:
         except (ValueError, TypeError) as exc:
             self.log.note(f"ignored a malformed notice from the task: {exc}")
 
-    def _read_output(self) -> jsontypes.JSONValue:
+    def _read_output(self) -> tuple[jsontypes.JSONValue, str | None]:
+        """The task's output, and why it fails the attempt when it is too large."""
+        limit = max_output_bytes(os.environ)
         try:
             size = self.attempt.output.stat().st_size
-            if size > OUTPUT_EVENT_LIMIT_BYTES:
-                self.log.note(f"output.json has {size} bytes; it is not sent with the event")
-                return None
+            if size > limit:
+                error = (
+                    f"the task's output is {size} bytes, more than the {limit} bytes an output"
+                    f" may be ({MAX_OUTPUT_SETTING}); write the data to storage and return"
+                    " its path (or another small reference) instead"
+                )
+                self.log.note(error)
+                return None, error
             value: jsontypes.JSONValue = json.loads(self.attempt.output.read_bytes())
         except FileNotFoundError:
-            return None
+            return None, None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             self.log.note(f"output.json is not JSON, ignored: {exc}")
-            return None
-        return value
+            return None, None
+        return value, None
 
     def _pump_output(self, fd: int) -> bool:
         """Copy what the task wrote to the log; False at end of file."""
@@ -580,6 +600,15 @@ def _optional_count(notice: dict[str, jsontypes.JSONValue], name: str) -> int | 
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"progress {name} must be an integer or null")
     return value
+
+
+def max_output_bytes(environ: Mapping[str, str]) -> int:
+    """The largest output a task may leave: ``VERITASK_MAX_OUTPUT_BYTES`` (a whole number of
+    bytes), else 1 MiB."""
+    configured = environ.get(MAX_OUTPUT_SETTING, "").strip()
+    if configured.isdigit() and int(configured) > 0:
+        return int(configured)
+    return OUTPUT_EVENT_LIMIT_BYTES
 
 
 def exit_status(category: port.ErrorCategory) -> int:

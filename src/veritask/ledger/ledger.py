@@ -23,9 +23,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from veritask.core import codec, judge, new_events
-from veritask.core.events import Event
+from veritask.core import codec, judge, new_events, outputs
+from veritask.core.events import Event, EventKind
 from veritask.core.fold import AttemptView, InstanceSnapshot, derive, empty
+from veritask.core.jsontypes import JSONValue
 from veritask.core.judge import Outcome
 from veritask.core.policy import TaskPolicy
 from veritask.core.states import InstanceState
@@ -196,6 +197,7 @@ class Ledger:
         run_id: str,
         tasks: Sequence[tuple[str, TaskPolicy]],
         new_id: Callable[[], str],
+        map_indexes: Sequence[int] | None = None,
     ) -> list[str]:
         """The instances of a run created in this same transaction, three statements in all.
 
@@ -207,20 +209,21 @@ class Ledger:
         instance_rows: list[dict[str, object]] = []
         event_rows: list[dict[str, object]] = []
         snapshot_rows: list[dict[str, object]] = []
-        for task_key, policy in tasks:
+        for place, (task_key, policy) in enumerate(tasks):
             instance_id = new_id()
+            map_index = runs.UNMAPPED if map_indexes is None else map_indexes[place]
             instance_rows.append(
                 runs.instance_row(
                     instance_id,
                     run_id,
                     task_key,
-                    runs.UNMAPPED,
+                    map_index,
                     InstanceState.CREATED,
                     policy.to_json(),
                     now,
                 )
             )
-            event = _created_event(new_id(), instance_id, run_id, task_key, runs.UNMAPPED, now, now)
+            event = _created_event(new_id(), instance_id, run_id, task_key, map_index, now, now)
             verdict = judge.judge(derive(empty(instance_id), policy), event, policy)
             if verdict.outcome is not Outcome.APPLIED:
                 raise errors.LedgerError(f"instance {task_key}: created {verdict.outcome}")
@@ -241,6 +244,89 @@ class Ledger:
         with dialects.read_transaction(self.engine) as connection:
             loaded = self._load(connection, instance_id)
         return None if loaded is None else (loaded.snapshot, loaded.version)
+
+    def expand_map(
+        self,
+        event: Event,
+        *,
+        expected_version: int,
+        run_id: str,
+        task_key: str,
+        policy: TaskPolicy,
+        new_id: Callable[[], str],
+    ) -> Applied:
+        """Record a mapped task's ``map_expanded`` on its unmapped instance and create its
+        instances (map index 0..n-1) in the same transaction: both or neither. A decision
+        taken on a snapshot that moved since raises :class:`StaleDecision`, so two
+        schedulers (or one restarted) never expand a task twice."""
+        count = event.evidence["count"]
+        if not isinstance(count, int):
+            raise errors.LedgerError("map_expanded needs its count")
+        with self.engine.begin() as connection:
+            loaded = self._load(connection, event.instance_id)
+            if loaded is None:
+                raise errors.LedgerError(f"no instance {event.instance_id}")
+            if loaded.version != expected_version:  # decided meanwhile: no rejection to keep
+                raise StaleDecision(f"instance {event.instance_id} moved since it was read")
+            stamped = replace(event, observed_at=self.clock())
+            applied = self._record(connection, loaded, stamped, expected_version=expected_version)
+            if applied.outcome is not Outcome.APPLIED:
+                return applied
+            try:
+                self._write_snapshot(connection, event.instance_id, loaded)
+            except _LostRace:
+                raise StaleDecision(f"instance {event.instance_id} moved meanwhile") from None
+            self.create_new_run_instances_in(
+                connection,
+                run_id=run_id,
+                tasks=[(task_key, policy)] * count,
+                new_id=new_id,
+                map_indexes=range(count),
+            )
+        self._snapshots.pop(event.instance_id, None)
+        return applied
+
+    def map_items(self, run_id: str, task_key: str) -> list[JSONValue] | None:
+        """The items a mapped task was expanded over, from its ``map_expanded`` (None before)."""
+        t = schema.task_instances.c
+        statement = sa.select(t.id).where(
+            t.run_id == run_id, t.task_key == task_key, t.map_index == runs.UNMAPPED
+        )
+        with dialects.read_transaction(self.engine) as connection:
+            instance_id = connection.execute(statement).scalar()
+            loaded = None if instance_id is None else self._load(connection, instance_id)
+        if loaded is None:
+            return None
+        facts = loaded.snapshot.facts
+        mark = facts.decision(facts.epoch, EventKind.MAP_EXPANDED)
+        items = None if mark is None else mark.evidence.get("items")
+        return items if isinstance(items, list) else None
+
+    def current_outputs(self, run_id: str, task_keys: Sequence[str]) -> dict[str, JSONValue]:
+        """What each of the run's tasks gives downstream, by task key (``core.outputs``): the
+        current attempt's output, or null; a mapped task's is the list of its instances'
+        outputs in map-index order. Tasks without an instance are left out."""
+        t = schema.task_instances.c
+        statement = (
+            sa.select(t.id, t.task_key, t.map_index)
+            .where(t.run_id == run_id, t.task_key.in_(sorted(set(task_keys))))
+            .order_by(t.task_key, t.map_index)
+        )
+        with dialects.read_transaction(self.engine) as connection:
+            rows = connection.execute(statement).all()
+            loaded = self._load_many(connection, {row.id for row in rows})
+        found: dict[str, JSONValue] = {}
+        for row in rows:  # a mapped task's unmapped instance comes first: its items replace it
+            item = loaded.get(row.id)
+            value = None if item is None else outputs.current_output(item.snapshot)
+            if row.map_index < 0:
+                found[row.task_key] = value
+            else:
+                group = found.get(row.task_key)
+                if not isinstance(group, list):
+                    group = found[row.task_key] = []
+                group.append(value)
+        return found
 
     def recorded_events(self, instance_id: str) -> list[Event]:
         """The instance's recorded events (rejected ones are not), as the fold takes them."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import math
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from types import FrameType
@@ -223,6 +223,18 @@ class Result(Generic[R]):
     def __repr__(self) -> str:
         return f"<result of task {self.key!r}>"
 
+    def __str__(self) -> str:
+        """In a command (an f-string), the task's output: ``{{ outputs.KEY }}``."""
+        return f"{{{{ outputs.{self.key} }}}}"
+
+
+@dataclass(frozen=True)
+class MapItem:
+    """The item of a mapped task (``task.map(result)``): it becomes ``{{ map.item }}``."""
+
+    def __str__(self) -> str:
+        return "{{ map.item }}"
+
 
 @dataclass(frozen=True)
 class Options:
@@ -245,6 +257,7 @@ class Options:
     cancel_window: Duration | None = None
     on_unknown: OnUnknown | None = None
     env: Mapping[str, EnvValue] | None = None
+    max_map: int | None = None
 
     def over(self, other: Options) -> Options:
         """These options with the ones ``other`` sets on top (``after`` adds up)."""
@@ -269,6 +282,8 @@ class Node:
     sql: str | None = None
     connection: str | None = None
     arguments: dict[str, object] = field(default_factory=dict)
+    map_over: str | None = None
+    """A mapped task: the task over whose output it runs once per item."""
 
 
 @dataclass
@@ -366,8 +381,15 @@ class Task(Generic[P, R]):
             return self.function(*args, **kwargs)
         return self._call(self.extra, args, kwargs)
 
-    def _call(self, options: Options, args: tuple[object, ...], kwargs: dict[str, Any]) -> R:
+    def _call(
+        self,
+        options: Options,
+        args: tuple[object, ...],
+        kwargs: dict[str, Any],
+        called_at: FrameType | None = None,
+    ) -> R:
         graph, frame = current_graph(f"task {self.__name__!r}")
+        frame = called_at or frame
         file = frame.f_code.co_filename if frame else "<unknown>"
         line = frame.f_lineno if frame else 0
         try:
@@ -404,8 +426,10 @@ class Task(Generic[P, R]):
         cancel_window: Duration | None = None,
         on_unknown: OnUnknown | None = None,
         env: Mapping[str, EnvValue] | None = None,
+        max_map: int | None = None,
     ) -> Task[P, R]:
-        """This task with fields set for one call: ``load.options(after=[files])(path)``."""
+        """This task with fields set for one call: ``load.options(after=[files])(path)``;
+        ``max_map`` bounds a ``.map`` (default 1,024 items)."""
         extra = Options(
             name,
             tuple(after),
@@ -423,6 +447,7 @@ class Task(Generic[P, R]):
             cancel_window,
             on_unknown,
             env,
+            max_map,
         )
         return Task(self.function, self.defaults, self.extra.over(extra))
 
@@ -430,12 +455,39 @@ class Task(Generic[P, R]):
         """This task, run after ``upstream`` (results of earlier calls, or task keys)."""
         return self.options(after=upstream)
 
-    def map(self, *args: object, **kwargs: object) -> list[R]:
-        """Dynamic fan-out over a list: not supported yet."""
-        raise NotImplementedError(
-            f"task {self.__name__!r}: .map (one task per item of a list, known only at run "
-            "time) is not supported yet; call the task once per item known when the pipeline "
-            "is compiled"
+    def map(self, items: Iterable[Any], /, **kwargs: Any) -> list[R]:
+        """One instance of this task per item of an upstream task's output, decided when the
+        run gets there: ``counts = load.map(files)``. Each instance gets its item as the
+        function's first argument not given in ``kwargs``; the result, passed on
+        (``report(counts)``), is the instances' outputs as a list in item order.
+
+        Outside a pipeline, the function called once per item."""
+        if not _building and not _importing:
+            first = self._mapped_parameter(kwargs, None)
+            plain = cast(Callable[..., R], self.function)
+            return [plain(**{first: item, **kwargs}) for item in items]
+        graph, frame = current_graph(f"task {self.__name__!r}")
+        if not isinstance(items, Result):
+            raise refuse(
+                f"task {self.__name__!r}: .map over {items!r}, which is not an upstream task's "
+                "output; map over the result of a task called earlier in the pipeline "
+                "(files = list_files(); load.map(files)), or call the task once per item known "
+                "now",
+                frame,
+            )
+        first = self._mapped_parameter(kwargs, frame)
+        result = cast(Result[R], self._call(self.extra, (), {first: MapItem(), **kwargs}, frame))
+        graph.nodes[result.key].map_over = items.key
+        return cast(list[R], result)
+
+    def _mapped_parameter(self, kwargs: Mapping[str, object], frame: FrameType | None) -> str:
+        for name in inspect.signature(self.function).parameters:
+            if name not in kwargs:
+                return name
+        raise refuse(
+            f"task {self.__name__!r}: .map gives each instance its item as the first argument "
+            "not passed by name, and every argument is passed by name",
+            frame,
         )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from veritask.core.jsontypes import JSONObject, JSONValue
-from veritask.definitions import parse
+from veritask.definitions import parse, placeholders
 from veritask.definitions.model import Definition
 from veritask.pipelines.api import (
     Check,
@@ -30,6 +30,7 @@ from veritask.pipelines.api import (
     Defaults,
     EnvValue,
     Graph,
+    MapItem,
     Node,
     Options,
     ParamRef,
@@ -302,8 +303,20 @@ class _Spec:
                 data["with"] = arguments
         o = node.options
         after = [self.upstream(node, up) for up in o.after]
+        if node.map_over is not None:
+            after.append(node.map_over)
+            mapping: JSONObject = {"over": "{{ outputs." + node.map_over + " }}"}
+            if o.max_map is not None:
+                mapping["max_map"] = o.max_map
+            data["map"] = mapping
+            self.places[f"{path}.map"] = (node.file, node.line)
+        elif o.max_map is not None:
+            self.refuse(node, f"{path}.map", "max_map is for a mapped task: call it with .map")
         for value in node.arguments.values():
             after.extend(up.key for up in _results(value) if up.key not in after)
+        # A result written into a command (an f-string) is an edge too.
+        named = placeholders.output_tasks(node.run or "")
+        after.extend(key for key in named if key in self.graph.nodes and key not in after)
         if after:
             data["after"] = list(dict.fromkeys(after))
         for key in (
@@ -332,22 +345,15 @@ class _Spec:
         return str(up)
 
     def argument(self, node: Node, field: str, value: object) -> JSONValue:
-        if _results(value):
-            upstream = ", ".join(repr(r.key) for r in _results(value))
-            self.refuse(
-                node,
-                field,
-                f"passes the result of {upstream} to task {node.key!r}: passing data between "
-                "tasks is not supported yet; run it after that task instead "
-                f"(task.after(result)(...)) and pass constants or parameters",
-            )
-            return None
-        if not is_json(value):
+        """A constant, a parameter, or an upstream task's result (``{{ outputs.KEY }}``, the
+        output itself when the worker calls the task), anywhere inside a JSON value."""
+        if not is_json(_without_results(value)):
             self.refuse(
                 node,
                 field,
                 f"{value!r} is neither a JSON value nor an upstream task's result: a task's "
-                "arguments are sent to the worker as JSON",
+                "arguments are sent to the worker as JSON; pass constants, parameters or "
+                "the results of tasks called earlier in the pipeline",
             )
             return None
         return _plain(value)
@@ -363,8 +369,18 @@ def _results(value: object) -> list[Result[Any]]:
     return []
 
 
+def _without_results(value: object) -> object:
+    if isinstance(value, Result | MapItem):
+        return None
+    if isinstance(value, list | tuple):
+        return [_without_results(item) for item in value]
+    if isinstance(value, dict):
+        return {k: _without_results(v) for k, v in value.items()}
+    return value
+
+
 def _plain(value: object) -> JSONValue:
-    if isinstance(value, ParamRef):
+    if isinstance(value, ParamRef | Result | MapItem):
         return str(value)
     if isinstance(value, list | tuple):
         return [_plain(item) for item in value]

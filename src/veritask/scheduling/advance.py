@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from veritask.core import decide, judge, new_events, reasons, run_state, trigger_rules
 from veritask.core.events import Event, EventKind, OpenReason
+from veritask.core.jsontypes import JSONValue
 from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
 from veritask.definitions.model import Definition
 from veritask.ledger import alerts, dialects, run_store
@@ -22,13 +23,34 @@ from veritask.ledger.active_runs import ActiveRun
 from veritask.ledger.database import Connection
 from veritask.ledger.ledger import Ledger
 from veritask.ledger.vocabulary import AlertCategory
-from veritask.scheduling import dependencies, publication, rules, sweeps, versions
+from veritask.scheduling import dependencies, mapping, publication, rules, sweeps, versions
 from veritask.scheduling.dispatch import Dispatcher, Opened, RunContext, Submissions, new_event_id
 from veritask.scheduling.settings import Settings
 from veritask.scheduling.tokens import AttemptTokens
 
 #: How soon an instance whose predecessor is still being stopped is looked at again.
 _REPLACE_POLL = timedelta(milliseconds=250)
+#: How many expanded run graphs are kept (runs with mapped tasks are moved many times).
+_EXPANDED_KEPT = 256
+
+
+def _key(brief: run_store.InstanceBrief) -> str:
+    """The instance's name in its run's graph: ``KEY[i]`` for a mapped one."""
+    return run_state.instance_key(brief.task_key, brief.map_index)
+
+
+def _mapped(context: RunContext, task_key: str) -> bool:
+    task = context.definition.tasks.get(task_key)
+    return task is not None and task.map_over is not None
+
+
+def _groups(briefs: list[run_store.InstanceBrief]) -> dict[str, int]:
+    """How many instances each expanded mapped task has."""
+    groups: dict[str, int] = {}
+    for brief in briefs:
+        if brief.map_index >= 0:
+            groups[brief.task_key] = groups.get(brief.task_key, 0) + 1
+    return groups
 
 
 @dataclass
@@ -77,6 +99,8 @@ class Definitions:
         self._definitions: dict[tuple[str, int], Definition] = {}
         # Keyed by the identity of a cached definition, which lives as long as the cache.
         self._graphs: dict[int, run_state.RunGraph] = {}
+        # Graphs of runs whose mapped tasks expanded, by definition and group sizes.
+        self._expanded: dict[tuple[int, tuple[tuple[str, int], ...]], run_state.RunGraph] = {}
 
     def get(self, definition_id: str, version: int) -> Definition:
         key = (definition_id, version)
@@ -92,6 +116,18 @@ class Definitions:
         found = self._graphs.get(id(definition))
         if found is None:
             found = self._graphs[id(definition)] = definition.run_graph()
+        return found
+
+    def run_graph(self, definition: Definition, groups: Mapping[str, int]) -> run_state.RunGraph:
+        """The graph of one run: the definition's, with its expanded mapped tasks' instances."""
+        if not groups:
+            return self.graph(definition)
+        key = (id(definition), tuple(sorted(groups.items())))
+        found = self._expanded.get(key)
+        if found is None:
+            if len(self._expanded) >= _EXPANDED_KEPT:
+                self._expanded.pop(next(iter(self._expanded)))
+            found = self._expanded[key] = self.graph(definition).expanded(groups)
         return found
 
 
@@ -119,29 +155,30 @@ class RunAdvancer:
         """Move one run forward: trigger rules, openings, its execution and publication."""
         definition = self.definitions.get(run.definition_id, run.definition_version)
         context = RunContext(run.id, definition, run.logical_time, run.parameters)
-        graph = self.definitions.graph(definition)
         with dialects.read_transaction(self.ledger.engine) as connection:
             briefs = run_store.instances_brief(connection, run.id)
             gate = self._dependency_gate(connection, run, definition, now)
+        groups = _groups(briefs)
+        graph = self.definitions.run_graph(definition, groups)
         advanced = Advanced(run.id, instance_ids=[b.id for b in briefs])
-        states = {b.task_key: b.state for b in briefs}
+        states = {_key(b): b.state for b in briefs}
         work = [b for b in briefs if not publication.is_publication_key(b.task_key)]
         publishing = [b for b in briefs if publication.is_publication_key(b.task_key)]
         if run.execution_state is RunExecutionState.RUNNING:
             ends = graph.ends()
-            advanced.end_ids = {b.id for b in briefs if b.task_key in ends}
+            advanced.end_ids = {b.id for b in briefs if _key(b) in ends}
             advanced.unended_ids = {b.id for b in work if not b.state.is_terminal}
         if run.execution_state is RunExecutionState.CANCELLING:
             cancelled = self._cancel_run(briefs, states, now)
             report.decided += cancelled
             advanced.stops_due = cancelled > 0
         elif run.execution_state is RunExecutionState.RUNNING:
-            self._move_instances(context, work, states, now, report, advanced, gate)
+            self._move_instances(context, graph, work, states, now, report, advanced, gate)
         else:
             # Publishing: its steps retry like any instance; the plan opens new ones.
             retrying = [b for b in publishing if states[b.task_key] is InstanceState.UP_FOR_RETRY]
-            self._move_instances(context, retrying, states, now, report, advanced, None)
-        work_states = {b.task_key: states[b.task_key] for b in work}
+            self._move_instances(context, graph, retrying, states, now, report, advanced, None)
+        work_states = {_key(b): states[_key(b)] for b in work}
         execution = self._settle_run(run, graph, work, work_states, now, report)
         if definition.publish is not None:
             self._settle_publication(
@@ -227,7 +264,7 @@ class RunAdvancer:
                 unfinished.append(loaded)
         done = self.sweeper.cancel_instances(unfinished, now, reason=reasons.RUN_CANCELLED.format())
         if done:
-            keys = {b.id: b.task_key for b in briefs}
+            keys = {b.id: _key(b) for b in briefs}
             for snapshot, _ in unfinished:
                 after = self.ledger.snapshot(snapshot.instance_id)
                 if after is not None:
@@ -237,6 +274,7 @@ class RunAdvancer:
     def _move_instances(
         self,
         context: RunContext,
+        graph: run_state.RunGraph,
         briefs: list[run_store.InstanceBrief],
         states: dict[str, InstanceState],
         now: datetime,
@@ -249,20 +287,32 @@ class RunAdvancer:
         A skip or an upstream failure can decide the next tasks down at once, so the pass is
         repeated on the states it produced until it decides nothing more.
         """
-        graph = self.definitions.graph(context.definition)
-        ids = {b.task_key: b.id for b in briefs}
+        ids = {_key(b): b.id for b in briefs}
         branches = rules.BranchChoices(self.ledger, ids)
         pending = list(briefs)
         openings: list[tuple[Event, Opened]] = []
+        expansions: list[tuple[run_store.InstanceBrief, list[JSONValue]]] = []
         while pending:
             decisions: list[tuple[str, Event]] = []
             waiting: list[run_store.InstanceBrief] = []
             for brief in pending:
-                state = states[brief.task_key]
+                state = states[_key(brief)]
+                if state is InstanceState.CREATED and _key(brief) not in graph:
+                    # The unmapped instance of an expanded task (cleared since): its
+                    # instances are the task now; nothing decides it again.
+                    continue
                 if state is InstanceState.CREATED:
                     decision = self._rule(brief, graph, states, branches, now, gate)
-                    if isinstance(decision, Event):
-                        decisions.append((brief.task_key, decision))
+                    mapped = brief.map_index < 0 and _mapped(context, brief.task_key)
+                    if decision is True and mapped:
+                        # The upstream's output decides: instances, a skip or a failure.
+                        verdict = mapping.decide(self.ledger, context, brief, now)
+                        if isinstance(verdict, Event):
+                            decisions.append((_key(brief), verdict))
+                        else:
+                            expansions.append((brief, verdict))
+                    elif isinstance(decision, Event):
+                        decisions.append((_key(brief), decision))
                     elif decision:
                         openings.append(self._opening(brief, now))
                     else:
@@ -285,6 +335,11 @@ class RunAdvancer:
                     states[key] = result.snapshot.state
                     moved = True
             pending = waiting if moved else []
+        for brief, items in expansions:
+            # Not folded into ``states``: the graph that sees the new instances is the next one.
+            if mapping.expand(self.ledger, context, brief, items, ids, now):
+                report.decided += 1
+                advanced.again = True
         self._open_and_submit(context, openings, states, report)
 
     def _open_and_submit(
@@ -305,7 +360,9 @@ class RunAdvancer:
                 if result.outcome is not judge.Outcome.APPLIED or result.snapshot is None:
                     continue
                 report.opened += 1
-                states[opened.task_key] = result.snapshot.state
+                states[run_state.instance_key(opened.task_key, opened.map_index)] = (
+                    result.snapshot.state
+                )
                 self.submissions.submit(context, opened)
 
     def _rule(
@@ -322,13 +379,13 @@ class RunAdvancer:
         A root task of a run that waits for other pipelines (``gate``) waits too, and fails
         as UPSTREAM_FAILED once the dependency timed out.
         """
-        node = graph.node(brief.task_key)
+        node = graph.node(_key(brief))
         if not node.after and gate is not None:
             if gate.timed_out:
                 return rules.rule_event(brief, EventKind.UPSTREAM_FAILED, gate.reason, now, {})
             return False
         upstream = {key: states.get(key, InstanceState.CREATED) for key in node.after}
-        skipped_by = branches.skipped_by(node.key, node.after, upstream)
+        skipped_by = branches.skipped_by(brief.task_key, node.after, upstream)
         if skipped_by is not None:
             return rules.rule_event(brief, EventKind.SKIPPED, skipped_by, now, upstream)
         verdict = trigger_rules.evaluate(
@@ -363,7 +420,7 @@ class RunAdvancer:
             resubmit_index=0,
             nonce=nonce,
         )
-        return event, Opened(brief.id, attempt_no, brief.task_key, nonce)
+        return event, Opened(brief.id, attempt_no, brief.task_key, nonce, brief.map_index)
 
     def _retry_opening(
         self,
@@ -390,7 +447,7 @@ class RunAdvancer:
         )
         if event is None:
             return None
-        return event, Opened(brief.id, attempt_no, brief.task_key, nonce)
+        return event, Opened(brief.id, attempt_no, brief.task_key, nonce, brief.map_index)
 
     def _settle_run(
         self,
@@ -405,9 +462,9 @@ class RunAdvancer:
         if run.execution_state not in (RunExecutionState.RUNNING, RunExecutionState.CANCELLING):
             return run.execution_state
         waiting = {
-            b.task_key
+            _key(b)
             for b in briefs
-            if states[b.task_key] is InstanceState.UP_FOR_RETRY and b.retry_at is not None
+            if states[_key(b)] is InstanceState.UP_FOR_RETRY and b.retry_at is not None
         }
         if run.execution_state is RunExecutionState.CANCELLING:
             if not all(state.is_terminal for state in states.values()):

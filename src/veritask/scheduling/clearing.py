@@ -176,7 +176,7 @@ def _checked_scope(
     ClearRefused otherwise. The caller has checked that the request names one scope."""
     run, graph, ids = _run_graph(ledger, run_id)
     for task in tasks:
-        if task not in ids or task not in graph.keys:
+        if task not in ids or (task not in graph.keys and not _members(task, graph)):
             raise triggers.NotFound(refusals.NO_TASK_IN_RUN.format(run_id=run_id, task=task))
     state = RunExecutionState(run.execution_state)
     if state not in CLEARABLE_RUNS:
@@ -216,9 +216,21 @@ def _run_graph(ledger: Ledger, run_id: str) -> tuple[RunRow, run_state.RunGraph,
         )
         if version is None:
             raise triggers.NotFound(refusals.VERSION_GONE.format(run_id=run_id))
-        ids = {row.task_key: row.id for row in queries.instances_of_run(connection, run_id)}
-    graph = parse.definition_from_json(version.spec).run_graph()
+        rows = queries.instances_of_run(connection, run_id)
+    # A mapped task's instances are KEY[i] in the run's graph: clearing the task clears them
+    # (each runs its item again); the instance that recorded the expansion stays as it is.
+    ids = {run_state.instance_key(row.task_key, row.map_index): row.id for row in rows}
+    groups: dict[str, int] = {}
+    for row in rows:
+        if row.map_index >= 0:
+            groups[row.task_key] = groups.get(row.task_key, 0) + 1
+    graph = parse.definition_from_json(version.spec).run_graph().expanded(groups)
     return run, graph, ids
+
+
+def _members(task: str, graph: run_state.RunGraph) -> tuple[str, ...]:
+    """The instances of an expanded mapped task in the run's graph (none otherwise)."""
+    return tuple(key for key in graph.keys if key.startswith(task + "["))
 
 
 def _targets(
@@ -243,7 +255,7 @@ def _targets(
             if key in snapshots and snapshots[key].state in FAILED_TO_CLEAR
         ]
     else:
-        origins = list(dict.fromkeys(tasks))
+        origins = list(dict.fromkeys(m for t in tasks for m in (_members(t, graph) or (t,))))
     reached = set(origins)
     if downstream:
         queue = deque(origins)

@@ -35,6 +35,16 @@ log = logging.getLogger(__name__)
 _DEFERRALS_KEPT = 10_000
 #: The most attempts given in one call to an executor that submits many at once.
 BATCH_LIMIT = 64
+#: The longest value a ``run:`` task's environment variable may hold: the kernel refuses to
+#: start a process with a longer one (MAX_ARG_STRLEN, 128 KiB), with room for the name.
+SHELL_VALUE_LIMIT = 128 * 1024 - 256
+
+#: Reads the outputs that a run's tasks give downstream: (run id, task keys) -> by task key.
+OutputReader = Callable[[str, Sequence[str]], Mapping[str, JSONValue]]
+#: Reads the items a mapped task was expanded over: (run id, task key) -> the list, or None.
+MapItemsReader = Callable[[str, str], list[JSONValue] | None]
+#: How many mapped tasks' items the dispatcher keeps (each is read once per run, not per item).
+_MAPS_KEPT = 64
 
 
 def new_event_id() -> str:
@@ -64,6 +74,8 @@ class Opened:
     attempt_no: int
     task_key: str
     nonce: str
+    map_index: int = -1
+    """The instance's item in its mapped task (-1: not mapped)."""
 
 
 class Dispatcher:
@@ -76,11 +88,17 @@ class Dispatcher:
         tokens: AttemptTokens,
         outbox: Path,
         commit_base_url: str | None = None,
+        outputs: OutputReader | None = None,
+        map_items: MapItemsReader | None = None,
     ) -> None:
         self.executors = executors
         self.tokens = tokens
         self.outbox = outbox
         self.commit_base_url = commit_base_url
+        self.outputs = outputs
+        self.map_items = map_items
+        self._maps: dict[tuple[str, str], list[JSONValue]] = {}
+        self._maps_lock = threading.Lock()
         # The engines' last words about submissions deferred because they were unreachable,
         # so that the reconciler's alert carries them (bounded: only the latest few).
         self._deferred: dict[tuple[str, int], str] = {}
@@ -103,11 +121,18 @@ class Dispatcher:
     def spec(self, run: RunContext, opened: Opened) -> port.AttemptSpec:
         task = run.tasks[opened.task_key]
         declared_parameters = run.definition.parameters
+        # Only a task that names an output reads its upstream instances (the hot path of
+        # every other task reads nothing more).
+        upstream: Mapping[str, JSONValue] = {}
+        if task.reads_outputs and self.outputs is not None:
+            upstream = self.outputs(run.run_id, task.after)
         values = templates.context(
             run_id=run.run_id,
             logical_time=run.logical_time,
             params={**parameters.defaults(declared_parameters), **run.parameters},
             raw=parameters.raw_names(declared_parameters),
+            outputs={key: upstream.get(key) for key in task.reads_outputs},
+            map_item=self._item(run, opened) if task.map_over is not None else None,
         )
         declared = task_env(run.definition, task)
         env = {name: value for name, value in declared.items() if isinstance(value, str)}
@@ -122,6 +147,8 @@ class Dispatcher:
         }
         if run.logical_time is not None:
             env["VERITASK_LOGICAL_TIME"] = run.logical_time.isoformat()
+        if opened.map_index >= 0:
+            env["VERITASK_MAP_INDEX"] = str(opened.map_index)
         # Values are data: a command reads them from its environment, a statement binds them.
         work: port.TaskSpec
         if task.sql is not None:
@@ -129,6 +156,15 @@ class Dispatcher:
             work = port.SqlStatement(statement, str(task.connection), bound)
         elif task.run is not None:
             command, value_env = templates.render_shell(task.run, values)
+            for name, text in value_env.items():
+                if len(text.encode()) > SHELL_VALUE_LIMIT and name.startswith(
+                    templates.OUTPUT_ENV_PREFIX
+                ):
+                    raise ValueError(
+                        f"{name} would hold {len(text.encode())} bytes, more than a process's"
+                        " environment variable can (128 KiB); read the output from the file"
+                        " named by VERITASK_UPSTREAM_OUTPUTS instead"
+                    )
             work = port.ShellCommand(command)
             env = {**value_env, **env}
         else:
@@ -146,7 +182,29 @@ class Dispatcher:
             heartbeat_interval=min(port.AttemptSpec.heartbeat_interval, task.policy.lease / 3),
             queue=task.queue,
             secret_env=secret_env,
+            upstream_outputs={key: upstream.get(key) for key in task.after}
+            if task.reads_outputs
+            else {},
         )
+
+    def _item(self, run: RunContext, opened: Opened) -> tuple[int, JSONValue] | None:
+        """A mapped instance's index and item, from the output its task was expanded over."""
+        if opened.map_index < 0 or self.map_items is None:
+            return None
+        key = (run.run_id, opened.task_key)
+        with self._maps_lock:
+            items = self._maps.get(key)
+        if items is None:
+            items = self.map_items(run.run_id, opened.task_key)
+            if items is None:
+                raise ValueError(f"task {opened.task_key!r} has not been expanded in this run")
+            with self._maps_lock:
+                if len(self._maps) >= _MAPS_KEPT:
+                    self._maps.pop(next(iter(self._maps)))
+                self._maps[key] = items
+        if opened.map_index >= len(items):
+            raise ValueError(f"map index {opened.map_index} is past the {len(items)} items")
+        return opened.map_index, items[opened.map_index]
 
     def submit(self, run: RunContext, opened: Opened, now: datetime) -> Event | None:
         """Submit one attempt; the executor's answer as an event to record, or None when the

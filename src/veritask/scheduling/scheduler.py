@@ -82,7 +82,12 @@ class Scheduler:
         self.outbox = outbox
         outbox.mkdir(parents=True, exist_ok=True)
         self.dispatcher = Dispatcher(
-            executors=executors, tokens=tokens, outbox=outbox, commit_base_url=commit_base_url
+            executors=executors,
+            tokens=tokens,
+            outbox=outbox,
+            commit_base_url=commit_base_url,
+            outputs=ledger.current_outputs,
+            map_items=ledger.map_items,
         )
         self._wake = threading.Event()
         self.submissions = Submissions(

@@ -426,7 +426,9 @@ class Sweeper:
         nonce = facts.opened.evidence.get("nonce")
         if not isinstance(nonce, str) or task_key is None:
             return False
-        opened = dispatch.Opened(snapshot.instance_id, snapshot.epoch, task_key, nonce)
+        opened = dispatch.Opened(
+            snapshot.instance_id, snapshot.epoch, task_key, nonce, _map_index(snapshot)
+        )
         try:
             return executor.resume(spec=self.dispatcher.spec(context, opened))
         except (ExecutorError, ValueError) as exc:
@@ -447,7 +449,9 @@ class Sweeper:
         nonce = facts.opened.evidence.get("nonce")
         if not isinstance(nonce, str):
             return 0
-        opened = dispatch.Opened(snapshot.instance_id, snapshot.epoch, task_key, nonce)
+        opened = dispatch.Opened(
+            snapshot.instance_id, snapshot.epoch, task_key, nonce, _map_index(snapshot)
+        )
         return int(self.submissions.submit(context, opened))
 
     # -- stops --------------------------------------------------------------------------
@@ -643,3 +647,10 @@ class _Contexts:
 
 def _iso(value: datetime | None) -> str:
     return value.isoformat() if value else alert_messages.UNKNOWN_TIME.format()
+
+
+def _map_index(snapshot: InstanceSnapshot) -> int:
+    """The instance's map index, as its ``instance_created`` says (-1: not mapped)."""
+    created = snapshot.facts.created
+    index = created.evidence.get("map_index") if created else None
+    return index if isinstance(index, int) else -1

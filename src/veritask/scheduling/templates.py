@@ -8,7 +8,12 @@ No expressions are evaluated, and no value becomes code:
   that holds the value: the shell expands it as one word and never reads it as code;
 - in ``sql:``, a placeholder becomes ``$1``, ``$2``…: the statement is prepared and the values
   are its bound parameters;
-- in ``with:``, the values are text inside the callable's JSON arguments.
+- in ``with:``, the values are text inside the callable's JSON arguments, except that a
+  value that is one upstream output's placeholder and nothing else is that output itself (a
+  list stays a list).
+
+``{{ outputs.TASK }}`` stands for an upstream task's output (its JSON; a string output as its
+text); in ``run:`` its variable is ``VERITASK_OUTPUT_TASK``.
 
 A parameter the definition declares ``raw`` is pasted as its text instead, the one way a value
 can change a command or a statement (docs/definitions.md).
@@ -26,12 +31,15 @@ from veritask.definitions import placeholders
 from veritask.definitions.placeholders import PARAMS, Where
 
 _ENV_OF_BUILT_IN = {
+    "map.item": "VERITASK_MAP_ITEM",
+    "map.index": "VERITASK_MAP_INDEX",
     "run_id": "VERITASK_RUN_ID",
     "logical_time": "VERITASK_LOGICAL_TIME",
     "logical_date": "VERITASK_LOGICAL_DATE",
     "ds": "VERITASK_LOGICAL_DATE",
 }
 PARAM_ENV_PREFIX = "VERITASK_PARAM_"
+OUTPUT_ENV_PREFIX = "VERITASK_OUTPUT_"
 
 
 @dataclass(frozen=True)
@@ -52,8 +60,11 @@ def context(
     logical_time: datetime | None,
     params: Mapping[str, JSONValue],
     raw: Collection[str] = (),
+    outputs: Mapping[str, JSONValue] | None = None,
+    map_item: tuple[int, JSONValue] | None = None,
 ) -> Values:
-    """The values of a run; ``raw`` names the parameters declared raw."""
+    """The values of a run; ``raw`` names the parameters declared raw; ``outputs`` are the
+    upstream outputs an attempt reads, by task key."""
     values: dict[str, JSONValue] = {"run_id": run_id}
     if logical_time is not None:
         values["logical_time"] = logical_time.isoformat()
@@ -61,6 +72,10 @@ def context(
         values["ds"] = values["logical_date"]
     for name, value in params.items():
         values[f"{PARAMS}{name}"] = value
+    for key, value in (outputs or {}).items():
+        values[f"{placeholders.OUTPUTS}{key}"] = value
+    if map_item is not None:
+        values["map.index"], values["map.item"] = map_item
     return Values(values, frozenset(f"{PARAMS}{name}" for name in raw if name in params))
 
 
@@ -73,6 +88,9 @@ def env_name(name: str) -> str:
     built_in = _ENV_OF_BUILT_IN.get(name)
     if built_in is not None:
         return built_in
+    task = placeholders.output_task(name)
+    if task is not None:
+        return OUTPUT_ENV_PREFIX + task.replace("-", "_")
     return PARAM_ENV_PREFIX + name.removeprefix(PARAMS).replace(".", "__")
 
 
@@ -85,12 +103,20 @@ def render(text: str, values: Values) -> str:
 
 def render_json(value: JSONValue, values: Values) -> JSONValue:
     if isinstance(value, str):
+        whole = placeholders.PLACEHOLDER.fullmatch(value.strip())
+        if whole is not None and whole.group(1) in values.values and _whole_value(whole.group(1)):
+            return values.values[whole.group(1)]
         return render(value, values)
     if isinstance(value, list):
         return [render_json(item, values) for item in value]
     if isinstance(value, dict):
         return {key: render_json(item, values) for key, item in value.items()}
     return value
+
+
+def _whole_value(name: str) -> bool:
+    """Names whose value a lone placeholder in ``with`` gives as itself, not as text."""
+    return placeholders.output_task(name) is not None or name == "map.item"
 
 
 def render_shell(command: str, values: Values) -> tuple[str, dict[str, str]]:

@@ -38,6 +38,9 @@ class Cell:
     reason: str
     instances: int
     """How many instances the task has in this run (more than 1 when it is mapped)."""
+    run_id: str = ""
+    counts: tuple[tuple[InstanceState, int], ...] = ()
+    """An expanded mapped task's instances by state, most first (empty otherwise)."""
 
 
 @dataclass(frozen=True)
@@ -147,9 +150,17 @@ def _cell(
     instances = sorted(found, key=lambda c: c.map_index)
     if not instances:
         return None
+    # An expanded mapped task is its instances; the one that records the expansion is not.
+    mapped = [c for c in instances if c.map_index >= 0]
+    instances = mapped or instances
     shown = [(_state_and_reason(c, folded), c) for c in instances]
     (state, reason), chosen = min(shown, key=lambda pair: _attention(pair[0][0]))
-    return Cell(chosen.instance_id, state, reason, len(instances))
+    counts: dict[InstanceState, int] = {}
+    if mapped:
+        for (each, _), _found in shown:
+            counts[each] = counts.get(each, 0) + 1
+    ordered = tuple(sorted(counts.items(), key=lambda pair: (-pair[1], pair[0].value)))
+    return Cell(chosen.instance_id, state, reason, len(instances), chosen.run_id, ordered)
 
 
 def _state_and_reason(

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from veritask.core import codec, fold, refusals
+from veritask.core import codec, fold, outputs, refusals
+from veritask.core.jsontypes import JSONValue
 from veritask.core.policy import TaskPolicy
 from veritask.core.states import PublicationState, RunExecutionState, TriggerKind
 from veritask.ledger import queries
@@ -46,11 +47,19 @@ def instance_view(row: InstanceRow, attempt_rows: Iterable[AttemptRow]) -> views
         epoch=snapshot.epoch,
         retry_at=snapshot.retry_at,
         overridden=snapshot.override is not None,
-        attempts=tuple(_attempt_view(a, leases.get(a.attempt_no)) for a in snapshot.attempts),
+        attempts=tuple(
+            _attempt_view(
+                a,
+                leases.get(a.attempt_no),
+                outputs.attempt_output(snapshot.facts.attempt(a.attempt_no)),
+            )
+            for a in snapshot.attempts
+        ),
+        output=outputs.current_output(snapshot),
     )
 
 
-def _attempt_view(a: fold.AttemptView, row: AttemptRow | None) -> views.Attempt:
+def _attempt_view(a: fold.AttemptView, row: AttemptRow | None, output: JSONValue) -> views.Attempt:
     progress = (
         views.Progress(a.progress.phase, a.progress.done, a.progress.total, a.progress.message)
         if a.progress
@@ -81,6 +90,7 @@ def _attempt_view(a: fold.AttemptView, row: AttemptRow | None) -> views.Attempt:
         cpu_user_seconds=row.cpu_user_seconds if row is not None else None,
         cpu_system_seconds=row.cpu_system_seconds if row is not None else None,
         peak_rss_bytes=row.peak_rss_bytes if row is not None else None,
+        output=output,
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from veritask.core.jsontypes import JSONObject
+from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.core.states import (
     AttemptState,
     DefinitionLifecycle,
@@ -147,6 +147,9 @@ class Attempt:
     cpu_system_seconds: float | None = None
     peak_rss_bytes: int | None = None
     """Resource use of the task's process (shell and call tasks); None when not reported."""
+    output: JSONValue = None
+    """The JSON this attempt's task left (its deciding completion's), kept on its record
+    whether or not it flowed downstream."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,9 @@ class Instance:
     retry_at: datetime | None
     overridden: bool
     attempts: tuple[Attempt, ...]
+    output: JSONValue = None
+    """The output that flows downstream: the current attempt's when it succeeded, else null
+    (docs/definitions.md, "Outputs")."""
 
 
 @dataclass(frozen=True)

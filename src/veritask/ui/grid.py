@@ -20,14 +20,17 @@ def row_writer(
     t: i18n.Translator, sentence: Callable[[str | None], str]
 ) -> Callable[[grid.Row], Markup]:
     """``cells(row)``: the row's ``<td>`` cells, oldest run first."""
-    titles: dict[tuple[str, str, str, int], str] = {}
+    titles: dict[tuple[object, ...], str] = {}
 
     def title(task: str, cell: grid.Cell) -> str:
-        key = (task, cell.state.value, cell.reason, cell.instances)
+        key = (task, cell.state.value, cell.reason, cell.instances, cell.counts)
         found = titles.get(key)
         if found is None:
             words = f"{task} · {t(f'state.{cell.state.value}')}"
-            if cell.instances > 1:
+            if cell.counts:
+                counted = ", ".join(f"{t(f'state.{s.value}')} {n}" for s, n in cell.counts)
+                words += f" · {t('grid.mapped', n=cell.instances)} ({counted})"
+            elif cell.instances > 1:
                 words += f" · {t('grid.mapped', n=cell.instances)}"
             found = str(escape(f"{words}: {sentence(cell.reason)}"))
             titles[key] = found
@@ -40,9 +43,16 @@ def row_writer(
                 written.append('<td class="absent"></td>')
                 continue
             state = cell.state.value
+            # A mapped task's cell opens its row of the run page, which lists its instances.
+            href = (
+                f"/ui/runs/{escape(cell.run_id)}#mapped-{escape(row.task)}"
+                if cell.counts
+                else f"/ui/instances/{escape(cell.instance_id)}"
+            )
+            mapped = f' data-mapped="{cell.instances}"' if cell.counts else ""
             written.append(
-                f'<td><a href="/ui/instances/{escape(cell.instance_id)}" '
-                f'class="cell tone-{rendering.tone(state)}" data-state="{state}" '
+                f'<td><a href="{href}" '
+                f'class="cell tone-{rendering.tone(state)}" data-state="{state}"{mapped} '
                 f'title="{title(row.task, cell)}">{rendering.glyph(state)}</a></td>'
             )
         return Markup("".join(written))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass
+
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
@@ -47,6 +50,7 @@ def run_page(request: Request, run_id: str) -> Response:
         phase_kinds=list(durations.Phase),
         position=position,
         choices=reruns.clear_choices(detail),
+        rows=task_rows(detail),
         live=f"/ui/live?run={run_id}&since={position}",
     )
 
@@ -65,16 +69,93 @@ async def cancel(request: Request, run_id: str) -> Response:
     return RedirectResponse(f"/ui/runs/{run_id}", status_code=303)
 
 
+@dataclass(frozen=True)
+class TaskRow:
+    """One task of the run page's list: its instance, or for an expanded mapped task the
+    instance that records the expansion, its instances and how many are in each state."""
+
+    instance: views.Instance
+    members: tuple[views.Instance, ...] = ()
+    counts: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def attempts(self) -> int:
+        return sum(len(i.attempts) for i in (self.instance, *self.members))
+
+
+def task_rows(detail: views.RunDetail) -> list[TaskRow]:
+    """The run's tasks in order, a mapped task as one row that opens into its instances."""
+    members: dict[str, list[views.Instance]] = {}
+    for instance in detail.instances:
+        if instance.map_index >= 0:
+            members.setdefault(instance.task, []).append(instance)
+    rows = []
+    for instance in detail.instances:
+        if instance.map_index >= 0:
+            continue
+        group = sorted(members.pop(instance.task, ()), key=lambda i: i.map_index)
+        rows.append(TaskRow(instance, tuple(group), _counts(group)))
+    # Instances whose unmapped one is not in the run (never: kept for an incomplete read).
+    rows.extend(
+        TaskRow(group[0], tuple(group), _counts(group)) for group in members.values() if group
+    )
+    return rows
+
+
+def _counts(group: list[views.Instance]) -> tuple[tuple[str, int], ...]:
+    counted = Counter(i.state.value for i in group)
+    return tuple(sorted(counted.items(), key=lambda pair: (-pair[1], pair[0])))
+
+
+#: Which state a mapped group's box shows: the one that asks for attention first.
+_ATTENTION = (
+    "FAILED",
+    "START_FAILED",
+    "TIMEOUT",
+    "UPSTREAM_FAILED",
+    "LOST",
+    "CANCEL_FAILED",
+    "UP_FOR_RETRY",
+    "CANCELLING",
+    "RUNNING",
+    "QUEUED",
+    "SCHEDULED",
+    "CREATED",
+    "CANCELLED",
+    "SUCCESS",
+    "SKIPPED",
+    "REMOVED",
+)
+
+
+def group_state(counts: tuple[tuple[str, int], ...]) -> str:
+    present = {state for state, _ in counts}
+    return next((state for state in _ATTENTION if state in present), "CREATED")
+
+
 def label_of(instance: views.Instance) -> str:
     return instance.task if instance.map_index < 0 else f"{instance.task}[{instance.map_index}]"
 
 
 def task_graph(detail: views.RunDetail, edges: tuple[views.TaskEdge, ...]) -> dag.Layout:
-    """The run's instances as nodes; a task's edges join every instance of the two tasks."""
+    """The run's instances as nodes; a task's edges join every instance of the two tasks. An
+    expanded mapped task is one box: its count of instances, the state that asks for
+    attention first, and a link to its row, which opens into them."""
     by_task: dict[str, list[str]] = {}
     nodes = []
-    for instance in detail.instances:
+    for row in task_rows(detail):
+        instance = row.instance
         by_task.setdefault(instance.task, []).append(instance.id)
+        if row.members:
+            nodes.append(
+                dag.Node(
+                    instance.id,
+                    f"{instance.task} ×{len(row.members)}",
+                    group_state(row.counts),
+                    f"#mapped-{instance.task}",
+                )
+            )
+            continue
         nodes.append(
             dag.Node(
                 instance.id,
