@@ -245,6 +245,9 @@ class Options:
     cancel_window: Duration | None = None
     on_unknown: OnUnknown | None = None
     env: Mapping[str, EnvValue] | None = None
+    pool: str | None = None
+    pool_slots: int | None = None
+    priority: int | None = None
 
     def over(self, other: Options) -> Options:
         """These options with the ones ``other`` sets on top (``after`` adds up)."""
@@ -404,6 +407,9 @@ class Task(Generic[P, R]):
         cancel_window: Duration | None = None,
         on_unknown: OnUnknown | None = None,
         env: Mapping[str, EnvValue] | None = None,
+        pool: str | None = None,
+        pool_slots: int | None = None,
+        priority: int | None = None,
     ) -> Task[P, R]:
         """This task with fields set for one call: ``load.options(after=[files])(path)``."""
         extra = Options(
@@ -423,6 +429,9 @@ class Task(Generic[P, R]):
             cancel_window,
             on_unknown,
             env,
+            pool,
+            pool_slots,
+            priority,
         )
         return Task(self.function, self.defaults, self.extra.over(extra))
 
@@ -485,6 +494,9 @@ def task(
     cancel_window: Duration | None = None,
     on_unknown: OnUnknown | None = None,
     env: Mapping[str, EnvValue] | None = None,
+    pool: str | None = None,
+    pool_slots: int | None = None,
+    priority: int | None = None,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -507,6 +519,9 @@ def task(
     cancel_window: Duration | None = None,
     on_unknown: OnUnknown | None = None,
     env: Mapping[str, EnvValue] | None = None,
+    pool: str | None = None,
+    pool_slots: int | None = None,
+    priority: int | None = None,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Make a top-level function a task: ``@task`` or ``@task(retry=Retry(max_retries=3))``."""
     options = Options(
@@ -526,6 +541,9 @@ def task(
         cancel_window,
         on_unknown,
         env,
+        pool,
+        pool_slots,
+        priority,
     )
     frame = _caller()
 
@@ -557,6 +575,9 @@ def shell(
     cancel_window: Duration | None = None,
     on_unknown: OnUnknown | None = None,
     env: Mapping[str, EnvValue] | None = None,
+    pool: str | None = None,
+    pool_slots: int | None = None,
+    priority: int | None = None,
 ) -> Result[None]:
     """A ``run:`` task (``/bin/sh -c``), inside a pipeline."""
     graph, frame = current_graph(f"shell task {name!r}")
@@ -577,6 +598,9 @@ def shell(
         cancel_window,
         on_unknown,
         env,
+        pool,
+        pool_slots,
+        priority,
     )
     node = Node(name, options, *_place(frame), run=command)
     return cast(Result[None], graph.add(node))
@@ -598,6 +622,9 @@ def sql(
     evidence_window: Duration | None = None,
     cancel_window: Duration | None = None,
     on_unknown: OnUnknown | None = None,
+    pool: str | None = None,
+    pool_slots: int | None = None,
+    priority: int | None = None,
 ) -> Result[None]:
     """A ``sql:`` task: one statement run inside the server ``connection`` names."""
     graph, frame = current_graph(f"sql task {name!r}")
@@ -614,6 +641,9 @@ def sql(
         evidence_window=evidence_window,
         cancel_window=cancel_window,
         on_unknown=on_unknown,
+        pool=pool,
+        pool_slots=pool_slots,
+        priority=priority,
     )
     node = Node(name, options, *_place(frame), sql=statement, connection=connection)
     return cast(Result[None], graph.add(node))
@@ -677,6 +707,7 @@ def pipeline(
     expected_finish: Duration | None = None,
     queue: str | None = None,
     env: Mapping[str, EnvValue] | None = None,
+    priority: int | None = None,
 ) -> Callable[[Callable[..., object]], Pipeline]:
     """Make a function a pipeline: its arguments are the parameters, its body the graph."""
     fields: dict[str, object] = {
@@ -690,6 +721,7 @@ def pipeline(
         "expected_finish": expected_finish,
         "queue": queue,
         "env": env,
+        "priority": priority,
     }
 
     def decorate(function: Callable[..., object]) -> Pipeline:
