@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from veritask.core import decide, judge, new_events, reasons, run_state, trigger_rules
+from veritask.core import admission, decide, judge, new_events, reasons, run_state, trigger_rules
 from veritask.core.events import Event, EventKind, OpenReason
 from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
 from veritask.definitions.model import Definition
-from veritask.ledger import alerts, dialects, run_store
+from veritask.ledger import alerts, dialects, pools, run_store
 from veritask.ledger.active_runs import ActiveRun
 from veritask.ledger.database import Connection
 from veritask.ledger.ledger import Ledger
@@ -29,6 +29,9 @@ from veritask.scheduling.tokens import AttemptTokens
 
 #: How soon an instance whose predecessor is still being stopped is looked at again.
 _REPLACE_POLL = timedelta(milliseconds=250)
+#: How soon a run with an instance waiting for its pool is looked at again. A slot freed in
+#: the same run is news at once; this bounds the wait for a slot freed by another run.
+_POOL_POLL = timedelta(milliseconds=200)
 
 
 @dataclass
@@ -207,7 +210,7 @@ class RunAdvancer:
             for key in plan.open_now
             if key in by_key and states[key] is InstanceState.CREATED
         ]
-        self._open_and_submit(context, openings, states, report)
+        self._open_and_submit(context, openings, states, now, report, advanced)
 
     def _cancel_run(
         self,
@@ -285,28 +288,52 @@ class RunAdvancer:
                     states[key] = result.snapshot.state
                     moved = True
             pending = waiting if moved else []
-        self._open_and_submit(context, openings, states, report)
+        self._open_and_submit(context, openings, states, now, report, advanced)
 
     def _open_and_submit(
         self,
         context: RunContext,
         openings: list[tuple[Event, Opened]],
         states: dict[str, InstanceState],
+        now: datetime,
         report: TickReport,
+        advanced: Advanced,
     ) -> None:
-        """Record the openings in batches, then hand the ones recorded to their engines."""
+        """Record the openings their pools admit, in batches, then hand the ones recorded to
+        their engines; those that wait for a pool are looked at again soon."""
         if not openings:
             return
         ordered = sorted(openings, key=lambda pair: pair[0].instance_id)
+        aging = self.settings.pool_aging or None
+        waiting = False
         for start in range(0, len(ordered), self.settings.batch):
             chunk = ordered[start : start + self.settings.batch]
-            results = self.ledger.apply_batch([event for event, _ in chunk])
+            wanted = [(event, self._wanted(context, opened, now)) for event, opened in chunk]
+            results = self.ledger.open_attempts(wanted, aging=aging)
             for (_, opened), result in zip(chunk, results, strict=True):
+                if isinstance(result, admission.Verdict):
+                    waiting = True
+                    continue
                 if result.outcome is not judge.Outcome.APPLIED or result.snapshot is None:
                     continue
                 report.opened += 1
                 states[opened.task_key] = result.snapshot.state
                 self.submissions.submit(context, opened)
+        if waiting:
+            advanced.wake_at.append(now + _POOL_POLL)
+
+    @staticmethod
+    def _wanted(context: RunContext, opened: Opened, now: datetime) -> pools.Wanted:
+        task = context.tasks[opened.task_key]
+        claim = admission.Claim(
+            instance_id=opened.instance_id,
+            pool=task.pool or admission.DEFAULT_POOL,
+            slots=task.pool_slots,
+            priority=task.priority,
+            logical_time=context.logical_time,
+            since=now,
+        )
+        return pools.Wanted(claim, context.run_id, opened.task_key)
 
     def _rule(
         self,
