@@ -138,21 +138,34 @@ def holders(connection: Connection, name: str, limit: int) -> tuple[list[str], i
     return [f"{row.name}.{row.task_key}" for row in connection.execute(query)], int(count)
 
 
+def waiting_reasons(
+    connection: Connection, instance_ids: Collection[str], *, now: datetime
+) -> dict[str, str]:
+    """Why each of these instances that waits for its pool waits, read now (by instance)."""
+    ids = sorted(instance_ids)
+    if not ids:
+        return {}
+    rows = connection.execute(
+        sa.select(_w.instance_id, _w.pool, _w.slots)
+        .select_from(schema.pool_waits.join(schema.task_instances, _i.id == _w.instance_id))
+        .where(_w.instance_id.in_(ids), _w.seen_at >= now - WAIT_FRESH, _i.state.in_(_WAITING))
+    ).all()
+    states: dict[str, admission.Pool | None] = {}
+    found: dict[str, str] = {}
+    for row in rows:
+        if row.pool not in states:
+            states[row.pool] = _pool_state(connection, row.pool)
+        pool = states[row.pool]
+        if pool is not None:
+            found[row.instance_id] = admission.full_reason(pool, row.slots)
+        elif row.pool != admission.DEFAULT_POOL:
+            found[row.instance_id] = reasons.POOL_UNDEFINED.format(pool=row.pool, name=row.pool)
+    return found
+
+
 def waiting_reason(connection: Connection, instance_id: str, *, now: datetime) -> str | None:
     """Why a waiting instance waits for its pool, read now; None if it does not."""
-    row = connection.execute(
-        sa.select(_w.pool, _w.slots, _i.state)
-        .select_from(schema.pool_waits.join(schema.task_instances, _i.id == _w.instance_id))
-        .where(_w.instance_id == instance_id, _w.seen_at >= now - WAIT_FRESH)
-    ).first()
-    if row is None or row.state not in _WAITING:
-        return None
-    pool = _pool_state(connection, row.pool, locked=False)
-    if pool is None:
-        if row.pool == admission.DEFAULT_POOL:
-            return None
-        return reasons.POOL_UNDEFINED.format(pool=row.pool, name=row.pool)
-    return admission.full_reason(pool, row.slots)
+    return waiting_reasons(connection, [instance_id], now=now).get(instance_id)
 
 
 # -- the opening transaction ---------------------------------------------------------------
@@ -291,9 +304,8 @@ def _lock(connection: Connection, names: Sequence[str]) -> dict[str, int]:
     return {row.name: int(row.slots) for row in connection.execute(query)}
 
 
-def _pool_state(connection: Connection, name: str, *, locked: bool) -> admission.Pool | None:
-    query = sa.select(_p.slots).where(_p.name == name)
-    slots = connection.execute(query.with_for_update() if locked else query).scalar()
+def _pool_state(connection: Connection, name: str) -> admission.Pool | None:
+    slots = connection.execute(sa.select(_p.slots).where(_p.name == name)).scalar()
     if slots is None:
         return None
     used = usage(connection, [name]).get(name, 0)
