@@ -299,3 +299,34 @@ def test_openings_racing_in_two_processes_never_over_commit(database_url: str) -
         for ledger in ledgers:
             ledger.engine.dispose()
         db.engine.dispose()
+
+
+def test_a_higher_priority_opens_first_across_runs(harness: Harness, tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    set_pool(harness.ledger, "wh", 1)
+    harness.apply(pooled("blocker", marker, tasks=1, pool="wh", sleep=1.0))
+    harness.apply(pooled("low", marker, tasks=3, pool="wh", sleep=0.05))
+    high = pooled("high", marker, tasks=3, pool="wh", sleep=0.05)
+    harness.apply(high.replace("concurrency: allow\n", "concurrency: allow\npriority: 9\n"))
+    blocker = harness.trigger("blocker")
+    harness.until(lambda: used(harness.ledger, "wh") == 1, what="the blocker to hold the pool")
+    low = harness.trigger("low")
+    high_run = harness.trigger("high")
+    for run_id in (low, high_run, blocker):
+        assert harness.finish(run_id, timeout=60)[0] is R.SUCCESS
+    starts = [line.split()[1] for line in marker.read_text().splitlines() if "start" in line]
+    runs = {
+        instance.id: name
+        for name, run_id in (("blocker", blocker), ("low", low), ("high", high_run))
+        for instance in harness.instances(run_id).values()
+    }
+    assert len(starts) == 7 and len(runs) == 7
+    # The tasks are t0.. in every run: the order of runs is read from the ledger instead.
+    order = sorted(runs, key=lambda instance_id: _opened_at(harness, instance_id))
+    assert [runs[i] for i in order] == ["blocker"] + ["high"] * 3 + ["low"] * 3
+    assert most_at_once(marker) == 1
+
+
+def _opened_at(harness: Harness, instance_id: str) -> int:
+    [opened] = [e for e in harness.history(instance_id) if e.kind == "attempt_opened"]
+    return opened.position
