@@ -7,15 +7,19 @@ by the tasks themselves rather than by the ledger.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
+from tests.scheduling.conftest import MakeHarness
 from tests.scheduling.harness import (
+    FAST,
     Harness,
     Ledgers,
     kill_leftovers,
@@ -330,3 +334,23 @@ def test_a_higher_priority_opens_first_across_runs(harness: Harness, tmp_path: P
 def _opened_at(harness: Harness, instance_id: str) -> int:
     [opened] = [e for e in harness.history(instance_id) if e.kind == "attempt_opened"]
     return opened.position
+
+
+def test_a_pool_full_past_the_threshold_raises_a_queue_quota_alert_naming_it(
+    make_harness: MakeHarness, tmp_path: Path
+) -> None:
+    settings = dataclasses.replace(FAST, pool_full_alert_after=timedelta(seconds=1))
+    harness = make_harness(settings=settings)
+    marker = tmp_path / "marker"
+    set_pool(harness.ledger, "narrow", 1)
+    harness.apply(pooled("crowd", marker, tasks=2, pool="narrow", sleep=2.5))
+    run_id = harness.trigger("crowd")
+
+    def alerted() -> list[str]:
+        return [m for c, m, _ in harness.alerts() if c == "queue_quota"]
+
+    [message] = harness.until(alerted, what="the queue_quota alert", timeout=20)
+    assert message.startswith("pool narrow has kept tasks waiting since ")
+    assert message.endswith("(1 of 1 slots used, 1 task(s) waiting)")
+    assert harness.finish(run_id)[0] is R.SUCCESS
+    assert len(alerted()) == 1  # one open alert per pool, not one per sweep
