@@ -354,3 +354,23 @@ def test_a_pool_full_past_the_threshold_raises_a_queue_quota_alert_naming_it(
     assert message.endswith("(1 of 1 slots used, 1 task(s) waiting)")
     assert harness.finish(run_id)[0] is R.SUCCESS
     assert len(alerted()) == 1  # one open alert per pool, not one per sweep
+
+
+def test_every_task_held_back_says_why_even_those_not_tried_yet(
+    harness: Harness, tmp_path: Path
+) -> None:
+    marker = tmp_path / "marker"
+    set_pool(harness.ledger, "one", 1)
+    harness.apply(pooled("many", marker, tasks=12, pool="one", sleep=0.3))
+    run_id = harness.trigger("many")
+    harness.until(lambda: used(harness.ledger, "one") == 1, what="one open")
+    harness.tick()
+    waiting = [i.id for i in harness.instances(run_id).values() if i.state is I.CREATED]
+    assert len(waiting) == 11
+    reasons = {reason(harness.ledger, instance_id) for instance_id in waiting}
+    assert all(
+        r is not None and r.startswith("waiting for pool one (1 of 1 slots used by many.t")
+        for r in reasons
+    ), reasons
+    assert harness.finish(run_id, timeout=60)[0] is R.SUCCESS
+    assert most_at_once(marker) == 1

@@ -343,7 +343,7 @@ class Ledger:
 
     def open_attempts(
         self,
-        openings: Sequence[tuple[Event, pools.Wanted]],
+        openings: Sequence[tuple[Event | None, pools.Wanted]],
         *,
         aging: timedelta | None,
     ) -> list[Applied | admission.Verdict]:
@@ -353,7 +353,8 @@ class Ledger:
         against the pools' other waiters (``core.admission``); the admitted ones are recorded
         as :meth:`apply_batch` records them, and each recorded attempt's row is given its pool
         in the same commit, which takes its slots. For each opening: what was recorded, or the
-        verdict that keeps it waiting (its wait is recorded for the ranking).
+        verdict that keeps it waiting (its wait is recorded for the ranking). An opening
+        without an event only takes its place among the waiters: nothing opens for it now.
         """
         for _ in range(MAX_RACES):
             touched: dict[str, _Loaded | None] = {}
@@ -363,9 +364,12 @@ class Ledger:
                     wanted = [w for _, w in openings]
                     verdicts = pools.admit(connection, wanted, now=now, aging=aging)
                     admitted = [
-                        (e, w) for e, w in openings if verdicts[w.claim.instance_id].admitted
+                        (e, w)
+                        for e, w in openings
+                        if e is not None and verdicts[w.claim.instance_id].admitted
                     ]
                     applied = self._apply_many(connection, [e for e, _ in admitted], touched)
+                    opened = {e.event_id for (e, _), a in zip(admitted, applied, strict=True)}
                     pools.settle(
                         connection,
                         opened=[
@@ -373,7 +377,7 @@ class Ledger:
                             for (e, w), a in zip(admitted, applied, strict=True)
                             if a.outcome is Outcome.APPLIED
                         ],
-                        waiting=[w for w in wanted if not verdicts[w.claim.instance_id].admitted],
+                        waiting=[w for e, w in openings if e is None or e.event_id not in opened],
                         now=now,
                     )
             except _LostRace:
@@ -381,7 +385,17 @@ class Ledger:
             self._remember(touched)
             _count([e for e, _ in admitted], applied)
             recorded = {a.event_id: a for a in applied}
-            return [recorded.get(e.event_id, verdicts[w.claim.instance_id]) for e, w in openings]
+            held = admission.Verdict(False)
+            return [
+                recorded[e.event_id]
+                if e is not None and e.event_id in recorded
+                else (
+                    held
+                    if verdicts[w.claim.instance_id].admitted
+                    else verdicts[w.claim.instance_id]
+                )
+                for e, w in openings
+            ]
         raise errors.LedgerConflict(f"{len(openings)} openings lost {MAX_RACES} races in a row")
 
     # -- the transaction's steps -----------------------------------------------------------

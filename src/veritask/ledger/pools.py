@@ -171,6 +171,37 @@ def waiting_reason(connection: Connection, instance_id: str, *, now: datetime) -
 # -- the opening transaction ---------------------------------------------------------------
 
 
+def headroom(connection: Connection, names: Collection[str]) -> dict[str, int | None]:
+    """Free slots per pool, read without a lock (a hint for how many to try to open):
+    None for an unlimited one (the default pool while undefined), 0 for an undefined one."""
+    wanted = sorted(names)
+    sizes = {
+        row.name: int(row.slots)
+        for row in connection.execute(sa.select(_p.name, _p.slots).where(_p.name.in_(wanted)))
+    }
+    used = usage(connection, list(sizes))
+    free: dict[str, int | None] = {}
+    for name in wanted:
+        if name in sizes:
+            free[name] = max(0, sizes[name] - used.get(name, 0))
+        else:
+            free[name] = None if name == admission.DEFAULT_POOL else 0
+    return free
+
+
+def waiting_since(
+    connection: Connection, instance_ids: Collection[str], *, now: datetime
+) -> dict[str, datetime]:
+    """Since when each of these instances waits for its pool (live waits only)."""
+    ids = sorted(instance_ids)
+    if not ids:
+        return {}
+    query = sa.select(_w.instance_id, _w.since).where(
+        _w.instance_id.in_(ids), _w.seen_at >= now - WAIT_FRESH
+    )
+    return {row.instance_id: row.since for row in connection.execute(query)}
+
+
 def admit(
     connection: Connection,
     wanted: Sequence[Wanted],
@@ -194,7 +225,15 @@ def admit(
             named, count = holders(connection, name, admission.HOLDERS_NAMED)
             pool = admission.Pool(name, sizes[name], pool.used, named, count)
         pools[name] = pool
-    waiters = _live_waiters(connection, limited, now)
+    # A run ranks its own waiting tasks before it asks (it sends its best ones): of its
+    # waits, only those of the openings asked for now are read, for since when they wait.
+    waiters = _live_waiters(
+        connection,
+        limited,
+        now,
+        runs={w.run_id for w in wanted},
+        asking={w.claim.instance_id for w in wanted},
+    )
     known = {w.instance_id: w.since for w in waiters}
     claims = [_with_since(w.claim, known.get(w.claim.instance_id)) for w in wanted]
     return admission.admit(claims, waiters, pools, now=now, aging=aging)
@@ -314,14 +353,24 @@ def _pool_state(connection: Connection, name: str) -> admission.Pool | None:
 
 
 def _live_waiters(
-    connection: Connection, names: Sequence[str], now: datetime
+    connection: Connection,
+    names: Sequence[str],
+    now: datetime,
+    *,
+    runs: Collection[str],
+    asking: Collection[str],
 ) -> list[admission.Claim]:
     if not names:
         return []
     query = (
         sa.select(schema.pool_waits)
         .select_from(schema.pool_waits.join(schema.task_instances, _i.id == _w.instance_id))
-        .where(_w.pool.in_(names), _w.seen_at >= now - WAIT_FRESH, _i.state.in_(_WAITING))
+        .where(
+            _w.pool.in_(names),
+            _w.seen_at >= now - WAIT_FRESH,
+            _i.state.in_(_WAITING),
+            sa.or_(_w.run_id.not_in(sorted(runs)), _w.instance_id.in_(sorted(asking))),
+        )
     )
     return [
         admission.Claim(
