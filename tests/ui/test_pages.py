@@ -10,7 +10,7 @@ import httpx
 from tests.contract.test_audit import _story
 from tests.integration.conftest import completed, open_attempt, started
 from tests.ui.conftest import Ui, api_intervals, csrf_of, drawn_intervals
-from veritask.services import definitions, runs, tokens
+from veritask.services import definitions, pools, runs, tokens
 from veritask.services.tokens import TokenRole
 
 
@@ -342,3 +342,13 @@ def test_the_instance_page_shows_each_attempts_last_error_and_cost(ui: Ui) -> No
     assert "Last error of attempt 1" in page
     assert "KeyError: &#39;&lt;users&gt;&#39;" in page  # the task's text, escaped
     assert "CPU 1.25s user, 0.50s system; peak RSS 50.0 MiB" in page
+
+
+def test_the_pools_page_lists_each_pool_with_its_slots_in_use(ui: Ui) -> None:
+    pools.set_pool(ui.platform, "warehouse", slots=3, actor="operator:test")
+    viewer = ui.signed_in(TokenRole.VIEWER)
+    page = viewer.http.get("/ui/pools")
+    assert page.status_code == 200
+    assert 'data-pool="warehouse"' in page.text and "0 of 3" in page.text
+    assert 'data-pool="default"' in page.text and "0 (unlimited)" in page.text
+    assert 'href="/ui/pools"' in viewer.http.get("/ui/definitions").text
