@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import Final
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from veritask.core import admission, reasons
@@ -69,11 +70,18 @@ class Wanted:
 def set_pool(connection: Connection, *, name: str, slots: int, actor: str, now: datetime) -> bool:
     """Create or resize a pool; True when it was created."""
     values = {"slots": slots, "actor": actor, "updated_at": now}
-    updated = connection.execute(sa.update(schema.pools).where(_p.name == name).values(values))
-    if updated.rowcount:
+    resize = sa.update(schema.pools).where(_p.name == name).values(values)
+    if connection.execute(resize).rowcount:
         return False
-    connection.execute(sa.insert(schema.pools).values(name=name, **values))
-    return True
+    created = connection.execute(
+        _insert(connection, schema.pools)
+        .values(name=name, **values)
+        .on_conflict_do_nothing(index_elements=["name"])
+    )
+    if created.rowcount:
+        return True
+    connection.execute(resize)  # another admin created it meanwhile: this size wins
+    return False
 
 
 def delete_pool(connection: Connection, name: str) -> bool:
@@ -271,8 +279,11 @@ def settle(
     new = [w for w in waiting if w.claim.instance_id not in seen]
     stale = sorted(i for i, at in seen.items() if at < now - _WAIT_REFRESH)
     if new:
+        # Another scheduler moving the same run may record the same wait: the first stays.
         connection.execute(
-            sa.insert(schema.pool_waits),
+            _insert(connection, schema.pool_waits).on_conflict_do_nothing(
+                index_elements=["instance_id"]
+            ),
             [
                 {
                     "instance_id": w.claim.instance_id,
@@ -330,6 +341,10 @@ _ASSIGN = (
     .where(_a.instance_id == sa.bindparam("b_id"), _a.attempt_no == sa.bindparam("b_no"))
     .values(pool=sa.bindparam("b_pool"), pool_slots=sa.bindparam("b_slots"))
 )
+
+
+def _insert(connection: Connection, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
+    return (postgresql.insert if connection.dialect.name == "postgresql" else sqlite.insert)(table)
 
 
 def _lock(connection: Connection, names: Sequence[str]) -> dict[str, int]:
