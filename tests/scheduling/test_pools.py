@@ -374,3 +374,49 @@ def test_every_task_held_back_says_why_even_those_not_tried_yet(
     ), reasons
     assert harness.finish(run_id, timeout=60)[0] is R.SUCCESS
     assert most_at_once(marker) == 1
+
+
+def test_a_task_its_run_did_not_offer_never_takes_a_slot_from_one_it_did(
+    database_url: str,
+) -> None:
+    """A run offers its pool its best-ranked ready tasks and only records the others' waits.
+    However long one of those has waited (aging), it must not be given the slot that a task
+    offered with an opening could take: nothing would open, at every pass, for ever."""
+    db = Ledgers(dialects.create_engine(database_url))
+    set_pool(db.ledger, "p", 1)
+    triggers.apply_definition(db.ledger, pooled("aged", Path("/dev/null"), tasks=2, pool="p"))
+    run_id = triggers.trigger(
+        db.ledger, name="aged", kind=TriggerKind.MANUAL, actor="operator:test"
+    ).run_id
+    offered, held = sorted(i.id for i in db.instances(run_id).values())
+
+    def wanted(instance_id: str) -> pools.Wanted:
+        claim = admission.Claim(instance_id, "p", 1, 0, None, db.ledger.clock())
+        return pools.Wanted(claim, run_id, "t")
+
+    try:
+        [recorded] = db.ledger.open_attempts([(None, wanted(held))], aging=None)
+        assert isinstance(recorded, admission.Verdict) and not recorded.admitted
+        with db.engine.begin() as connection:
+            connection.execute(
+                sa.update(schema.pool_waits).values(since=db.ledger.clock() - timedelta(minutes=30))
+            )
+        event = new_events.attempt_opened(
+            event_id=time_ordered_id(),
+            instance_id=offered,
+            attempt_no=1,
+            event_time=db.ledger.clock(),
+            token_hash="hash",
+            reason=OpenReason.FIRST,
+            retry_index=0,
+            resubmit_index=0,
+        )
+        results = db.ledger.open_attempts(
+            [(event, wanted(offered)), (None, wanted(held))], aging=timedelta(minutes=1)
+        )
+        assert not isinstance(results[0], admission.Verdict)
+        assert results[0].outcome is Outcome.APPLIED
+        assert isinstance(results[1], admission.Verdict)
+        assert used(db.ledger, "p") == 1
+    finally:
+        db.engine.dispose()

@@ -361,8 +361,10 @@ class Ledger:
             try:
                 with self.engine.begin() as connection:
                     now = self.clock()
-                    wanted = [w for _, w in openings]
-                    verdicts = pools.admit(connection, wanted, now=now, aging=aging)
+                    # Only openings with an event compete for slots: one without (a task its
+                    # run ranked after these) must not be given a slot it cannot take.
+                    asking = [w for e, w in openings if e is not None]
+                    verdicts = pools.admit(connection, asking, now=now, aging=aging)
                     admitted = [
                         (e, w)
                         for e, w in openings
@@ -389,11 +391,9 @@ class Ledger:
             return [
                 recorded[e.event_id]
                 if e is not None and e.event_id in recorded
-                else (
-                    held
-                    if verdicts[w.claim.instance_id].admitted
-                    else verdicts[w.claim.instance_id]
-                )
+                else held
+                if e is None or verdicts[w.claim.instance_id].admitted
+                else verdicts[w.claim.instance_id]
                 for e, w in openings
             ]
         raise errors.LedgerConflict(f"{len(openings)} openings lost {MAX_RACES} races in a row")
