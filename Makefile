@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.scheduler
 	$(BIN)/python -m bench.ui
 	$(BIN)/python -m bench.backfill
+	$(BIN)/python -m bench.pools
 	$(BIN)/python -m bench.pipelines
 	$(BIN)/python -m bench.mapping --postgres
 	$(BIN)/python -m bench.celery --rounds 3

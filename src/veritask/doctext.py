@@ -19,7 +19,8 @@ COMMON_VOCABULARY: tuple[CommonName, ...] = (
         (InstanceState.CREATED, InstanceState.SCHEDULED),
         (AttemptState.SCHEDULED,),
         "Split in two: CREATED is an instance with no attempt yet (waiting for its upstream "
-        "tasks, a concurrency slot or its time); SCHEDULED means attempt N is open and about "
+        "tasks, a concurrency slot, its pool's slots or its time); SCHEDULED means attempt N "
+        "is open, its pool's slots taken, and about "
         "to be handed to the engine. Between two attempts the instance is UP_FOR_RETRY.",
     ),
     (

@@ -30,7 +30,7 @@ from veritask.pipelines.api import Pipeline
 from veritask.scheduling.scheduler import Scheduler
 from veritask.scheduling.settings import Settings
 from veritask.scheduling.tokens import AttemptTokens
-from veritask.services import definitions, logs, runs, views
+from veritask.services import definitions, logs, pools, runs, views
 from veritask.services.errors import ServiceError
 from veritask.services.platform import Platform
 
@@ -174,6 +174,19 @@ def _importable(root: Path) -> Iterator[None]:
             os.environ["PYTHONPATH"] = before
 
 
+def _define_pools(platform: Platform, compiled: pipelines.Compiled) -> None:
+    """Give every pool the pipeline names, and that the ledger lacks, room for all of its
+    tasks at once: a test run checks the pipeline, not the platform's shared limits."""
+    needed: dict[str, int] = {}
+    for task in compiled.definition.tasks.values():
+        if task.pool is not None:
+            needed[task.pool] = needed.get(task.pool, 0) + task.pool_slots
+    defined = {pool.name for pool in pools.list_pools(platform) if pool.slots is not None}
+    for name, slots in sorted(needed.items()):
+        if name not in defined:
+            pools.set_pool(platform, name, slots=slots, actor=ACTOR)
+
+
 def _run_once(
     platform: Platform,
     compiled: pipelines.Compiled,
@@ -183,6 +196,7 @@ def _run_once(
     timeout: float,
 ) -> RunResult:
     applied = definitions.apply_definition(platform, compiled.source(), actor=ACTOR)
+    _define_pools(platform, compiled)
     moment = logical_time
     if moment is not None and moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)

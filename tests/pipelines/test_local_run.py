@@ -130,3 +130,21 @@ def test_a_refused_pipeline_raises_naming_its_file_and_line(tmp_path: Path) -> N
         testing.run(module.counting)
     [problem] = refused.value.problems
     assert (problem.file, problem.line, problem.field) == (str(path), 12, "tasks.count.with.times")
+
+
+def test_a_pipeline_naming_pools_runs_without_any_pool_set_by_hand(tmp_path: Path) -> None:
+    source = """\
+from veritask import pipeline, shell
+
+
+@pipeline(name="pooled", priority=2)
+def pooled() -> None:
+    first = shell("true", name="first", pool="warehouse", pool_slots=2)
+    shell("true", name="second", pool="warehouse", after=[first])
+"""
+    result = testing.run(load(tmp_path, source, "pooled"))
+    assert result.succeeded
+    assert {key: i.state for key, i in result.instances.items()} == {
+        "first": "SUCCESS",
+        "second": "SUCCESS",
+    }

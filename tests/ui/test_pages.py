@@ -13,7 +13,7 @@ from tests.ui.conftest import Ui, api_intervals, csrf_of, drawn_intervals
 from veritask import ids
 from veritask.core import new_events
 from veritask.core.policy import TaskPolicy
-from veritask.services import definitions, runs, tokens
+from veritask.services import definitions, pools, runs, tokens
 from veritask.services.tokens import TokenRole
 
 
@@ -461,3 +461,13 @@ def test_a_mapped_task_is_one_row_with_counts_that_opens_into_its_instances(ui: 
     )
     assert chinese.status_code == 303
     assert "3 个实例" in viewer.http.get(f"/ui/runs/{run_id}").text
+
+
+def test_the_pools_page_lists_each_pool_with_its_slots_in_use(ui: Ui) -> None:
+    pools.set_pool(ui.platform, "warehouse", slots=3, actor="operator:test")
+    viewer = ui.signed_in(TokenRole.VIEWER)
+    page = viewer.http.get("/ui/pools")
+    assert page.status_code == 200
+    assert 'data-pool="warehouse"' in page.text and "0 of 3" in page.text
+    assert 'data-pool="default"' in page.text and "0 (unlimited)" in page.text
+    assert 'href="/ui/pools"' in viewer.http.get("/ui/definitions").text

@@ -378,6 +378,10 @@ def written_alerts() -> Iterator[tuple[str, str]]:
         )
     assert alert_messages.UNKNOWN_TIME.format() == "an unknown time"
     yield (
+        alert_messages.POOL_FULL.format(pool="wh", since=queued, used=3, slots=3, waiting=12),
+        f"pool wh has kept tasks waiting since {queued} (3 of 3 slots used, 12 task(s) waiting)",
+    )
+    yield (
         alert_messages.STOP_UNCONFIRMED.format(attempt_no=n, seconds=seconds),
         f"the engine did not confirm the stop of attempt {n} within {seconds:g} s",
     )

@@ -17,6 +17,7 @@ from veritask.api.v2 import (
     callbacks,
     definitions,
     durations,
+    pools,
     reruns,
     run_lists,
     runs,
@@ -66,6 +67,7 @@ def create_app(settings: ApiSettings, *, platform: Platform | None = None) -> Fa
         alerts,
         durations,
         backfills,
+        pools,
     )
     for module in modules:
         v2.include_router(module.router)

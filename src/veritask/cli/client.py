@@ -103,6 +103,9 @@ class ApiClient:
     def post(self, path: str, body: JSONObject | None = None) -> JSONObject:
         return self._send("POST", path, body=body)
 
+    def put(self, path: str, body: JSONObject) -> JSONObject:
+        return self._send("PUT", path, body=body)
+
     def delete(self, path: str, params: Mapping[str, str | int] | None = None) -> JSONObject:
         return self._send("DELETE", path, params=params)
 

@@ -83,6 +83,15 @@ STILL_PENDING = Phrase(
     attempt_no=_N,
     since=Slot.SENTENCE,
 )
+POOL_FULL = Phrase(
+    "alert.pool_full",
+    "pool {pool} has kept tasks waiting since {since} ({used} of {slots} slots used, "
+    "{waiting} task(s) waiting)",
+    since=Slot.TIME,
+    used=_N,
+    slots=_N,
+    waiting=_N,
+)
 #: When an attempt was queued, if the ledger does not know (inside :data:`STILL_PENDING`).
 UNKNOWN_TIME = Phrase("alert.unknown_time", "an unknown time")
 

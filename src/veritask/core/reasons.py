@@ -536,6 +536,39 @@ WAITING_FOR = Phrase("reason.waiting_for", "waiting for {what}", what=_S)
 
 # -- admission, concurrency and dependencies (the scheduler) ---------------------------------
 
+POOL_FULL = Phrase(
+    "reason.pool_full",
+    "waiting for pool {pool} ({used} of {slots} slots used by {holders})",
+    used=Slot.NUMBER,
+    slots=Slot.NUMBER,
+)
+POOL_FULL_MORE = Phrase(
+    "reason.pool_full_more",
+    "waiting for pool {pool} ({used} of {slots} slots used by {holders} and {more} more)",
+    used=Slot.NUMBER,
+    slots=Slot.NUMBER,
+    more=Slot.NUMBER,
+)
+POOL_QUEUED = Phrase(
+    "reason.pool_queued",
+    "waiting for pool {pool} ({used} of {slots} slots used; {wanted} wanted, "
+    "after tasks ranked before it)",
+    used=Slot.NUMBER,
+    slots=Slot.NUMBER,
+    wanted=Slot.NUMBER,
+)
+POOL_UNDEFINED = Phrase(
+    "reason.pool_undefined",
+    "waiting for pool {pool}, which is not defined (veritask pool set {name} --slots N)",
+    name=Slot.CODE,
+)
+POOL_TOO_SMALL = Phrase(
+    "reason.pool_too_small",
+    "waiting for pool {pool}: it needs {needed} slots and the pool has {slots}",
+    needed=Slot.NUMBER,
+    slots=Slot.NUMBER,
+)
+
 STARTED = Phrase("reason.started", "started")
 BACKFILL_QUEUED = Phrase("reason.backfill_queued", "backfill queued behind run(s) {runs}")
 STARTED_BESIDE = Phrase("reason.started_beside", "started beside active run(s) {runs}")

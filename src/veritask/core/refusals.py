@@ -18,6 +18,7 @@ NO_RUN_OR_INSTANCE = Phrase("refusal.no_run_or_instance", "no run or instance {i
 NO_DEFINITION = Phrase("refusal.no_definition", "no definition named {name!r}")
 NO_ALERT = Phrase("refusal.no_alert", "no alert {alert_id}", alert_id=Slot.NUMBER)
 NO_BACKFILL = Phrase("refusal.no_backfill", "no backfill {backfill_id!r}")
+NO_POOL = Phrase("refusal.no_pool", "no pool {name!r}")
 NO_TOKEN = Phrase("refusal.no_token", "no token {token_id!r}")
 NO_VERSION = Phrase(
     "refusal.no_version",
@@ -137,6 +138,11 @@ BETWEEN = Phrase(
     high=Slot.NUMBER,
 )
 NOT_NEGATIVE = Phrase("refusal.not_negative", "must not be negative")
+NOT_A_POOL_NAME = Phrase(
+    "refusal.not_a_pool_name",
+    "{name!r} is not a valid pool name: use lowercase letters, digits, '_' and '-', "
+    "starting with a letter, at most 64 characters",
+)
 NOT_BLANK = Phrase("refusal.not_blank", "must not be blank")
 TIME_OUT_OF_RANGE = Phrase(
     "refusal.time_out_of_range", "is outside the times the ledger keeps (years 1 to 9999, UTC)"

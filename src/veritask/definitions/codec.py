@@ -44,7 +44,7 @@ def definition_to_json(definition: Definition) -> JSONObject:
         "defaults": _policy(d.defaults),
         "parameters": parameters.to_json(d.parameters),
         "queue": d.queue,
-        "tasks": [_task(task) for task in d.tasks.values()],
+        "tasks": [_task(task, d.priority) for task in d.tasks.values()],
         "publish": _publish(d.publish),
         "wait_for": [
             {
@@ -57,13 +57,17 @@ def definition_to_json(definition: Definition) -> JSONObject:
         ],
         "expected_finish": None if d.expected_finish is None else to_seconds(d.expected_finish),
         **_env(d.env),
+        # Only when set: a definition without one keeps the hash it had.
+        **({"priority": d.priority} if d.priority else {}),
     }
 
 
 def canonical_json(definition: Definition) -> str:
     """The text that :func:`content_hash` hashes."""
     data = definition_to_json(definition)
-    data["tasks"] = {key: _task(task) for key, task in definition.tasks.items()}
+    data["tasks"] = {
+        key: _task(task, definition.priority) for key, task in definition.tasks.items()
+    }
     return json.dumps(
         data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )
@@ -106,7 +110,8 @@ def _policy(policy: TaskPolicy) -> JSONObject:
     }
 
 
-def _task(task: TaskSpec) -> JSONObject:
+def _task(task: TaskSpec, priority: int) -> JSONObject:
+    """The task as stored; ``priority`` is the definition's, which the task inherits."""
     data: JSONObject = {"key": task.key}
     if task.run is not None:
         data["run"] = task.run
@@ -132,6 +137,14 @@ def _task(task: TaskSpec) -> JSONObject:
     data.update(_env(task.env))
     if task.map_over is not None:  # absent otherwise: an unmapped task keeps its hash
         data["map"] = {"over": "{{ outputs." + task.map_over + " }}", "max_map": task.max_map}
+    # Each only when it differs from what the task would get without it, so that a
+    # definition that names none keeps the hash it had.
+    if task.pool is not None:
+        data["pool"] = task.pool
+    if task.pool_slots != 1:
+        data["pool_slots"] = task.pool_slots
+    if task.priority != priority:
+        data["priority"] = task.priority
     if task.sql is not None:
         del data["with"]  # a sql task has no parameters of its own: the statement is all
     return data

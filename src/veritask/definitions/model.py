@@ -187,6 +187,12 @@ class TaskSpec:
     (``map: {over: "{{ outputs.TASK }}"}``)."""
     max_map: int = DEFAULT_MAX_MAP
     """The most items a mapped task maps over; more fails the expansion."""
+    pool: str | None = None
+    """The pool whose slots the task's attempts hold; None: the default pool."""
+    pool_slots: int = 1
+    """How many of the pool's slots one attempt holds."""
+    priority: int = 0
+    """Higher opens first when slots are scarce (the definition's unless the task sets one)."""
 
     def __post_init__(self) -> None:
         check_env(self.env, f"tasks.{self.key}.env")
@@ -210,6 +216,11 @@ class TaskSpec:
         if self.decides_run and self.role is not TaskRole.TEARDOWN:
             raise DefinitionError.one(
                 f"tasks.{self.key}.decides_run", problems.ONLY_TEARDOWN_DECIDES.format()
+            )
+        if self.pool_slots < 1:
+            raise DefinitionError.one(
+                f"tasks.{self.key}.pool_slots",
+                problems.AT_LEAST.format(minimum=1, number=self.pool_slots),
             )
 
     @property
@@ -256,6 +267,8 @@ class Definition:
     """The queue of tasks that do not name their own."""
     env: Mapping[str, EnvValue] = field(default_factory=dict)
     """Environment variables of every task (and publication step) of the definition."""
+    priority: int = 0
+    """The priority of the tasks that do not set their own."""
 
     def __post_init__(self) -> None:
         check_env(self.env, "env")

@@ -65,6 +65,7 @@ TOP_FIELDS = (
     "expected_finish",
     "queue",
     "env",
+    "priority",
 )
 POLICY_FIELDS = ("retry", "timeout", "lease", "evidence_window", "cancel_window", "on_unknown")
 RETRY_FIELDS = ("max_retries", "backoff", "delay", "max_delay", "jitter")
@@ -85,6 +86,9 @@ TASK_FIELDS = (
     *POLICY_FIELDS,
     "env",
     "map",
+    "pool",
+    "pool_slots",
+    "priority",
 )
 MAP_FIELDS = ("over", "max_map")
 #: The executor a task with ``sql`` uses unless it names another.
@@ -147,7 +151,8 @@ class _Reader(Reader):
             declarations.check_scheduled_defaults(self, f.get("parameters"), parameters)
         queue = self.text(f.get("queue"), "queue")
         env = read_env(self, f.get("env"), "env")
-        tasks = self.tasks(f.get("tasks"), defaults, queue)
+        priority = self.integer(f.get("priority"), "priority", 0) or 0
+        tasks = self.tasks(f.get("tasks"), defaults, queue, priority)
         publish = self.publish(f.get("publish"))
         wait_for = self.wait_for(f.get("wait_for"), name)
         expected_finish = self.duration(
@@ -172,6 +177,7 @@ class _Reader(Reader):
                 expected_finish=expected_finish,
                 queue=queue,
                 env=env,
+                priority=priority,
             ),
             line=tree.line,
         )
@@ -198,7 +204,7 @@ class _Reader(Reader):
     # -- tasks -----------------------------------------------------------------------------
 
     def tasks(
-        self, entry: Entry | None, defaults: TaskPolicy, queue: str | None
+        self, entry: Entry | None, defaults: TaskPolicy, queue: str | None, priority: int
     ) -> dict[str, TaskSpec]:
         if entry is None or is_null(entry):
             return {}  # already reported as missing
@@ -227,7 +233,7 @@ class _Reader(Reader):
                 continue
             if not SLUG.fullmatch(key):
                 self.add(path, line, slug_message(key, problems.NOT_A_TASK_KEY))
-            spec = self.task(key, line, task_value, listed, defaults, queue)
+            spec = self.task(key, line, task_value, listed, defaults, queue, priority)
             if spec is not None:
                 tasks[key] = spec
         return tasks
@@ -240,6 +246,7 @@ class _Reader(Reader):
         listed: bool,
         defaults: TaskPolicy,
         queue: str | None,
+        priority: int,
     ) -> TaskSpec | None:
         path = f"tasks.{key}"
         since = len(self.problems)
@@ -287,6 +294,9 @@ class _Reader(Reader):
         policy = self.policy(f, path, base, None)
         env = read_env(self, f.get("env"), f"{path}.env")
         map_over, max_map = self.mapping(f.get("map"), path)
+        pool = self.slug(f.get("pool"), f"{path}.pool", "") or None
+        pool_slots = self.integer(f.get("pool_slots"), f"{path}.pool_slots", 1, minimum=1) or 1
+        task_priority = self.integer(f.get("priority"), f"{path}.priority", priority)
         if run is None and call is None and sql is None:
             return None
         return self.attempt(
@@ -308,6 +318,9 @@ class _Reader(Reader):
                 env=env,
                 map_over=map_over,
                 max_map=max_map,
+                pool=pool,
+                pool_slots=pool_slots,
+                priority=priority if task_priority is None else task_priority,
             ),
             line,
             since,

@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from veritask.core import codec, judge, new_events, outputs
+from veritask.core import admission, codec, judge, new_events, outputs
 from veritask.core.events import Event, EventKind
 from veritask.core.fold import AttemptView, InstanceSnapshot, derive, empty
 from veritask.core.jsontypes import JSONValue
@@ -35,6 +35,7 @@ from veritask.ledger import (
     dialects,
     errors,
     metric_values,
+    pools,
     rejections,
     runs,
     schema,
@@ -425,6 +426,63 @@ class Ledger:
             _count(events, applied)
             return applied
         raise errors.LedgerConflict(f"a batch of {len(events)} lost {MAX_RACES} races in a row")
+
+    def open_attempts(
+        self,
+        openings: Sequence[tuple[Event | None, pools.Wanted]],
+        *,
+        aging: timedelta | None,
+    ) -> list[Applied | admission.Verdict]:
+        """Record ``attempt_opened`` events that their pools admit, in one transaction.
+
+        The pools the openings name are locked, their slots counted and the openings ranked
+        against the pools' other waiters (``core.admission``); the admitted ones are recorded
+        as :meth:`apply_batch` records them, and each recorded attempt's row is given its pool
+        in the same commit, which takes its slots. For each opening: what was recorded, or the
+        verdict that keeps it waiting (its wait is recorded for the ranking). An opening
+        without an event only takes its place among the waiters: nothing opens for it now.
+        """
+        for _ in range(MAX_RACES):
+            touched: dict[str, _Loaded | None] = {}
+            try:
+                with self.engine.begin() as connection:
+                    now = self.clock()
+                    # Only openings with an event compete for slots: one without (a task its
+                    # run ranked after these) must not be given a slot it cannot take.
+                    asking = [w for e, w in openings if e is not None]
+                    verdicts = pools.admit(connection, asking, now=now, aging=aging)
+                    admitted = [
+                        (e, w)
+                        for e, w in openings
+                        if e is not None and verdicts[w.claim.instance_id].admitted
+                    ]
+                    applied = self._apply_many(connection, [e for e, _ in admitted], touched)
+                    opened = {e.event_id for (e, _), a in zip(admitted, applied, strict=True)}
+                    pools.settle(
+                        connection,
+                        opened=[
+                            (w.claim.instance_id, e.attempt_no, w.claim)
+                            for (e, w), a in zip(admitted, applied, strict=True)
+                            if a.outcome is Outcome.APPLIED
+                        ],
+                        waiting=[w for e, w in openings if e is None or e.event_id not in opened],
+                        now=now,
+                    )
+            except _LostRace:
+                continue
+            self._remember(touched)
+            _count([e for e, _ in admitted], applied)
+            recorded = {a.event_id: a for a in applied}
+            held = admission.Verdict(False)
+            return [
+                recorded[e.event_id]
+                if e is not None and e.event_id in recorded
+                else held
+                if e is None or verdicts[w.claim.instance_id].admitted
+                else verdicts[w.claim.instance_id]
+                for e, w in openings
+            ]
+        raise errors.LedgerConflict(f"{len(openings)} openings lost {MAX_RACES} races in a row")
 
     # -- the transaction's steps -----------------------------------------------------------
 

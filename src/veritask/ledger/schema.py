@@ -219,6 +219,10 @@ attempts = sa.Table(
     sa.Column("cpu_user_seconds", sa.Float, nullable=True),
     sa.Column("cpu_system_seconds", sa.Float, nullable=True),
     sa.Column("peak_rss_bytes", sa.BigInteger, nullable=True),
+    # The pool whose slots the attempt holds while it is active, written by the transaction
+    # that opens it (ledger/pools.py, 0009); NULL for attempts opened before pools existed.
+    sa.Column("pool", sa.String(64), nullable=True),
+    sa.Column("pool_slots", sa.Integer, nullable=True),
     sa.ForeignKeyConstraint(["instance_id"], ["task_instances.id"]),
     sa.CheckConstraint("attempt_no >= 1", name="attempt_no_positive"),
     # Expired leases: ``lease_expires_at < now`` among attempts a worker holds.
@@ -232,6 +236,8 @@ attempts = sa.Table(
     sa.Index("ix_attempts_executor_external_id", "executor", "external_id"),
     # A worker's report is authenticated by the attempt its token names, before its body.
     sa.Index("ix_attempts_token_hash", "token_hash"),
+    # A pool's slots in use: its attempts in an active state.
+    sa.Index("ix_attempts_pool_state", "pool", "state"),
 )
 
 events = sa.Table(
@@ -496,4 +502,34 @@ schedule_skips = sa.Table(
     _id("active_run_id"),
     _time("skipped_at", nullable=False),
     sa.ForeignKeyConstraint(["definition_id"], ["definitions.id"]),
+)
+
+#: A named pool of slots shared by every task that names it (0009). The slots in use are not
+#: stored: they are counted from the active attempts that name the pool.
+pools = sa.Table(
+    "pools",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("slots", sa.Integer, nullable=False),
+    sa.Column("actor", sa.String(160), nullable=False),
+    _time("updated_at", nullable=False),
+    sa.CheckConstraint("slots >= 0", name="slots_not_negative"),
+)
+
+#: An instance that may run but waits for its pool's slots, with what ranks it among the
+#: pool's waiters (0009). Rows are hints, never the truth: an instance that no longer waits
+#: is ignored by state, and a row not seen again for a while is ignored too.
+pool_waits = sa.Table(
+    "pool_waits",
+    metadata,
+    _id("instance_id", primary_key=True),
+    sa.Column("pool", sa.String(64), nullable=False),
+    _id("run_id"),
+    sa.Column("task_key", sa.String(128), nullable=False),
+    sa.Column("slots", sa.Integer, nullable=False),
+    sa.Column("priority", sa.Integer, nullable=False),
+    _time("logical_time"),
+    _time("since", nullable=False),
+    _time("seen_at", nullable=False),
+    sa.Index("ix_pool_waits_pool", "pool"),
 )

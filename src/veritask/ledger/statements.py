@@ -219,7 +219,10 @@ class Statements:
 _ATTEMPT_COLUMNS = [
     c.name
     for c in schema.attempts.columns
-    if not c.primary_key and c.name not in attempt_reports.REPORT_COLUMNS
+    if not c.primary_key
+    and c.name not in attempt_reports.REPORT_COLUMNS
+    # Written once, by the transaction that opens the attempt (ledger/pools.py).
+    and c.name not in ("pool", "pool_slots")
 ]
 _BUILT: dict[str, Statements] = {}
 

@@ -258,6 +258,9 @@ class Options:
     on_unknown: OnUnknown | None = None
     env: Mapping[str, EnvValue] | None = None
     max_map: int | None = None
+    pool: str | None = None
+    pool_slots: int | None = None
+    priority: int | None = None
 
     def over(self, other: Options) -> Options:
         """These options with the ones ``other`` sets on top (``after`` adds up)."""
@@ -427,6 +430,9 @@ class Task(Generic[P, R]):
         on_unknown: OnUnknown | None = None,
         env: Mapping[str, EnvValue] | None = None,
         max_map: int | None = None,
+        pool: str | None = None,
+        pool_slots: int | None = None,
+        priority: int | None = None,
     ) -> Task[P, R]:
         """This task with fields set for one call: ``load.options(after=[files])(path)``;
         ``max_map`` bounds a ``.map`` (default 1,024 items)."""
@@ -448,6 +454,9 @@ class Task(Generic[P, R]):
             on_unknown,
             env,
             max_map,
+            pool,
+            pool_slots,
+            priority,
         )
         return Task(self.function, self.defaults, self.extra.over(extra))
 
@@ -537,6 +546,9 @@ def task(
     cancel_window: Duration | None = None,
     on_unknown: OnUnknown | None = None,
     env: Mapping[str, EnvValue] | None = None,
+    pool: str | None = None,
+    pool_slots: int | None = None,
+    priority: int | None = None,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -559,6 +571,9 @@ def task(
     cancel_window: Duration | None = None,
     on_unknown: OnUnknown | None = None,
     env: Mapping[str, EnvValue] | None = None,
+    pool: str | None = None,
+    pool_slots: int | None = None,
+    priority: int | None = None,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Make a top-level function a task: ``@task`` or ``@task(retry=Retry(max_retries=3))``."""
     options = Options(
@@ -578,6 +593,9 @@ def task(
         cancel_window,
         on_unknown,
         env,
+        pool=pool,
+        pool_slots=pool_slots,
+        priority=priority,
     )
     frame = _caller()
 
@@ -609,6 +627,9 @@ def shell(
     cancel_window: Duration | None = None,
     on_unknown: OnUnknown | None = None,
     env: Mapping[str, EnvValue] | None = None,
+    pool: str | None = None,
+    pool_slots: int | None = None,
+    priority: int | None = None,
 ) -> Result[None]:
     """A ``run:`` task (``/bin/sh -c``), inside a pipeline."""
     graph, frame = current_graph(f"shell task {name!r}")
@@ -629,6 +650,9 @@ def shell(
         cancel_window,
         on_unknown,
         env,
+        pool=pool,
+        pool_slots=pool_slots,
+        priority=priority,
     )
     node = Node(name, options, *_place(frame), run=command)
     return cast(Result[None], graph.add(node))
@@ -650,6 +674,9 @@ def sql(
     evidence_window: Duration | None = None,
     cancel_window: Duration | None = None,
     on_unknown: OnUnknown | None = None,
+    pool: str | None = None,
+    pool_slots: int | None = None,
+    priority: int | None = None,
 ) -> Result[None]:
     """A ``sql:`` task: one statement run inside the server ``connection`` names."""
     graph, frame = current_graph(f"sql task {name!r}")
@@ -666,6 +693,9 @@ def sql(
         evidence_window=evidence_window,
         cancel_window=cancel_window,
         on_unknown=on_unknown,
+        pool=pool,
+        pool_slots=pool_slots,
+        priority=priority,
     )
     node = Node(name, options, *_place(frame), sql=statement, connection=connection)
     return cast(Result[None], graph.add(node))
@@ -729,6 +759,7 @@ def pipeline(
     expected_finish: Duration | None = None,
     queue: str | None = None,
     env: Mapping[str, EnvValue] | None = None,
+    priority: int | None = None,
 ) -> Callable[[Callable[..., object]], Pipeline]:
     """Make a function a pipeline: its arguments are the parameters, its body the graph."""
     fields: dict[str, object] = {
@@ -742,6 +773,7 @@ def pipeline(
         "expected_finish": expected_finish,
         "queue": queue,
         "env": env,
+        "priority": priority,
     }
 
     def decorate(function: Callable[..., object]) -> Pipeline:

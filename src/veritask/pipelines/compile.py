@@ -238,6 +238,8 @@ class _Spec:
         env = f["env"]
         if isinstance(env, dict) and env:
             spec["env"] = _env(env)
+        if isinstance(f["priority"], int):
+            spec["priority"] = f["priority"]
         return spec, self.places
 
     def parameters(self) -> JSONObject:
@@ -327,6 +329,9 @@ class _Spec:
             "queue",
             "executor",
             "requires_commit",
+            "pool",
+            "pool_slots",
+            "priority",
         ):
             value = getattr(o, key)
             if value is not None:

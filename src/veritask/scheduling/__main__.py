@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     seconds("--submit-grace", defaults.submit_grace)
     seconds("--queued-check", defaults.queued_check)
     seconds("--retry-late-after", defaults.retry_late_after)
+    seconds("--pool-aging", defaults.pool_aging)
+    seconds("--pool-full-alert-after", defaults.pool_full_alert_after)
     parser.add_argument(
         "--cancel-window",
         type=float,
@@ -78,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             submit_grace=timedelta(seconds=args.submit_grace),
             queued_check=timedelta(seconds=args.queued_check),
             retry_late_after=timedelta(seconds=args.retry_late_after),
+            pool_aging=timedelta(seconds=args.pool_aging),
+            pool_full_alert_after=timedelta(seconds=args.pool_full_alert_after),
             cancel_window=None
             if args.cancel_window is None
             else timedelta(seconds=args.cancel_window),

@@ -9,16 +9,16 @@ back in :class:`Advanced`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from veritask.core import decide, judge, new_events, reasons, run_state, trigger_rules
+from veritask.core import admission, decide, judge, new_events, reasons, run_state, trigger_rules
 from veritask.core.events import Event, EventKind, OpenReason
 from veritask.core.jsontypes import JSONValue
 from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
 from veritask.definitions.model import Definition
-from veritask.ledger import alerts, dialects, run_store
+from veritask.ledger import alerts, dialects, pools, run_store
 from veritask.ledger.active_runs import ActiveRun
 from veritask.ledger.database import Connection
 from veritask.ledger.ledger import Ledger
@@ -51,6 +51,14 @@ def _groups(briefs: list[run_store.InstanceBrief]) -> dict[str, int]:
         if brief.map_index >= 0:
             groups[brief.task_key] = groups.get(brief.task_key, 0) + 1
     return groups
+
+
+#: How soon a run with an instance waiting for its pool is looked at again. A slot freed in
+#: the same run is news at once; this bounds the wait for a slot freed by another run.
+_POOL_POLL = timedelta(milliseconds=200)
+#: How many ready instances of a pool beyond its free slots get an opening at once (those
+#: the admission may still prefer once it ranks them against other runs' waiters).
+_CONSIDERED = 4
 
 
 @dataclass
@@ -89,6 +97,8 @@ class Advanced:
     again: bool = False
     #: Stop requests were recorded that an engine has not been asked for yet.
     stops_due: bool = False
+    #: Some of its tasks wait for a pool's slots.
+    pool_waiting: bool = False
 
 
 class Definitions:
@@ -150,6 +160,7 @@ class RunAdvancer:
         self.submissions = submissions
         self.sweeper = sweeper
         self.definitions = definitions
+        self._waits = _RecordedWaits()
 
     def advance(self, run: ActiveRun, now: datetime, report: TickReport) -> Advanced:
         """Move one run forward: trigger rules, openings, its execution and publication."""
@@ -244,7 +255,7 @@ class RunAdvancer:
             for key in plan.open_now
             if key in by_key and states[key] is InstanceState.CREATED
         ]
-        self._open_and_submit(context, openings, states, report)
+        self._open_and_submit(context, openings, states, now, report, advanced)
 
     def _cancel_run(
         self,
@@ -292,6 +303,7 @@ class RunAdvancer:
         pending = list(briefs)
         openings: list[tuple[Event, Opened]] = []
         expansions: list[tuple[run_store.InstanceBrief, list[JSONValue]]] = []
+        ready: list[run_store.InstanceBrief] = []
         while pending:
             decisions: list[tuple[str, Event]] = []
             waiting: list[run_store.InstanceBrief] = []
@@ -314,7 +326,7 @@ class RunAdvancer:
                     elif isinstance(decision, Event):
                         decisions.append((_key(brief), decision))
                     elif decision:
-                        openings.append(self._opening(brief, now))
+                        ready.append(brief)
                     else:
                         waiting.append(brief)
                 elif state is InstanceState.UP_FOR_RETRY:
@@ -340,23 +352,50 @@ class RunAdvancer:
             if mapping.expand(self.ledger, context, brief, items, ids, now):
                 report.decided += 1
                 advanced.again = True
-        self._open_and_submit(context, openings, states, report)
+        self._open_and_submit(context, openings, states, now, report, advanced, ready)
 
     def _open_and_submit(
         self,
         context: RunContext,
         openings: list[tuple[Event, Opened]],
         states: dict[str, InstanceState],
+        now: datetime,
         report: TickReport,
+        advanced: Advanced,
+        ready: Sequence[run_store.InstanceBrief] = (),
     ) -> None:
-        """Record the openings in batches, then hand the ones recorded to their engines."""
-        if not openings:
+        """Record the openings their pools admit, in batches, then hand the ones recorded to
+        their engines; those that wait for a pool are looked at again soon.
+
+        Of the ``ready`` instances (CREATED, their rule says run) only the best ranked of
+        each pool get an event, as many as it has free slots and a few more: a fan-out of
+        thousands into a pool of eight would otherwise build thousands of openings at every
+        pass to record eight. The others take their place among the pool's waiters.
+        """
+        aging = self.settings.pool_aging or None
+        chosen, held, more = self._choose(context, ready, now)
+        openings = openings + [self._opening(brief, now) for brief in chosen]
+        if not openings and not held:
+            if more:
+                advanced.pool_waiting = True
+                advanced.wake_at.append(now + _POOL_POLL)
             return
-        ordered = sorted(openings, key=lambda pair: pair[0].instance_id)
-        for start in range(0, len(ordered), self.settings.batch):
-            chunk = ordered[start : start + self.settings.batch]
-            results = self.ledger.apply_batch([event for event, _ in chunk])
-            for (_, opened), result in zip(chunk, results, strict=True):
+        wanted: list[tuple[Event | None, Opened | None, pools.Wanted]] = [
+            (event, opened, self._wanted(context, opened.instance_id, opened.task_key, now))
+            for event, opened in sorted(openings, key=lambda pair: pair[0].instance_id)
+        ]
+        wanted += [
+            (None, None, self._wanted(context, brief.id, brief.task_key, now)) for brief in held
+        ]
+        self._waits.recorded((brief.id for brief in held), now)
+        waiting = more
+        for start in range(0, len(wanted), self.settings.batch):
+            chunk = wanted[start : start + self.settings.batch]
+            results = self.ledger.open_attempts([(e, w) for e, _, w in chunk], aging=aging)
+            for (_, opened, _), result in zip(chunk, results, strict=True):
+                if isinstance(result, admission.Verdict) or opened is None:
+                    waiting = True
+                    continue
                 if result.outcome is not judge.Outcome.APPLIED or result.snapshot is None:
                     continue
                 report.opened += 1
@@ -364,6 +403,57 @@ class RunAdvancer:
                     result.snapshot.state
                 )
                 self.submissions.submit(context, opened)
+        if waiting:
+            advanced.pool_waiting = True
+            advanced.wake_at.append(now + _POOL_POLL)
+
+    def _choose(
+        self,
+        context: RunContext,
+        ready: Sequence[run_store.InstanceBrief],
+        now: datetime,
+    ) -> tuple[list[run_store.InstanceBrief], list[run_store.InstanceBrief], bool]:
+        """Which ready instances get an opening now, which only record their wait (those
+        whose wait is not recorded, or was recorded a while ago), and whether any was held
+        back; see above. Within one run, the order is the priority, then creation (one
+        logical time)."""
+        if not ready:
+            return [], [], False
+        by_pool: dict[str, list[run_store.InstanceBrief]] = {}
+        for brief in ready:
+            task = context.tasks[brief.task_key]
+            by_pool.setdefault(task.pool or admission.DEFAULT_POOL, []).append(brief)
+        with dialects.read_transaction(self.ledger.engine) as connection:
+            free = pools.headroom(connection, by_pool)
+        chosen: list[run_store.InstanceBrief] = []
+        held: list[run_store.InstanceBrief] = []
+        more = False
+        for name, group in by_pool.items():
+            room = free[name]
+            if room is None:
+                chosen += group
+                continue
+            group.sort(key=lambda b: (-context.tasks[b.task_key].priority, b.id))
+            cut = room + _CONSIDERED
+            chosen += group[:cut]
+            held += [b for b in group[cut:] if self._waits.due(b.id, now)]
+            more = more or len(group) > cut
+        return chosen, held, more
+
+    @staticmethod
+    def _wanted(
+        context: RunContext, instance_id: str, task_key: str, since: datetime
+    ) -> pools.Wanted:
+        task = context.tasks[task_key]
+        claim = admission.Claim(
+            instance_id=instance_id,
+            pool=task.pool or admission.DEFAULT_POOL,
+            slots=task.pool_slots,
+            priority=task.priority,
+            logical_time=context.logical_time,
+            since=since,
+        )
+        return pools.Wanted(claim, context.run_id, task_key)
 
     def _rule(
         self,
@@ -505,3 +595,24 @@ class RunAdvancer:
             run_id=run_id,
             evidence={},
         )
+
+
+class _RecordedWaits:
+    """When this process last recorded the wait of an instance held back by its pool, so
+    that a run of thousands waiting does not write their waits at every pass (only saves
+    work: a wait not refreshed lapses, and is recorded again)."""
+
+    _LIMIT = 100_000
+
+    def __init__(self) -> None:
+        self._at: dict[str, datetime] = {}
+
+    def due(self, instance_id: str, now: datetime) -> bool:
+        at = self._at.get(instance_id)
+        return at is None or now - at >= pools.WAIT_FRESH / 3
+
+    def recorded(self, instance_ids: Iterable[str], now: datetime) -> None:
+        if len(self._at) > self._LIMIT:
+            self._at.clear()
+        for instance_id in instance_ids:
+            self._at[instance_id] = now

@@ -115,6 +115,8 @@ class Scheduler:
         self._settling: set[str] = set()
         # For each running run, its tasks' instances that had not ended when it was advanced.
         self._unended: dict[str, set[str]] = {}
+        #: Runs with tasks waiting for a pool: any attempt that ends may have freed a slot.
+        self._pool_waiting: set[str] = set()
         self._rescan = True
         self._loaded_at = float("-inf")
         self._newest_run: datetime | None = None
@@ -270,6 +272,10 @@ class Scheduler:
             self._unended[advanced.run_id] = advanced.unended_ids
         else:
             self._unended.pop(advanced.run_id, None)
+        if advanced.pool_waiting:
+            self._pool_waiting.add(advanced.run_id)
+        else:
+            self._pool_waiting.discard(advanced.run_id)
         for moment in advanced.wake_at:
             heapq.heappush(self._timers, (moment, advanced.run_id))
         if advanced.again:
@@ -410,10 +416,15 @@ class Scheduler:
         """
         for event, result in news:
             run_id = self._routes.get(event.instance_id)
+            if run_id is not None and result.state not in _ACTIVE and self._pool_waiting:
+                # An attempt that ended freed its pool's slots: the runs waiting read at once.
+                self._dirty.update(self._pool_waiting)
             if run_id is None:
                 self._rescan = True
             elif result.state in _ACTIVE:
                 continue
+            elif run_id in self._pool_waiting:
+                self._dirty.add(run_id)
             elif result.state in _END_DONE and event.instance_id in self._ends:
                 unended = self._unended.get(run_id)
                 if unended is not None:

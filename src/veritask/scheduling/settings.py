@@ -40,6 +40,11 @@ class Settings:
     cancel_window: timedelta | None = None
     #: An instance UP_FOR_RETRY this long past its ``retry_at`` raises a retry-timing alert.
     retry_late_after: timedelta = timedelta(minutes=1)
+    #: A task waiting for a pool gains one point of priority per this much waiting, so that
+    #: no priority waits for ever behind newer, higher ones; 0 turns aging off.
+    pool_aging: timedelta = timedelta(minutes=1)
+    #: A pool with a task waiting for its slots this long raises a ``queue_quota`` alert.
+    pool_full_alert_after: timedelta = timedelta(minutes=5)
     #: How many events one transaction records at most, and how many instances a sweep reads
     #: per page.
     batch: int = 500
@@ -55,6 +60,8 @@ class Settings:
             "submit_grace",
             "queued_check",
             "retry_late_after",
+            "pool_aging",
+            "pool_full_alert_after",
         ):
             value: timedelta = getattr(self, name)
             if value < timedelta(0):

@@ -24,7 +24,7 @@ from veritask.core.policy import TaskPolicy
 from veritask.core.states import AttemptState, EngineState, InstanceState
 from veritask.execution import port
 from veritask.execution.errors import ExecutorError
-from veritask.ledger import alerts, dialects, queries, statements
+from veritask.ledger import alerts, dialects, pools, queries, statements
 from veritask.ledger.ledger import Ledger, StaleDecision
 from veritask.ledger.vocabulary import AlertCategory
 from veritask.scheduling import dispatch
@@ -94,7 +94,41 @@ class Sweeper:
                 )
                 self._alert_platform(row.id, row.run_id, alert_messages.MONITOR_FAILED.format())
         self._alert_late_retries(now)
+        self._alert_full_pools(now)
         return done
+
+    def _alert_full_pools(self, now: datetime) -> None:
+        """A pool that has kept a task waiting longer than ``pool_full_alert_after``."""
+        with dialects.read_transaction(self.ledger.engine) as connection:
+            since = pools.full_since(connection, now=now)
+            late = {
+                n: t for n, t in since.items() if now - t >= self.settings.pool_full_alert_after
+            }
+            rows = pools.list_pools(connection, now=now) if late else []
+        for row in rows:
+            if row.name not in late or row.slots is None:
+                continue
+            waited = late[row.name]
+            self._raise(
+                AlertCategory.QUEUE_QUOTA,
+                f"{AlertCategory.QUEUE_QUOTA}:pool:{row.name}",
+                alert_messages.POOL_FULL.format(
+                    pool=row.name,
+                    since=waited.isoformat(),
+                    used=row.used,
+                    slots=row.slots,
+                    waiting=row.waiting,
+                ),
+                run_id=None,
+                instance_id=None,
+                evidence={
+                    "pool": row.name,
+                    "slots": row.slots,
+                    "used": row.used,
+                    "waiting": row.waiting,
+                    "waiting_since": waited.isoformat(),
+                },
+            )
 
     def _monitor_due(self, row: queries.SweepRow, now: datetime) -> bool:
         """Whether the cheap columns say a lease or a timeout may have run out.

@@ -33,8 +33,11 @@ def snapshot_of(row: InstanceRow) -> fold.InstanceSnapshot:
     return fold.derive(facts, TaskPolicy.from_json(row.policy))
 
 
-def instance_view(row: InstanceRow, attempt_rows: Iterable[AttemptRow]) -> views.Instance:
-    """An instance with every attempt; lease and heartbeat come from the attempt rows."""
+def instance_view(
+    row: InstanceRow, attempt_rows: Iterable[AttemptRow], *, waiting: str | None = None
+) -> views.Instance:
+    """An instance with every attempt; lease and heartbeat come from the attempt rows.
+    ``waiting``: why it waits for its pool, which then is its reason."""
     snapshot = snapshot_of(row)
     leases = {a.attempt_no: a for a in attempt_rows}
     return views.Instance(
@@ -43,7 +46,7 @@ def instance_view(row: InstanceRow, attempt_rows: Iterable[AttemptRow]) -> views
         task=row.task_key,
         map_index=row.map_index,
         state=snapshot.state,
-        reason=snapshot.reason,
+        reason=waiting or snapshot.reason,
         epoch=snapshot.epoch,
         retry_at=snapshot.retry_at,
         overridden=snapshot.override is not None,

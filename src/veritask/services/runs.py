@@ -18,7 +18,7 @@ from veritask.core.judge import Outcome
 from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
 from veritask.definitions import parse
 from veritask.definitions.parameters import InvalidParameters
-from veritask.ledger import dialects, pagination, queries, rejections
+from veritask.ledger import dialects, pagination, pools, queries, rejections
 from veritask.ledger.database import Connection
 from veritask.ledger.ledger import StaleDecision
 from veritask.ledger.rows import EventRow, InstanceRow, RunRow
@@ -33,6 +33,8 @@ MAX_PAGE: Final = 200
 MAX_HISTORY: Final = 1000
 #: A decision lost to a concurrent writer is re-read and taken again, this many times.
 _DECISION_ROUNDS: Final = 5
+#: The states of an instance that may be waiting for its pool's slots.
+_MAY_WAIT: Final = (InstanceState.CREATED.value, InstanceState.UP_FOR_RETRY.value)
 
 # -- trigger -----------------------------------------------------------------------------------
 
@@ -139,12 +141,15 @@ def get_run(platform: Platform, run_id: str) -> views.RunDetail:
         attempts = queries.attempts_by_instance(connection, (i.id for i in instances))
         names = queries.definition_names(connection, [row.definition_id])
         order = ordering.version_order(connection, row.definition_id, row.definition_version)
+        waits = pools.waiting_reasons(
+            connection, [i.id for i in instances if i.state in _MAY_WAIT], now=platform.now()
+        )
     listed = ordering.in_pipeline_order(
         instances, order, task=lambda i: i.task_key, index=lambda i: i.map_index
     )
     return views.RunDetail(
         reading.run_view(row, names.get(row.definition_id, "")),
-        tuple(reading.instance_view(i, attempts[i.id]) for i in listed),
+        tuple(reading.instance_view(i, attempts[i.id], waiting=waits.get(i.id)) for i in listed),
     )
 
 
@@ -161,8 +166,9 @@ def get_instance(platform: Platform, instance_id: str) -> views.InstanceDetail:
             subject_id=instance_id,
             limit=MAX_HISTORY + 1,
         )
+        waiting = pools.waiting_reason(connection, instance_id, now=platform.now())
     return views.InstanceDetail(
-        reading.instance_view(row, attempts),
+        reading.instance_view(row, attempts, waiting=waiting),
         names.get(run.definition_id, ""),
         _history(SubjectType.INSTANCE, instance_id, events, MAX_HISTORY),
     )

@@ -22,6 +22,7 @@ from veritask.ui.pages import (
     health,
     instances,
     live,
+    pools,
     reruns,
     run_list,
     runs,
@@ -56,6 +57,7 @@ def install(app: FastAPI) -> None:
         instances,
         alerts,
         health,
+        pools,
         live,
     ):
         app.include_router(module.router)
