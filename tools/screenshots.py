@@ -1,8 +1,10 @@
-"""Regenerate ``docs/screenshots/*.png``: the web UI's pages, in English and in Chinese.
+"""Regenerate ``docs/screenshots/*.png``: every page of the web UI, in English and in
+Chinese, light and dark, on a desktop and on a phone.
 
 Starts ``veritask up`` in a temporary folder with the repository's examples, runs a few of
 them through the API, then drives Chromium (``/usr/bin/chromium``, or ``VERITASK_CHROMIUM``)
-with Playwright and saves each page. Run it with ``make screenshots``.
+with Playwright and saves each page as ``PAGE.LANGUAGE.png`` (desktop, light), with
+``.dark`` and ``.phone`` before ``.png`` for the others. Run it with ``make screenshots``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,14 @@ ROOT: Final = Path(__file__).resolve().parent.parent
 OUTPUT: Final = ROOT / "docs" / "screenshots"
 CHROMIUM: Final = os.environ.get("VERITASK_CHROMIUM", "/usr/bin/chromium")
 VIEWPORT: Final[ViewportSize] = {"width": 1280, "height": 860}
+PHONE: Final[ViewportSize] = {"width": 390, "height": 844}
+#: Each look: the suffix of its files, the viewport, the theme.
+LOOKS: Final = (
+    ("", VIEWPORT, "light"),
+    (".dark", VIEWPORT, "dark"),
+    (".phone", PHONE, "light"),
+    (".phone.dark", PHONE, "dark"),
+)
 ZONE: Final = "Asia/Shanghai"
 BROKEN: Final = "name: broken\ntasks:\n  a: {run: echo a, after: [missing]}\n"
 #: Expected to finish in two seconds, runs for two minutes: each run raises a deadline alert.
@@ -139,32 +149,39 @@ def main() -> None:
                     executable_path=CHROMIUM, args=["--no-sandbox"]
                 )
                 for language in ("en", "zh"):
-                    context = browser.new_context(viewport=VIEWPORT, timezone_id=ZONE)
-                    context.add_cookies(
-                        [
-                            {"name": "veritask_tz", "value": ZONE, "url": url},
-                            {"name": "veritask_lang", "value": language, "url": url},
-                        ]
-                    )
-                    page = context.new_page()
-                    shoot(page, url + "/", f"sign-in.{language}")
-                    page.fill("#token", token)
-                    page.click("form[action='/ui/sign-in'] button[type=submit]")
-                    page.wait_for_url("**/ui/definitions")
-                    shoot(page, url + "/ui/definitions", f"definitions.{language}")
-                    shoot(page, url + "/ui/definitions/branching", f"definition.{language}")
-                    shoot(page, url + f"/ui/runs/{runs['branching']}", f"run.{language}")
-                    shoot(page, url + f"/ui/instances/{instance}", f"instance.{language}")
-                    shoot(page, url + "/ui/health", f"health.{language}")
-                    shoot(page, url + "/ui/alerts", f"alerts.{language}")
-                    page.goto(url + "/ui/definitions/new")
-                    page.fill(
-                        "#source", "name: broken\ntasks:\n  a: {run: echo a, after: [missing]}\n"
-                    )
-                    page.click("#editor-form button[type=submit]")
-                    page.wait_for_selector(".editor-error")
-                    page.screenshot(path=str(OUTPUT / f"editor.{language}.png"))
-                    context.close()
+                    for suffix, viewport, theme in LOOKS:
+                        context = browser.new_context(viewport=viewport, timezone_id=ZONE)
+                        context.add_cookies(
+                            [
+                                {"name": "veritask_tz", "value": ZONE, "url": url},
+                                {"name": "veritask_lang", "value": language, "url": url},
+                                {"name": "veritask_theme", "value": theme, "url": url},
+                            ]
+                        )
+                        page = context.new_page()
+                        pages = {
+                            "definitions": "/ui/definitions",
+                            "definition": "/ui/definitions/branching",
+                            "grid": "/ui/definitions/hello/grid",
+                            "runs": "/ui/runs",
+                            "run": f"/ui/runs/{runs['branching']}",
+                            "instance": f"/ui/instances/{instance}",
+                            "health": "/ui/health",
+                            "alerts": "/ui/alerts",
+                        }
+                        take = f"{language}{suffix}"
+                        shoot(page, url + "/", f"sign-in.{take}")
+                        page.fill("#token", token)
+                        page.click("form[action='/ui/sign-in'] button[type=submit]")
+                        page.wait_for_url("**/ui/definitions")
+                        for name, address in pages.items():
+                            shoot(page, url + address, f"{name}.{take}")
+                        page.goto(url + "/ui/definitions/new")
+                        page.fill("#source", BROKEN)
+                        page.click("#editor-form button[type=submit]")
+                        page.wait_for_selector(".editor-error")
+                        page.screenshot(path=str(OUTPUT / f"editor.{take}.png"))
+                        context.close()
                 browser.close()
             cancel(url, token, late)
         finally:
