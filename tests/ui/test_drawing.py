@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 from veritask.services.durations import Phase, PhaseInterval
@@ -108,3 +109,32 @@ def test_the_csrf_check_compares_with_the_session() -> None:
     assert not session.check_csrf(made, made.csrf + "x")
     assert not session.check_csrf(made, None)
     assert not session.check_csrf(None, made.csrf)
+
+
+def _boxes_crossed(layout: dag.Layout, edge: dag.PlacedEdge) -> list[str]:
+    """The boxes (other than its ends) whose area an edge's points pass through."""
+    numbers = [float(n) for n in re.findall(r"-?\d+(?:\.\d+)?", edge.path)]
+    points = list(zip(numbers[::2], numbers[1::2], strict=True))
+    crossed = []
+    for placed in layout.nodes:
+        if placed.node.key in (edge.upstream, edge.downstream):
+            continue
+        for x, y in points:
+            inside_x = placed.x < x < placed.x + dag.NODE_WIDTH
+            if inside_x and placed.y <= y <= placed.y + dag.NODE_HEIGHT:
+                crossed.append(placed.node.key)
+    return crossed
+
+
+def test_an_edge_that_skips_layers_goes_round_the_boxes_between() -> None:
+    # a → b → c → d, and a → d and b → d skip layers: their routes take slots of their own.
+    edges = [("a", "b"), ("b", "c"), ("c", "d"), ("a", "d"), ("b", "d"), ("a", "c")]
+    layout = dag.lay_out([node(k) for k in "abcd"], edges)
+    assert len(layout.edges) == len(edges)
+    for edge in layout.edges:
+        assert _boxes_crossed(layout, edge) == [], edge
+    skipping = next(e for e in layout.edges if (e.upstream, e.downstream) == ("a", "d"))
+    assert skipping.path.count("L") == 2  # straight across the two layers it crosses
+    # The waypoints' slots make the drawing taller, never the boxes overlap.
+    spots = {(placed.x, placed.y) for placed in layout.nodes}
+    assert len(spots) == 4
