@@ -471,3 +471,53 @@ def test_the_pools_page_lists_each_pool_with_its_slots_in_use(ui: Ui) -> None:
     assert 'data-pool="warehouse"' in page.text and "0 of 3" in page.text
     assert 'data-pool="default"' in page.text and "0 (unlimited)" in page.text
     assert 'href="/ui/pools"' in viewer.http.get("/ui/definitions").text
+
+
+PUBLISHED = """\
+name: published_graph
+tasks:
+  extract: {run: "true"}
+  load: {run: "true", after: [extract]}
+  audit: {run: "true", after: [extract]}
+publish:
+  checks:
+    - {name: row_count, run: "true"}
+    - {name: freshness, run: "true"}
+  commit: {run: "true"}
+"""
+
+
+def _graph_of(page: str) -> tuple[list[str], int]:
+    drawing = re.search(r'<svg class="dag".*?</section>', page, re.S)
+    assert drawing is not None
+    return re.findall(r'class="node" data-task="([^"]+)"', drawing.group(0)), drawing.group(
+        0
+    ).count('<path class="edge"')
+
+
+def test_a_definitions_graph_is_drawn_before_any_run_with_its_publish_steps(ui: Ui) -> None:
+    definitions.apply_definition(ui.platform, PUBLISHED, actor="test")
+    viewer = ui.signed_in(TokenRole.VIEWER)
+
+    page = viewer.http.get("/ui/definitions/published_graph").text
+    boxes, edges = _graph_of(page)
+    assert sorted(boxes) == ["audit", "commit", "extract", "freshness", "load", "row_count"]
+    # extract→load, extract→audit; each check after both leaves (load, audit); commit after each.
+    assert edges == 2 + 2 * 2 + 2
+    assert "publish check" in page and "publish commit" in page
+    viewer.http.post("/ui/language", data={"csrf": viewer.csrf, "language": "zh", "next": "/ui"})
+    assert "发布检查" in viewer.http.get("/ui/definitions/published_graph").text
+
+
+def test_a_runs_graph_joins_its_publish_steps_after_its_leaf_tasks(ui: Ui) -> None:
+    definitions.apply_definition(ui.platform, PUBLISHED, actor="test")
+    run_id = runs.trigger_run(ui.platform, "published_graph", actor="operator:ann").run_id
+    viewer = ui.signed_in(TokenRole.VIEWER)
+
+    page = viewer.http.get(f"/ui/runs/{run_id}").text
+    boxes, edges = _graph_of(page)
+    # The run's publish steps are instances of their own: joined after the leaves, not drawn
+    # twice.
+    steps = ["publish.check.freshness", "publish.check.row_count", "publish.commit"]
+    assert sorted(boxes) == ["audit", "extract", "load", *steps]
+    assert edges == 8

@@ -94,10 +94,14 @@ def get_definition(platform: Platform, name: str) -> views.DefinitionDetail:
         (version for version in versions if version.version == row.current_version), None
     )
     definition = _view(row, current.spec if current else None, platform.now())
+    graph = None
+    if current is not None and isinstance(current.spec, dict):
+        graph = views.TaskGraph.of(parse.definition_from_json(current.spec))
     return views.DefinitionDetail(
         definition,
         tuple(views.DefinitionVersion(v.version, v.content_hash, v.created_at) for v in versions),
         current.source if current else None,
+        graph,
     )
 
 

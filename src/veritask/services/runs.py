@@ -174,41 +174,36 @@ def get_instance(platform: Platform, instance_id: str) -> views.InstanceDetail:
     )
 
 
-def run_edges(platform: Platform, run_id: str) -> tuple[views.TaskEdge, ...]:
-    """The edges of the run's task graph, from the definition version the run was made of."""
+def run_graph(platform: Platform, run_id: str) -> views.TaskGraph:
+    """The run's task graph, from the definition version the run was made of."""
     with dialects.read_transaction(platform.engine) as connection:
         row = _run_row(connection, run_id)
-        cached = _cached_edges(row.definition_id, row.definition_version)
+        cached = _cached_graph(row.definition_id, row.definition_version)
         if cached is not None:
             return cached
         version = queries.get_definition_version(
             connection, definition_id=row.definition_id, version=row.definition_version
         )
     if version is None:
-        return ()
-    spec = parse.definition_from_json(version.spec)
-    edges = tuple(
-        views.TaskEdge(upstream, task.key)
-        for task in spec.tasks.values()
-        for upstream in task.after
-    )
-    with _EDGES_LOCK:  # pages render in a thread pool
-        _EDGES[(row.definition_id, row.definition_version)] = edges
-        while len(_EDGES) > _EDGES_KEPT:
-            _EDGES.pop(next(iter(_EDGES)))
-    return edges
+        return views.TaskGraph((), ())
+    graph = views.TaskGraph.of(parse.definition_from_json(version.spec))
+    with _GRAPHS_LOCK:  # pages render in a thread pool
+        _GRAPHS[(row.definition_id, row.definition_version)] = graph
+        while len(_GRAPHS) > _GRAPHS_KEPT:
+            _GRAPHS.pop(next(iter(_GRAPHS)))
+    return graph
 
 
-#: Edges by (definition id, version). A version never changes once stored, so its graph can
+#: Graphs by (definition id, version). A version never changes once stored, so its graph can
 #: be kept: a run page of 1,000 tasks does not parse its definition again on every refresh.
-_EDGES: dict[tuple[str, int], tuple[views.TaskEdge, ...]] = {}
-_EDGES_KEPT: Final = 64
-_EDGES_LOCK = threading.Lock()
+_GRAPHS: dict[tuple[str, int], views.TaskGraph] = {}
+_GRAPHS_KEPT: Final = 64
+_GRAPHS_LOCK = threading.Lock()
 
 
-def _cached_edges(definition_id: str, version: int) -> tuple[views.TaskEdge, ...] | None:
-    with _EDGES_LOCK:
-        return _EDGES.get((definition_id, version))
+def _cached_graph(definition_id: str, version: int) -> views.TaskGraph | None:
+    with _GRAPHS_LOCK:
+        return _GRAPHS.get((definition_id, version))
 
 
 def history(

@@ -18,6 +18,7 @@ from veritask.core.states import (
     RunExecutionState,
     TriggerKind,
 )
+from veritask.definitions import model as definition_model
 from veritask.definitions.schedule import ScheduleWords
 from veritask.ledger.vocabulary import TokenRole
 
@@ -64,6 +65,8 @@ class DefinitionDetail:
     definition: Definition
     versions: tuple[DefinitionVersion, ...]
     source: str | None
+    graph: TaskGraph | None = None
+    """The current version's task graph; None before any version."""
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,31 @@ class TaskEdge:
 
     upstream: str
     downstream: str
+
+
+@dataclass(frozen=True)
+class TaskGraph:
+    """A definition version's tasks, their edges, and the publish steps that follow them."""
+
+    tasks: tuple[str, ...]
+    edges: tuple[TaskEdge, ...]
+    checks: tuple[str, ...] = ()
+    """The publish section's quality checks, by name; they follow every leaf task."""
+    commit: bool = False
+    """Whether a publish commit step follows the checks (or the leaves, with none)."""
+
+    @staticmethod
+    def of(spec: definition_model.Definition) -> TaskGraph:
+        edges = tuple(
+            TaskEdge(upstream, task.key) for task in spec.tasks.values() for upstream in task.after
+        )
+        publish = spec.publish
+        return TaskGraph(
+            tuple(spec.tasks),
+            edges,
+            tuple(check.name for check in publish.checks) if publish else (),
+            publish is not None,
+        )
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,8 @@ class Node:
     label: str
     state: str
     href: str
+    caption: str = ""
+    """Drawn under the label instead of the state (a definition's graph has no states yet)."""
 
 
 @dataclass(frozen=True)

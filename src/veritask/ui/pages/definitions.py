@@ -14,7 +14,7 @@ from veritask.core.jsontypes import JSONValue
 from veritask.core.states import TriggerKind
 from veritask.services import activity, backfills, definitions, errors, runs
 from veritask.services.tokens import TokenRole
-from veritask.ui import context, forms
+from veritask.ui import context, forms, graphs
 from veritask.ui.pages.routing import UiRoute
 
 router = APIRouter(prefix="/ui/definitions", route_class=UiRoute, include_in_schema=False)
@@ -105,6 +105,11 @@ def detail(
         found,
         "definition.html",
         live=f"/ui/live?definitions=1&since={mark}",
+        graph=(
+            graphs.definition_graph(detail.graph, lambda kind: found.t(f"graph.{kind}"))
+            if detail.graph is not None and detail.graph.tasks
+            else None
+        ),
         status=status,
         trigger_problems=trigger_problems,
         typed=typed,

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from veritask.services import activity, durations, reruns, runs, views
 from veritask.services.tokens import TokenRole
-from veritask.ui import context, dag, gantt
+from veritask.ui import context, dag, gantt, graphs
 from veritask.ui.pages.routing import UiRoute
 
 router = APIRouter(prefix="/ui/runs", route_class=UiRoute, include_in_schema=False)
@@ -22,7 +22,7 @@ def run_page(request: Request, run_id: str) -> Response:
     found = context.page(request)
     position = activity.latest_position(found.platform, run_id=run_id)
     detail = runs.get_run(found.platform, run_id)
-    edges = runs.run_edges(found.platform, run_id)
+    graph = runs.run_graph(found.platform, run_id)
     # The same intervals as GET /api/v2/runs/{id}/durations: one computation of the phases.
     phases = {
         instance.instance_id: instance.phases
@@ -33,7 +33,7 @@ def run_page(request: Request, run_id: str) -> Response:
         "run.html",
         detail=detail,
         run=detail.run,
-        graph=task_graph(detail, edges),
+        graph=task_graph(detail, graph),
         chart=gantt.chart(
             [
                 gantt.Row(
@@ -137,7 +137,7 @@ def label_of(instance: views.Instance) -> str:
     return instance.task if instance.map_index < 0 else f"{instance.task}[{instance.map_index}]"
 
 
-def task_graph(detail: views.RunDetail, edges: tuple[views.TaskEdge, ...]) -> dag.Layout:
+def task_graph(detail: views.RunDetail, graph: views.TaskGraph) -> dag.Layout:
     """The run's instances as nodes; a task's edges join every instance of the two tasks. An
     expanded mapped task is one box: its count of instances, the state that asks for
     attention first, and a link to its row, which opens into them."""
@@ -166,8 +166,11 @@ def task_graph(detail: views.RunDetail, edges: tuple[views.TaskEdge, ...]) -> da
         )
     pairs = [
         (up, down)
-        for edge in edges
+        for edge in graph.edges
         for up in by_task.get(edge.upstream, ())
         for down in by_task.get(edge.downstream, ())
     ]
-    return dag.lay_out(nodes, pairs)
+    steps, joins = graphs.publication(
+        graph, by_task, state=detail.run.publication_state.value, href="#run-states"
+    )
+    return dag.lay_out([*nodes, *steps], [*pairs, *joins])
