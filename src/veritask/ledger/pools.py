@@ -336,6 +336,9 @@ def forget_ended_waits(connection: Connection) -> int:
     )
 
 
+#: The attempt's columns this module writes, once, in the transaction that opens it.
+SLOT_COLUMNS: Final = ("pool", "pool_slots")
+
 _ASSIGN = (
     sa.update(schema.attempts)
     .where(_a.instance_id == sa.bindparam("b_id"), _a.attempt_no == sa.bindparam("b_no"))

@@ -127,6 +127,9 @@ class AttemptRow(_FromRow):
     cpu_user_seconds: float | None
     cpu_system_seconds: float | None
     peak_rss_bytes: int | None
+    pool: str | None
+    """The pool whose slots the attempt holds while it is active; None: taken from none."""
+    pool_slots: int | None
 
 
 @dataclass(frozen=True)

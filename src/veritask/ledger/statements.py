@@ -18,7 +18,7 @@ from veritask.core.events import Event, EventKind, fingerprint
 from veritask.core.fold import AttemptView
 from veritask.core.jsontypes import JSONObject
 from veritask.core.policy import TaskPolicy
-from veritask.ledger import attempt_reports, schema
+from veritask.ledger import attempt_reports, pools, schema
 
 _instances = schema.task_instances
 #: An instance's policy as stored text, for :class:`PolicyTexts`: the ledger's batches and the
@@ -221,8 +221,8 @@ _ATTEMPT_COLUMNS = [
     for c in schema.attempts.columns
     if not c.primary_key
     and c.name not in attempt_reports.REPORT_COLUMNS
-    # Written once, by the transaction that opens the attempt (ledger/pools.py).
-    and c.name not in ("pool", "pool_slots")
+    # Written once, by the transaction that opens the attempt.
+    and c.name not in pools.SLOT_COLUMNS
 ]
 _BUILT: dict[str, Statements] = {}
 
