@@ -1,12 +1,11 @@
 """An instance: attempts, progress, the full history (with the ledger's outcomes explained),
-the log as it grows, and the cancel and override forms (operators, with a reason)."""
+the log's tail as it grows (the viewer is :mod:`veritask.ui.pages.log_viewer`), and the
+cancel and override forms (operators, with a reason)."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from fastapi import APIRouter, Request
+from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from veritask.core.events import OverrideScope
@@ -19,7 +18,6 @@ from veritask.ui.pages.routing import UiRoute
 router = APIRouter(prefix="/ui/instances", route_class=UiRoute, include_in_schema=False)
 #: How much of the log the page shows at first; the rest follows as it is written.
 LOG_TAIL = 32 * 1024
-LOG_CHUNK = 64 * 1024
 
 
 @router.get("/{instance_id}")
@@ -47,27 +45,6 @@ def instance_page(request: Request, instance_id: str) -> Response:
         scopes=[scope.value for scope in OverrideScope],
         position=position,
         live=f"/ui/live?instance={instance_id}&since={position}",
-    )
-
-
-@router.get("/{instance_id}/log")
-def log_chunk(
-    request: Request,
-    instance_id: str,
-    attempt: Annotated[int | None, Query(ge=1)] = None,
-    offset: Annotated[int | None, Query(ge=0)] = None,
-) -> Response:
-    """With ``offset``: the log from there on, as JSON for the page's follower (which adds
-    it as text, never as markup). Without: the log's tail as plain text, to read or save."""
-    found = context.page(request)
-    if offset is None:
-        tail = logs.read_log(found.platform, instance_id, attempt_no=attempt, tail=logs.MAX_CHUNK)
-        return PlainTextResponse(tail.text)
-    chunk = logs.read_log(
-        found.platform, instance_id, attempt_no=attempt, offset=offset, limit=LOG_CHUNK
-    )
-    return JSONResponse(
-        {"text": chunk.text, "next_offset": chunk.next_offset, "ended": chunk.ended}
     )
 
 
