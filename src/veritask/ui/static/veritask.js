@@ -37,7 +37,16 @@
         var fresh = new DOMParser().parseFromString(html, "text/html");
         document.querySelectorAll("[data-live]").forEach(function (region) {
           var replacement = fresh.getElementById(region.id);
-          if (replacement) region.replaceWith(document.importNode(replacement, true));
+          if (!replacement) return;
+          // What the reader opened (a fold of the history, an event's evidence) stays open.
+          var opened = Array.prototype.map.call(
+            region.querySelectorAll("details[open][id]"), function (d) { return d.id; });
+          var imported = document.importNode(replacement, true);
+          opened.forEach(function (id) {
+            var again = imported.querySelector("#" + CSS.escape(id));
+            if (again) again.open = true;
+          });
+          region.replaceWith(imported);
         });
         document.dispatchEvent(new CustomEvent("veritask:refreshed"));
       })
