@@ -61,3 +61,24 @@ def test_sgr_codes_become_classes_and_other_escapes_vanish() -> None:
         ("", " true"),
     ]
     assert ansi.plain("\x1b[31mred\x1b[0m\x07") == "red"
+
+
+def test_a_follower_far_behind_goes_on_from_the_tail_with_the_right_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(log_pages, "INDEX_STEP", 256)
+    monkeypatch.setattr(log_pages, "FOLLOW_BYTES", 100)
+    monkeypatch.setattr(log_pages, "MAX_BEHIND", 1000)
+    log = tmp_path / "task.log"
+    log.write_text("".join(f"line {n}\n" for n in range(1, 31)))
+    found = log_pages.AttemptLog("i", 1, log_pages.FileSource(log), ended=False)
+
+    near = log_pages.follow(found, offset=0, line=1)
+    assert (near.skipped, near.more, near.lines[0].text) == (False, True, "line 1")
+    with log.open("a") as growing:
+        growing.write("".join(f"line {n}\n" for n in range(31, 501)))
+    far = log_pages.follow(found, offset=near.next_offset, line=near.next_line)
+    assert far.skipped and not far.more
+    assert far.lines[-1] == log_pages.LogLine(500, "line 500", False)
+    assert all(each.text == f"line {each.number}" for each in far.lines)
+    assert far.next_offset == log.stat().st_size and far.next_line == 501

@@ -33,6 +33,8 @@ MAX_PAGE_BYTES: Final = 2 * 1024 * 1024
 MAX_LINE_CHARS: Final = 10_000
 #: How much of the log the follower's one answer reads.
 FOLLOW_BYTES: Final = 256 * 1024
+#: A follower further behind than this goes on from the log's tail.
+MAX_BEHIND: Final = 4 * 1024 * 1024
 #: The index's step: it counts the newlines before every multiple of this many bytes.
 INDEX_STEP: Final = 1024 * 1024
 #: The most matching lines a search keeps.
@@ -191,6 +193,11 @@ class FollowedLines:
     next_offset: int
     next_line: int
     ended: bool
+    skipped: bool = False
+    """The log ran more than ``MAX_BEHIND`` bytes ahead: these lines are its tail, not what
+    came right after the lines shown (the page drops those and links to the pages)."""
+    more: bool = False
+    """More was written than this answer read: ask again at once."""
 
 
 def attempt_log(platform: Platform, instance_id: str, attempt_no: int | None) -> AttemptLog:
@@ -264,20 +271,30 @@ def follow(found: AttemptLog, *, offset: int, line: int) -> FollowedLines:
         return FollowedLines((), offset, line, found.ended)
     size = found.source.size()
     offset = min(max(offset, 0), size)
+    skipped = False
+    if size - offset > MAX_BEHIND:
+        # Far behind (a fast writer, a tab left open): go on from the tail, whole lines.
+        start = size - FOLLOW_BYTES
+        newline = found.source.read(start, FOLLOW_BYTES).find(b"\n")
+        offset = start + newline + 1 if newline >= 0 else start
+        line = _index_of(found.source).line_at(found.source, size, offset)
+        skipped = True
     data = found.source.read(offset, min(FOLLOW_BYTES, size - offset))
     lines = _numbered(data, max(line, 1))
+    more = offset + len(data) < size
     if not lines:
-        return FollowedLines((), offset, max(line, 1), found.ended)
+        return FollowedLines((), offset, max(line, 1), found.ended, skipped, more)
     complete = data.endswith(b"\n")
     last_start = data.rfind(b"\n", 0, len(data) - 1) + 1
-    if complete or (found.ended and offset + len(data) == size):
+    last = lines[-1].number
+    if complete or (found.ended and not more):
         # Every line read is whole (a finished attempt's last line is whole too).
-        return FollowedLines(lines, offset + len(data), lines[-1].number + 1, found.ended)
+        return FollowedLines(lines, offset + len(data), last + 1, found.ended, skipped, more)
     if len(data) == FOLLOW_BYTES and last_start == 0:
         # One line fills the whole read: read on after it, still in the same line (the page
         # shows the part that came last, the download has it all).
-        return FollowedLines(lines, offset + len(data), lines[-1].number, found.ended)
-    return FollowedLines(lines, offset + last_start, lines[-1].number, found.ended)
+        return FollowedLines(lines, offset + len(data), last, found.ended, skipped, more)
+    return FollowedLines(lines, offset + last_start, last, found.ended, skipped, more)
 
 
 def _numbered(data: bytes, first: int) -> tuple[LogLine, ...]:
@@ -329,6 +346,13 @@ class _Index:
         newlines = self.counts[indexed // INDEX_STEP] + tail.count(b"\n")
         ends_a_line = (tail[-1:] if tail else source.read(size - 1, 1)) == b"\n"
         return newlines + (0 if ends_a_line else 1)
+
+    def line_at(self, source: Source, size: int, offset: int) -> int:
+        """The number of the line that holds byte ``offset``."""
+        self.extend(source, size)
+        step = min(offset // INDEX_STEP, len(self.counts) - 1)
+        begin = step * INDEX_STEP
+        return self.counts[step] + source.read(begin, offset - begin).count(b"\n") + 1
 
     def line_start(self, source: Source, size: int, line: int) -> int:
         """The byte where ``line`` (1-based) starts: after the (line-1)th newline."""

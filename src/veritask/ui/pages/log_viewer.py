@@ -95,6 +95,8 @@ def log_more(
             "next_offset": followed.next_offset,
             "next_line": followed.next_line,
             "ended": followed.ended,
+            "skipped": followed.skipped,
+            "more": followed.more,
         }
     )
 

@@ -101,7 +101,7 @@
     var previous = document.getElementById("hit-prev"), next = document.getElementById("hit-next");
     var previousPage = document.getElementById("hit-prev-page");
     var nextPage = document.getElementById("hit-next-page");
-    var follows = !!view.dataset.follow, hitCount = 0, current = -1;
+    var follows = !!view.dataset.follow, hitCount = 0, current = -1, MAX_LINES = 5000;
 
     function atBottom() { return view.scrollTop + view.clientHeight >= view.scrollHeight - 4; }
     function toBottom() { view.scrollTop = view.scrollHeight; }
@@ -221,6 +221,7 @@
 
     function poll() {
       if (!view.dataset.follow) return;
+      var soon = false;
       var url = view.dataset.follow + "&offset=" + encodeURIComponent(view.dataset.offset) +
         "&line=" + encodeURIComponent(view.dataset.line);
       fetch(url, { credentials: "same-origin" })
@@ -230,10 +231,18 @@
           if (chunk.lines.length) {
             var empty = document.getElementById("log-empty");
             if (empty) empty.remove();
+            // Far behind, the server skipped to the tail: the lines shown no longer lead
+            // to these (the pages have them).
+            if (chunk.skipped) while (lines.firstChild) lines.removeChild(lines.firstChild);
             chunk.lines.forEach(addLine);
+            // While it follows, the page keeps the newest lines only: a log that grows for
+            // hours never makes it heavy (the pages have the older ones). A reader who
+            // scrolled up keeps their place.
+            while (follows && lines.children.length > MAX_LINES) lines.removeChild(lines.firstElementChild);
             if (follows) toBottom();
             if (previous && hits().length) { previous.hidden = false; next.hidden = false; }
           }
+          soon = chunk.more;
           view.dataset.offset = String(chunk.next_offset);
           view.dataset.line = String(chunk.next_line);
           if (chunk.ended && !chunk.lines.length) {
@@ -244,7 +253,7 @@
           }
         })
         .catch(function () { /* the next poll tries again */ })
-        .finally(function () { if (view.dataset.follow) setTimeout(poll, 1000); });
+        .finally(function () { if (view.dataset.follow) setTimeout(poll, soon ? 50 : 1000); });
     }
 
     lines.querySelectorAll(".line").forEach(mark);
