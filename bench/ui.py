@@ -16,6 +16,14 @@ template, over HTTP. The target is under one second too.
     python -m bench.ui
     python -m bench.ui --tasks 1000 --layers 20 --repeat 5
     python -m bench.ui --grid-only --grid-tasks 200 --grid-runs 100
+
+Then the log viewer: an attempt whose log is ``--log-mb`` megabytes (100; written to a
+temporary VERITASK_HOME at bench time, never kept), and ``GET /ui/instances/<id>/log`` timed
+for its last page (the default; the first request also counts the file's lines once), its
+first page, a page in the middle, and a search over the whole file. The target is under one
+second for the pages.
+
+    python -m bench.ui --log-only --log-mb 100
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ from veritask.core.states import RunExecutionState, TriggerKind
 from veritask.execution import local
 from veritask.ledger import migrate
 from veritask.scheduling import intake
-from veritask.services import definitions, runs, tokens
+from veritask.services import definitions, logs, runs, tokens
 from veritask.services.platform import Platform
 from veritask.services.runtime import SchedulerRuntime
 from veritask.services.tokens import TokenRole
@@ -259,10 +267,77 @@ def main() -> None:
     parser.add_argument("--grid-tasks", type=int, default=200)
     parser.add_argument("--grid-runs", type=int, default=100)
     parser.add_argument("--grid-only", action="store_true", help="Only the grid's page.")
+    parser.add_argument("--log-mb", type=int, default=100)
+    parser.add_argument("--log-only", action="store_true", help="Only the log viewer's page.")
     options = parser.parse_args()
+    if options.log_only:
+        bench_log_page(options)
+        return
     if not options.grid_only:
         bench_run_page(options)
     bench_grid(options)
+    bench_log_page(options)
+
+
+def write_log(path: Path, megabytes: int) -> int:
+    """A log of about ``megabytes`` MB of numbered lines, some coloured; its line count."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = lines = 0
+    with path.open("wb") as log:
+        while written < megabytes * 1_000_000:
+            block = "".join(
+                f"2026-01-01T00:00:00Z INFO step {n:09d} read 4096 rows from the source "
+                f"\x1b[32mok\x1b[0m\n"
+                for n in range(lines + 1, lines + 10_001)
+            ).encode()
+            log.write(block)
+            written += len(block)
+            lines += 10_000
+    return lines
+
+
+def bench_log_page(options: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="veritask-bench-log-") as folder:
+        home = Path(folder) / "home"
+        home.mkdir()
+        url = f"sqlite:///{folder}/veritask.db"
+        migrate.upgrade(url)
+        platform = Platform.open(url, home)
+        definitions.apply_definition(
+            platform, "name: big_log\ntasks:\n  only: {run: 'true'}\n", actor="bench"
+        )
+        run_id = runs.trigger_run(platform, "big_log", actor="bench").run_id
+        instance_id = runs.get_run(platform, run_id).instances[0].id
+        loaded = platform.ledger.snapshot(instance_id)
+        assert loaded is not None
+        opened = decide.open_attempt(
+            loaded[0],
+            token_hash=judge.hash_token("bench"),
+            now=datetime.now(UTC),
+            event_id=str(uuid.uuid4()),
+        )
+        assert opened is not None
+        platform.ledger.apply(opened)
+        path = logs.attempt_log(platform, instance_id, opened.attempt_no)
+        assert path is not None
+        lines = write_log(path, options.log_mb)
+        print(f"log of {path.stat().st_size / 1e6:.0f} MB, {lines} lines written")
+        token = tokens.create_token(platform, role=TokenRole.VIEWER, name="bench").token
+        app = create_app(ApiSettings(url, home), platform=platform)
+        ui_app.install(app)
+        base = f"/ui/instances/{instance_id}/log?attempt={opened.attempt_no}"
+        with ServerThread(app) as server:
+            http = signed_in(server.url, token)
+            for label, path_asked in (
+                ("last page", base),
+                ("first page", f"{base}&line=1"),
+                ("a middle page", f"{base}&line={lines // 2}"),
+                ("a search over the whole log", f"{base}&q=step+{lines // 3:09d}"),
+            ):
+                timings, first, size = time_pages(http, path_asked, options.repeat)
+                report(f"GET /ui/instances/<id>/log, {label}", timings, first, size)
+            http.close()
+        platform.close()
 
 
 def bench_run_page(options: argparse.Namespace) -> None:

@@ -323,11 +323,16 @@ def history(
     subject_id: str,
     after_position: int | None = None,
     limit: int | None = None,
+    newest_first: bool = False,
+    kinds: Collection[str] | None = None,
+    outcomes: Collection[str] | None = None,
 ) -> list[EventRow]:
-    """An object's events in the order the ledger recorded them.
+    """An object's events in the order the ledger recorded them (or the reverse), only of
+    ``kinds`` and ``outcomes`` when given.
 
     A run's history holds its own events and those of its instances; an instance's holds
     those of the instance and its attempts; a definition's, its versions and lifecycle.
+    ``after_position`` continues the recorded order.
     """
     match subject_type:
         case vocabulary.SubjectType.RUN:
@@ -339,7 +344,12 @@ def history(
                 _events.subject_type == vocabulary.SubjectType.DEFINITION.value,
                 _events.subject_id == subject_id,
             )
-    statement = sa.select(schema.events).where(subject).order_by(_events.position)
+    order = _events.position.desc() if newest_first else _events.position
+    statement = sa.select(schema.events).where(subject).order_by(order)
+    if kinds is not None:
+        statement = statement.where(_events.kind.in_(list(kinds)))
+    if outcomes is not None:
+        statement = statement.where(_events.outcome.in_(list(outcomes)))
     if after_position is not None:
         statement = statement.where(_events.position > after_position)
     if limit is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
@@ -81,15 +82,26 @@ class RejectedEventRow:
     reason: str
 
 
-def of_instance(connection: Connection, instance_id: str, *, limit: int) -> list[RejectedEventRow]:
-    """The events refused for this instance, oldest first (at most ``limit``)."""
+def of_instance(
+    connection: Connection,
+    instance_id: str,
+    *,
+    limit: int,
+    newest_first: bool = False,
+    kinds: Collection[str] | None = None,
+) -> list[RejectedEventRow]:
+    """The events refused for this instance, oldest first (or newest first), only of
+    ``kinds`` when given (at most ``limit``)."""
     x = schema.rejected_events.c
-    rows = connection.execute(
+    statement = (
         sa.select(schema.rejected_events)
         .where(x.instance_id == instance_id)
-        .order_by(x.position)
+        .order_by(x.position.desc() if newest_first else x.position)
         .limit(limit)
-    ).all()
+    )
+    if kinds is not None:
+        statement = statement.where(x.kind.in_(list(kinds)))
+    rows = connection.execute(statement).all()
     return [
         RejectedEventRow(
             row.position,

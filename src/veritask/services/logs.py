@@ -66,7 +66,7 @@ def read_log(
         raise NotFound(refusals.NO_ATTEMPT.format(instance_id=instance_id, attempt_no=number))
     ended = attempt.state.is_terminal
     if attempt.executor == CELERY_EXECUTOR:
-        shipped = _shipped_log(instance_id, number)
+        shipped = shipped_log(instance_id, number)
         if shipped is not None:
             return _from_bytes(instance_id, number, shipped, offset, tail, search, limit, ended)
     location = _location(platform, instance_id, number)
@@ -202,6 +202,11 @@ def _location(platform: Platform, instance_id: str, attempt_no: int) -> str | No
     return str(resolved)
 
 
+def own_log_location(platform: Platform, instance_id: str, attempt_no: int) -> str | None:
+    """Where the attempt's own log is on this server, written yet or not."""
+    return _location(platform, instance_id, attempt_no)
+
+
 def own_log_file(platform: Platform, instance_id: str, attempt_no: int) -> str | None:
     """The attempt's own log file, when this server holds it as a regular file."""
     location = _location(platform, instance_id, attempt_no)
@@ -243,7 +248,7 @@ def _search(path: Path, needle: str, limit: int) -> tuple[str, bool]:
     return "".join(found), False
 
 
-def _shipped_log(instance_id: str, attempt_no: int) -> bytes | None:
+def shipped_log(instance_id: str, attempt_no: int) -> bytes | None:
     """The log a Celery worker shipped, from the backend that VERITASK_CELERY_* names."""
     configured = celery_settings.CelerySettings.from_environment(os.environ)
     if configured is None:

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Final
 
 from veritask.core import decide, refusals
+from veritask.core.events import EventKind
 from veritask.core.jsontypes import JSONValue
 from veritask.core.judge import Outcome
 from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
@@ -22,6 +23,7 @@ from veritask.ledger import dialects, pagination, pools, queries, rejections
 from veritask.ledger.database import Connection
 from veritask.ledger.ledger import StaleDecision
 from veritask.ledger.rows import EventRow, InstanceRow, RunRow
+from veritask.ledger.vocabulary import EventOutcome
 from veritask.ledger.vocabulary import SubjectType as SubjectType  # re-exported for the API
 from veritask.scheduling import triggers
 from veritask.scheduling.dispatch import new_event_id
@@ -31,6 +33,8 @@ from veritask.services.platform import Platform
 
 MAX_PAGE: Final = 200
 MAX_HISTORY: Final = 1000
+#: The outcome of an event the ledger refused (kept in its own table, never folded).
+REJECTED: Final = "rejected"
 #: A decision lost to a concurrent writer is re-read and taken again, this many times.
 _DECISION_ROUNDS: Final = 5
 #: The states of an instance that may be waiting for its pool's slots.
@@ -238,6 +242,59 @@ def history(
     return _history(subject_type, subject, events, limit)
 
 
+def instance_events(
+    platform: Platform,
+    instance_id: str,
+    *,
+    newest_first: bool = True,
+    kind: str | None = None,
+    outcome: str | None = None,
+    limit: int = MAX_HISTORY,
+) -> views.InstanceEvents:
+    """The instance's recorded and refused events, newest (or oldest) first, of one event kind
+    and one outcome (``applied``, ``duplicate``, ``stale``, ``conflict`` or ``rejected``) when
+    asked; at most ``limit`` of each, the newest when newest first."""
+    if not 1 <= limit <= MAX_HISTORY:
+        raise InvalidInput.about("limit", refusals.BETWEEN.format(low=1, high=MAX_HISTORY))
+    # "must be one of …": the phrase was first written for a backfill's choice.
+    kinds_known = [k.value for k in EventKind]
+    if kind is not None and kind not in kinds_known:
+        choices = ", ".join(kinds_known)
+        raise InvalidInput.about("kind", refusals.BACKFILL_EXISTING.format(choices=choices))
+    known = [*(o.value for o in EventOutcome), REJECTED]
+    if outcome is not None and outcome not in known:
+        choices = ", ".join(known)
+        raise InvalidInput.about("outcome", refusals.BACKFILL_EXISTING.format(choices=choices))
+    kinds = None if kind is None else [kind]
+    with dialects.read_transaction(platform.engine) as connection:
+        _instance_row(connection, instance_id)
+        events = (
+            []
+            if outcome == REJECTED
+            else queries.history(
+                connection,
+                subject_type=SubjectType.INSTANCE,
+                subject_id=instance_id,
+                limit=limit + 1,
+                newest_first=newest_first,
+                kinds=kinds,
+                outcomes=None if outcome is None else [outcome],
+            )
+        )
+        refused = (
+            rejections.of_instance(
+                connection, instance_id, limit=limit + 1, newest_first=newest_first, kinds=kinds
+            )
+            if outcome in (None, REJECTED)
+            else []
+        )
+    return views.InstanceEvents(
+        tuple(reading.event_view(e) for e in events[:limit]),
+        tuple(_rejected_view(row) for row in refused[:limit]),
+        len(events) > limit or len(refused) > limit,
+    )
+
+
 def rejected_events(
     platform: Platform, instance_id: str, *, limit: int = 200
 ) -> tuple[views.RejectedEvent, ...]:
@@ -247,21 +304,20 @@ def rejected_events(
     with dialects.read_transaction(platform.engine) as connection:
         _instance_row(connection, instance_id)
         rows = rejections.of_instance(connection, instance_id, limit=limit)
-    return tuple(
-        views.RejectedEvent(
-            position=row.position,
-            event_id=row.event_id,
-            attempt_no=row.attempt_no,
-            kind=row.kind,
-            actor=row.actor,
-            event_time=row.event_time,
-            observed_at=row.observed_at,
-            payload=dict(row.payload)
-            if isinstance(row.payload, dict)
-            else {"payload": row.payload},
-            reason=row.reason,
-        )
-        for row in rows
+    return tuple(_rejected_view(row) for row in rows)
+
+
+def _rejected_view(row: rejections.RejectedEventRow) -> views.RejectedEvent:
+    return views.RejectedEvent(
+        position=row.position,
+        event_id=row.event_id,
+        attempt_no=row.attempt_no,
+        kind=row.kind,
+        actor=row.actor,
+        event_time=row.event_time,
+        observed_at=row.observed_at,
+        payload=dict(row.payload) if isinstance(row.payload, dict) else {"payload": row.payload},
+        reason=row.reason,
     )
 
 

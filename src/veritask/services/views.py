@@ -294,6 +294,16 @@ class History:
 
 
 @dataclass(frozen=True)
+class InstanceEvents:
+    """An instance's events as a page asked for them (ordered, filtered), and those the
+    ledger refused; ``truncated`` when either list held more than was returned."""
+
+    events: tuple[HistoryEvent, ...]
+    rejected: tuple[RejectedEvent, ...]
+    truncated: bool
+
+
+@dataclass(frozen=True)
 class InstanceDetail:
     """An instance with its definition and its history."""
 

@@ -1,33 +1,61 @@
-"""An instance: attempts, progress, the full history (with the ledger's outcomes explained),
-the log as it grows, and the cancel and override forms (operators, with a reason)."""
+"""An instance: attempts, progress, the full history (with the ledger's outcomes explained;
+newest or oldest first, filtered by kind and outcome, routine events folded),
+the log's tail as it grows (the viewer is :mod:`veritask.ui.pages.log_viewer`), and the
+cancel and override forms (operators, with a reason)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from urllib.parse import urlencode
 
-from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from fastapi import APIRouter, Request
+from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from veritask.core.events import OverrideScope
+from veritask.core.events import EventKind, OverrideScope
 from veritask.core.states import InstanceState
 from veritask.services import activity, errors, logs, overrides, runs
 from veritask.services.tokens import TokenRole
-from veritask.ui import context
+from veritask.ui import context, history, rendering
 from veritask.ui.pages.routing import UiRoute
 
 router = APIRouter(prefix="/ui/instances", route_class=UiRoute, include_in_schema=False)
 #: How much of the log the page shows at first; the rest follows as it is written.
 LOG_TAIL = 32 * 1024
-LOG_CHUNK = 64 * 1024
+EVENT_KINDS = tuple(kind.value for kind in EventKind)
 
 
 @router.get("/{instance_id}")
-def instance_page(request: Request, instance_id: str) -> Response:
+def instance_page(
+    request: Request,
+    instance_id: str,
+    order: str = "newest",
+    kind: str = "",
+    outcome: str = "",
+) -> Response:
+    """The instance; its history newest first (``order=oldest`` for the recorded order), of
+    one event ``kind`` and one ``outcome`` when asked (a value the page does not offer shows
+    every event)."""
     found = context.page(request)
     position = activity.latest_position(found.platform, instance_id=instance_id)
     detail = runs.get_instance(found.platform, instance_id)
-    rejected = runs.rejected_events(found.platform, instance_id)
+    order = order if order in history.ORDERS else "newest"
+    kind = kind if kind in EVENT_KINDS else ""
+    outcome = outcome if outcome in history.OUTCOMES else ""
+    listing = runs.instance_events(
+        found.platform,
+        instance_id,
+        newest_first=order == "newest",
+        kind=kind or None,
+        outcome=outcome or None,
+    )
+    shown = history.rows(
+        listing,
+        newest_first=order == "newest",
+        fold=not kind,
+        t=found.t,
+        when=rendering.when_in(found.zone),
+    )
+    filters = {"kind": kind, "outcome": outcome}
     current = detail.instance.attempts[-1] if detail.instance.attempts else None
     log = None
     if current is not None:
@@ -41,7 +69,15 @@ def instance_page(request: Request, instance_id: str) -> Response:
         detail=detail,
         instance=detail.instance,
         current=current,
-        rejected=rejected,
+        history_rows=shown,
+        history_truncated=listing.truncated,
+        order=order,
+        kind=kind,
+        outcome=outcome,
+        event_kinds=EVENT_KINDS,
+        outcomes=history.OUTCOMES,
+        clear_link=_query({"order": "" if order == "newest" else order}),
+        order_links={choice: _query({"order": choice, **filters}) for choice in history.ORDERS},
         log=log,
         override_states=[state.value for state in overrides.OVERRIDE_STATES],
         scopes=[scope.value for scope in OverrideScope],
@@ -50,25 +86,8 @@ def instance_page(request: Request, instance_id: str) -> Response:
     )
 
 
-@router.get("/{instance_id}/log")
-def log_chunk(
-    request: Request,
-    instance_id: str,
-    attempt: Annotated[int | None, Query(ge=1)] = None,
-    offset: Annotated[int | None, Query(ge=0)] = None,
-) -> Response:
-    """With ``offset``: the log from there on, as JSON for the page's follower (which adds
-    it as text, never as markup). Without: the log's tail as plain text, to read or save."""
-    found = context.page(request)
-    if offset is None:
-        tail = logs.read_log(found.platform, instance_id, attempt_no=attempt, tail=logs.MAX_CHUNK)
-        return PlainTextResponse(tail.text)
-    chunk = logs.read_log(
-        found.platform, instance_id, attempt_no=attempt, offset=offset, limit=LOG_CHUNK
-    )
-    return JSONResponse(
-        {"text": chunk.text, "next_offset": chunk.next_offset, "ended": chunk.ended}
-    )
+def _query(values: dict[str, str]) -> str:
+    return "?" + urlencode({name: value for name, value in values.items() if value})
 
 
 @router.post("/{instance_id}/cancel")

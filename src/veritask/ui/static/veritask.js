@@ -1,7 +1,8 @@
 // Veritask's own script: no framework. It reports the browser's time zone (a cookie the
 // server renders dates with), keeps [data-live] regions fresh when the server-sent events
-// say the ledger moved, follows a growing log, numbers the editor's lines, and submits the
-// language choice. Every page works without it, only without live updates.
+// say the ledger moved, follows a growing log, runs the log viewer, numbers the editor's
+// lines, and submits the language choice. Every page works without it, only without live
+// updates.
 (function () {
   "use strict";
 
@@ -36,7 +37,16 @@
         var fresh = new DOMParser().parseFromString(html, "text/html");
         document.querySelectorAll("[data-live]").forEach(function (region) {
           var replacement = fresh.getElementById(region.id);
-          if (replacement) region.replaceWith(document.importNode(replacement, true));
+          if (!replacement) return;
+          // What the reader opened (a fold of the history, an event's evidence) stays open.
+          var opened = Array.prototype.map.call(
+            region.querySelectorAll("details[open][id]"), function (d) { return d.id; });
+          var imported = document.importNode(replacement, true);
+          opened.forEach(function (id) {
+            var again = imported.querySelector("#" + CSS.escape(id));
+            if (again) again.open = true;
+          });
+          region.replaceWith(imported);
         });
         document.dispatchEvent(new CustomEvent("veritask:refreshed"));
       })
@@ -73,6 +83,194 @@
       .finally(function () { if (log.dataset.ended !== "yes") setTimeout(follow, 1000); });
   }
   if (log) { log.scrollTop = log.scrollHeight; setTimeout(follow, 1000); }
+
+  // -- the log viewer -------------------------------------------------------------------------
+  // The server sends a page of numbered lines; this follows a growing log at the bottom (until
+  // you scroll up), marks the search's matches and steps through them, and keeps a line's link
+  // on the page. Log text is only ever added as text nodes.
+  var view = document.getElementById("log-view");
+  if (view) logViewer(view);
+
+  function logViewer(view) {
+    var lines = document.getElementById("log-lines");
+    var query = (view.dataset.query || "").toLowerCase();
+    var resume = document.getElementById("log-resume");
+    var paused = document.getElementById("log-paused");
+    var following = document.getElementById("log-following");
+    var status = document.getElementById("hit-status");
+    var previous = document.getElementById("hit-prev"), next = document.getElementById("hit-next");
+    var previousPage = document.getElementById("hit-prev-page");
+    var nextPage = document.getElementById("hit-next-page");
+    var follows = !!view.dataset.follow, hitCount = 0, current = -1, MAX_LINES = 5000;
+
+    function atBottom() { return view.scrollTop + view.clientHeight >= view.scrollHeight - 4; }
+    function toBottom() { view.scrollTop = view.scrollHeight; }
+    function setFollowing(on) {
+      follows = on && !!view.dataset.follow;
+      if (resume) resume.hidden = follows || !view.dataset.follow;
+      if (paused) paused.hidden = follows || !view.dataset.follow;
+      if (following) following.hidden = !follows;
+    }
+
+    function mark(row) {
+      var text = row.querySelector(".tx");
+      if (!query || !text) return;
+      var nodes = [], walker = document.createTreeWalker(text, NodeFilter.SHOW_TEXT), node;
+      while ((node = walker.nextNode())) nodes.push(node);
+      var whole = nodes.map(function (n) { return n.data; }).join("");
+      var lower = whole.toLowerCase();
+      if (lower.length !== whole.length) return;  // positions would not map back
+      var found = [], at = 0, where;
+      while ((where = lower.indexOf(query, at)) !== -1) {
+        found.push([where, where + query.length, hitCount++]);
+        at = where + query.length;
+      }
+      if (!found.length) return;
+      var start = 0;
+      nodes.forEach(function (textNode) {
+        var end = start + textNode.data.length, pieces = document.createDocumentFragment();
+        var cursor = start, touched = false;
+        found.forEach(function (hit) {
+          var from = Math.max(hit[0], start), to = Math.min(hit[1], end);
+          if (from >= to) return;
+          touched = true;
+          if (from > cursor) pieces.appendChild(document.createTextNode(textNode.data.slice(cursor - start, from - start)));
+          var highlight = document.createElement("mark");
+          highlight.textContent = textNode.data.slice(from - start, to - start);
+          highlight.dataset.hit = String(hit[2]);
+          if (from === hit[0]) highlight.dataset.first = "yes";
+          pieces.appendChild(highlight);
+          cursor = to;
+        });
+        if (touched) {
+          if (cursor < end) pieces.appendChild(document.createTextNode(textNode.data.slice(cursor - start)));
+          textNode.parentNode.replaceChild(pieces, textNode);
+        }
+        start = end;
+      });
+    }
+
+    function hits() { return Array.prototype.slice.call(view.querySelectorAll("mark[data-first]")); }
+    function show(index) {
+      var all = hits();
+      if (!all.length) return;
+      current = index;
+      view.querySelectorAll("mark.current").forEach(function (m) { m.classList.remove("current"); });
+      var hit = all[index].dataset.hit;
+      view.querySelectorAll("mark[data-hit='" + hit + "']").forEach(function (m) { m.classList.add("current"); });
+      setFollowing(false);
+      all[index].scrollIntoView({ block: "center" });
+      if (status) status.textContent = view.dataset.hitStatus.replace("{n}", String(index + 1)).replace("{total}", String(all.length));
+    }
+    function step(by) {
+      var all = hits(), wanted = current + by;
+      if (wanted >= 0 && wanted < all.length) { show(wanted); return; }
+      var beyond = by > 0 ? nextPage : previousPage;
+      if (beyond) location.href = beyond.href;
+    }
+    if (previous && next) {
+      previous.addEventListener("click", function () { step(current < 0 ? hits().length : -1); });
+      next.addEventListener("click", function () { step(1); });
+    }
+
+    function target(line) {
+      view.querySelectorAll(".line.target").forEach(function (row) { row.classList.remove("target"); });
+      line.classList.add("target");
+      setFollowing(false);
+      line.scrollIntoView({ block: "center" });
+    }
+    lines.addEventListener("click", function (event) {
+      var link = event.target.closest && event.target.closest("a.ln");
+      if (!link) return;
+      var line = document.getElementById(link.hash.slice(1));
+      if (!line) return;
+      event.preventDefault();
+      history.replaceState(null, "", link.href);
+      target(line);
+    });
+
+    function addLine(item) {
+      var row = document.createElement("div"), link = document.createElement("a");
+      var text = document.createElement("span");
+      row.className = "line";
+      row.id = "L" + item.n;
+      link.className = "ln";
+      link.href = view.dataset.lineHref + "&line=" + item.n + "#L" + item.n;
+      link.textContent = String(item.n);
+      text.className = "tx";
+      item.s.forEach(function (part) {
+        var node = document.createTextNode(part[1]);  // text, never markup
+        if (!part[0]) { text.appendChild(node); return; }
+        var span = document.createElement("span");
+        span.className = part[0];  // the server's fixed class names (ansi.py)
+        span.appendChild(node);
+        text.appendChild(span);
+      });
+      row.appendChild(link);
+      row.appendChild(text);
+      if (item.cut) {
+        var cut = document.createElement("span");
+        cut.className = "cut";
+        cut.textContent = view.dataset.cutText;
+        row.appendChild(cut);
+      }
+      var old = document.getElementById(row.id);
+      if (old && old.parentNode === lines) lines.replaceChild(row, old); else lines.appendChild(row);
+      mark(row);
+    }
+
+    function poll() {
+      if (!view.dataset.follow) return;
+      var soon = false;
+      var url = view.dataset.follow + "&offset=" + encodeURIComponent(view.dataset.offset) +
+        "&line=" + encodeURIComponent(view.dataset.line);
+      fetch(url, { credentials: "same-origin" })
+        .then(function (response) { return response.ok ? response.json() : null; })
+        .then(function (chunk) {
+          if (!chunk) return;
+          if (chunk.lines.length) {
+            var empty = document.getElementById("log-empty");
+            if (empty) empty.remove();
+            // Far behind, the server skipped to the tail: the lines shown no longer lead
+            // to these (the pages have them).
+            if (chunk.skipped) while (lines.firstChild) lines.removeChild(lines.firstChild);
+            chunk.lines.forEach(addLine);
+            // While it follows, the page keeps the newest lines only: a log that grows for
+            // hours never makes it heavy (the pages have the older ones). A reader who
+            // scrolled up keeps their place.
+            while (follows && lines.children.length > MAX_LINES) lines.removeChild(lines.firstElementChild);
+            if (follows) toBottom();
+            if (previous && hits().length) { previous.hidden = false; next.hidden = false; }
+          }
+          soon = chunk.more;
+          view.dataset.offset = String(chunk.next_offset);
+          view.dataset.line = String(chunk.next_line);
+          if (chunk.ended && !chunk.lines.length) {
+            delete view.dataset.follow;
+            var done = document.getElementById("log-done");
+            if (done) done.hidden = false;
+            setFollowing(false);
+          }
+        })
+        .catch(function () { /* the next poll tries again */ })
+        .finally(function () { if (view.dataset.follow) setTimeout(poll, soon ? 50 : 1000); });
+    }
+
+    lines.querySelectorAll(".line").forEach(mark);
+    if (previous && (hits().length || previousPage || nextPage)) { previous.hidden = false; next.hidden = false; }
+    view.addEventListener("scroll", function () { if (view.dataset.follow) setFollowing(atBottom()); });
+    if (resume) resume.addEventListener("click", function () { setFollowing(true); toBottom(); view.focus(); });
+    var wanted = /^#L\d+$/.test(location.hash) && document.getElementById(location.hash.slice(1));
+    if (wanted) {
+      target(wanted);
+      var first = wanted.querySelector("mark[data-first]");
+      if (first) show(hits().indexOf(first));
+    } else if (view.dataset.last === "yes") {
+      toBottom();
+      setFollowing(true);
+    }
+    if (view.dataset.follow) setTimeout(poll, 1000);
+  }
 
   // -- the editor's line numbers --------------------------------------------------------------
   var source = document.getElementById("source");
