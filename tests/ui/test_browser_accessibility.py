@@ -48,6 +48,8 @@ def _pages(up: Veritask) -> list[str]:
         f"/ui/runs/{run_id}/clear?failed=yes",
         f"/ui/runs/{run_id}/rerun",
         f"/ui/instances/{instance_id}",
+        f"/ui/instances/{instance_id}/log?attempt=1",
+        "/ui/pools",
         "/ui/alerts",
         "/ui/health",
     ]
