@@ -20,9 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import AnyStr, Final, Protocol
 
-from veritask.core import refusals
 from veritask.services import logs
-from veritask.services.errors import NotFound
 from veritask.services.platform import Platform
 
 #: Lines on one page of the viewer.
@@ -202,14 +200,7 @@ class FollowedLines:
 
 def attempt_log(platform: Platform, instance_id: str, attempt_no: int | None) -> AttemptLog:
     """The attempt's log (default: the current attempt's); NotFound for no such attempt."""
-    loaded = platform.ledger.snapshot(instance_id)
-    if loaded is None:
-        raise NotFound(refusals.NO_INSTANCE.format(instance_id=instance_id))
-    snapshot, _ = loaded
-    number = attempt_no if attempt_no is not None else snapshot.epoch
-    attempt = snapshot.attempt(number)
-    if attempt is None:
-        raise NotFound(refusals.NO_ATTEMPT.format(instance_id=instance_id, attempt_no=number))
+    number, attempt = logs.attempt_of(platform, instance_id, attempt_no)
     ended = attempt.state.is_terminal
     source: Source | None = None
     if attempt.executor == logs.CELERY_EXECUTOR:

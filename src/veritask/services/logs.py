@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Final
 
 from veritask.core import refusals
+from veritask.core.fold import AttemptView
 from veritask.execution import layout
 from veritask.execution.celery import settings as celery_settings
 from veritask.ledger import dialects, queries
@@ -32,6 +33,22 @@ MAX_SEARCHED_ATTEMPTS: Final = 500
 MAX_MATCHES: Final = 1000
 #: Its workers run on other hosts and ship their logs to the result backend (Redis).
 CELERY_EXECUTOR: Final = "celery"
+
+
+def attempt_of(
+    platform: Platform, instance_id: str, attempt_no: int | None
+) -> tuple[int, AttemptView]:
+    """The attempt whose log is asked for (default: the current one), with its number;
+    NotFound for no such instance or attempt."""
+    loaded = platform.ledger.snapshot(instance_id)
+    if loaded is None:
+        raise NotFound(refusals.NO_INSTANCE.format(instance_id=instance_id))
+    snapshot, _ = loaded
+    number = attempt_no if attempt_no is not None else snapshot.epoch
+    attempt = snapshot.attempt(number)
+    if attempt is None:
+        raise NotFound(refusals.NO_ATTEMPT.format(instance_id=instance_id, attempt_no=number))
+    return number, attempt
 
 
 def read_log(
@@ -56,14 +73,7 @@ def read_log(
         raise InvalidInput.about("tail", refusals.BETWEEN.format(low=0, high=MAX_CHUNK))
     if offset is not None and offset < 0:
         raise InvalidInput.about("offset", refusals.NOT_NEGATIVE.format())
-    loaded = platform.ledger.snapshot(instance_id)
-    if loaded is None:
-        raise NotFound(refusals.NO_INSTANCE.format(instance_id=instance_id))
-    snapshot, _ = loaded
-    number = attempt_no if attempt_no is not None else snapshot.epoch
-    attempt = snapshot.attempt(number)
-    if attempt is None:
-        raise NotFound(refusals.NO_ATTEMPT.format(instance_id=instance_id, attempt_no=number))
+    number, attempt = attempt_of(platform, instance_id, attempt_no)
     ended = attempt.state.is_terminal
     if attempt.executor == CELERY_EXECUTOR:
         shipped = shipped_log(instance_id, number)
