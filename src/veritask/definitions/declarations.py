@@ -131,7 +131,7 @@ def check_placeholders(
             _check_sql(reader, f"tasks.{key}.sql", task.sql, raw, line("sql"))
             _check_no_outputs(reader, f"tasks.{key}.sql", task.sql, line("sql"))
         for name, value in task.with_.items():
-            for text in _strings(value):
+            for text in placeholders.strings_in(value):
                 known.check(reader, f"tasks.{key}.with.{name}", text, line("with"), sql=None)
                 _check_upstream(reader, f"tasks.{key}.with.{name}", text, line("with"), task)
         if task.run is not None:
@@ -169,7 +169,11 @@ def _check_upstream(reader: Reader, path: str, text: str, line: int | None, task
 def _check_unmapped(reader: Reader, key: str, task: TaskSpec, line: _Lines) -> None:
     """``{{ map.item }}`` and ``{{ map.index }}`` belong to mapped tasks."""
     fields = [("run", task.run or "")]
-    fields += [(f"with.{name}", text) for name, v in task.with_.items() for text in _strings(v)]
+    fields += [
+        (f"with.{name}", text)
+        for name, v in task.with_.items()
+        for text in placeholders.strings_in(v)
+    ]
     for field, text in fields:
         for match in placeholders.PLACEHOLDER.finditer(text):
             if match.group(1) in placeholders.MAP_NAMES:
@@ -225,16 +229,6 @@ class _Known:
                         name=_shown(place.name), known=self.shown
                     ),
                 )
-
-
-def _strings(value: JSONValue) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list):
-        return [text for item in value for text in _strings(item)]
-    if isinstance(value, dict):
-        return [text for item in value.values() for text in _strings(item)]
-    return []
 
 
 def _check_shell(reader: Reader, path: str, text: str, raw: set[str], line: int | None) -> None:

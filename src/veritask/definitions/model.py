@@ -238,7 +238,7 @@ class TaskSpec:
         """The upstream tasks whose outputs the task names (``{{ outputs.TASK }}`` in its
         command or its ``with``): the scheduler reads them when it submits an attempt, and
         only for such tasks (docs/definitions.md, "Outputs")."""
-        texts = [self.run or "", self.sql or "", *_strings(dict(self.with_))]
+        texts = [self.run or "", self.sql or "", *placeholders.strings_in(dict(self.with_))]
         return tuple(
             dict.fromkeys(key for text in texts for key in placeholders.output_tasks(text))
         )
@@ -300,16 +300,6 @@ class Definition:
     def publication_required(self) -> bool:
         """Whether runs have a publication phase (NOT_REQUIRED otherwise)."""
         return self.publish is not None
-
-
-def _strings(value: JSONValue) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list):
-        return [text for item in value for text in _strings(item)]
-    if isinstance(value, dict):
-        return [text for item in value.values() for text in _strings(item)]
-    return []
 
 
 def _check_step(run: str | None, call: str | None, path: str) -> None:

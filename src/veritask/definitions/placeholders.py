@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
+from veritask.core.jsontypes import JSONValue
+
 #: A name is dotted; the parts after the first may hold ``-`` (``outputs.list-files``: task
 #: keys may).
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_][A-Za-z0-9_-]*)*)\s*\}\}")
@@ -213,3 +215,14 @@ def _sql_spans(text: str) -> list[tuple[int, int, Where]]:
 
 def _word(c: str) -> bool:
     return c.isalnum() or c == "_"
+
+
+def strings_in(value: JSONValue) -> list[str]:
+    """Every string inside a JSON value (a ``with:`` value's texts), depth first."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [text for item in value for text in strings_in(item)]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in strings_in(item)]
+    return []
