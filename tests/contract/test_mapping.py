@@ -74,12 +74,18 @@ def expand(ledger: Ledger, run_id: str, event: Event, version: int) -> Outcome:
     ).outcome
 
 
+# Text without NUL: PostgreSQL's JSON cannot hold it (and the HTTP API refuses it in any
+# request). An output with NUL reaching the ledger by another path is a known gap (issue 26
+# note), not what this property is about: the count of instances an expansion creates.
+_TEXT = st.text(st.characters(blacklist_characters="\x00"), max_size=5)
+
+
 @settings(
     max_examples=12,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(items=st.lists(st.integers() | st.text(max_size=5), min_size=1, max_size=40))
+@given(items=st.lists(st.integers() | _TEXT, min_size=1, max_size=40))
 def test_an_expansion_creates_exactly_n_instances_once(
     ledger: Ledger, items: list[JSONValue]
 ) -> None:
