@@ -174,7 +174,9 @@ class Scheduler:
     def _recover_until_done(self, stop: threading.Event) -> None:
         while not stop.is_set():
             try:
-                self.recover()
+                reconciled = self.recover()
+                # Operators (and tests) read this line as "past recovery, scheduling now".
+                log.info("recovery done: %d instances reconciled with their engines", reconciled)
                 return
             except errors.LedgerError as exc:
                 log.warning("recovery failed, retrying: %s", exc)

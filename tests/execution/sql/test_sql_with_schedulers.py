@@ -131,6 +131,12 @@ class Cluster:
                         return process
         raise AssertionError(f"no scheduler holds the connection from port {port}")
 
+    def schedulers_recovered(self) -> int:
+        """How many scheduler processes are past their start recovery, which would take up the
+        reports of any statement already running."""
+        log = (self.tmp_path / "schedulers.log").read_text(errors="replace")
+        return log.count("recovery done:")
+
     def schedulers_registered(self) -> int:
         with dialects.read_transaction(self.db.engine) as connection:
             found = connection.execute(sa.select(sa.func.count()).select_from(schema.schedulers))
@@ -240,7 +246,8 @@ def test_another_scheduler_takes_up_the_reports_of_a_statement_whose_watcher_die
     cluster: Cluster,
 ) -> None:
     schedulers = [cluster.start_scheduler(), cluster.start_scheduler()]
-    wait_for(lambda: cluster.schedulers_registered() == 2, what="both schedulers")
+    # Both past their start recovery: the survivor must find the statement by the lapsed lease.
+    wait_for(lambda: cluster.schedulers_recovered() == 2, what="both schedulers to recover")
     run_id = cluster.trigger("INSERT INTO loaded SELECT 1 FROM pg_sleep(10)")
     instance = cluster.db.instances(run_id)["load"].id
     wait_for(
