@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.ledger
 	$(BIN)/python -m bench.executor
 	$(BIN)/python -m bench.scheduler
+	$(BIN)/python -m bench.up
 	$(BIN)/python -m bench.ui
 	$(BIN)/python -m bench.backfill
 	$(BIN)/python -m bench.pools

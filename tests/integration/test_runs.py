@@ -179,6 +179,20 @@ def test_histories_page_with_after(api: Api) -> None:
     assert api.http.get("/api/v2/instances/nope/events").status_code == 404
 
 
+def test_a_runs_summary_is_its_document_without_the_instances(api: Api) -> None:
+    api.apply(PIPELINE)
+    run_id = api.trigger("pipeline")
+
+    whole = api.http.get(f"/api/v2/runs/{run_id}").json()
+    summary = api.http.get(f"/api/v2/runs/{run_id}/summary").json()
+
+    assert len(whole.pop("instances")) == 3
+    assert summary == whole
+    missing = api.http.get("/api/v2/runs/nope/summary")
+    assert missing.status_code == 404
+    assert missing.headers["content-type"].startswith("application/problem+json")
+
+
 def test_cancelling_a_running_run_records_cancelling_then_409_once_finished(api: Api) -> None:
     api.apply(HELLO)
     run_id = api.trigger("hello")

@@ -18,6 +18,10 @@ def definition_detail(view: views.DefinitionDetail) -> schemas.DefinitionDetail:
     )
 
 
+def run_summary(view: views.Run) -> schemas.Run:
+    return schemas.Run.model_validate(_fields(view))
+
+
 def run_detail(view: views.RunDetail) -> schemas.RunDetail:
     return schemas.RunDetail.model_validate({**_fields(view.run), "instances": view.instances})
 

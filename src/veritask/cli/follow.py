@@ -49,17 +49,19 @@ def wait_for_run(
     timeout: float | None,
     on_change: Callable[[JSONObject], None] | None = None,
 ) -> JSONObject:
-    """Poll the run until it is finished; ``on_change`` sees each new state pair."""
+    """Poll the run until it is finished, then read it whole; ``on_change`` sees each new
+    state pair. The polls read the run's summary: a run of thousands of instances costs the
+    server one row per poll, not the whole document."""
     deadline = None if timeout is None else time.monotonic() + timeout
     last: tuple[object, object] | None = None
     while True:
-        run = api.get(f"/runs/{run_id}")
+        run = api.get(f"/runs/{run_id}/summary")
         pair = (run.get("execution_state"), run.get("publication_state"))
         if pair != last and on_change is not None:
             on_change(run)
         last = pair
         if finished(run):
-            return run
+            return api.get(f"/runs/{run_id}")
         if deadline is not None and time.monotonic() >= deadline:
             raise CliError(
                 EXIT_FAILED,

@@ -248,6 +248,33 @@ def upsert_adding(
     connection.execute(insert.on_conflict_do_update(index_elements=list(key_columns), set_=updates))
 
 
+def upsert_adding_many(
+    connection: Connection,
+    table: sa.Table,
+    rows: Sequence[Mapping[str, object]],
+    *,
+    key_columns: Sequence[str],
+    add_column: str,
+    set_columns: Sequence[str] = (),
+) -> None:
+    """:func:`upsert_adding` for many rows in one round trip (``executemany``) of one statement
+    built once per table and dialect: the rows must all name the same columns."""
+    if not rows:
+        return
+    key = (connection.dialect.name, table.name, tuple(key_columns), add_column, tuple(set_columns))
+    statement = _UPSERTS_ADDING.get(key)
+    if statement is None:
+        insert = _dialect_insert(connection, table)
+        updates = {add_column: table.c[add_column] + insert.excluded[add_column]}
+        updates.update({column: insert.excluded[column] for column in set_columns})
+        statement = insert.on_conflict_do_update(index_elements=list(key_columns), set_=updates)
+        _UPSERTS_ADDING[key] = statement
+    connection.execute(statement, [dict(row) for row in rows])
+
+
+_UPSERTS_ADDING: dict[tuple[str, str, tuple[str, ...], str, tuple[str, ...]], sa.Executable] = {}
+
+
 def _dialect_insert(connection: Connection, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
     """The dialect's INSERT, the one with ON CONFLICT clauses."""
     name = connection.dialect.name

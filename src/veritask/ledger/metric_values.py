@@ -71,8 +71,7 @@ def flush(engine: Engine, tally: Tally, now: datetime) -> int:
         return 0
     try:
         with engine.begin() as connection:
-            for (name, labels), amount in sorted(taken.items()):
-                add(connection, name, labels, amount, now)
+            add_many(connection, taken, now)
     except Exception:
         tally.give_back(taken)
         raise
@@ -84,6 +83,24 @@ def add(connection: Connection, name: str, labels: str, amount: float, now: date
         connection,
         schema.metric_values,
         {"name": name, "labels": labels, "value": amount, "updated_at": now},
+        key_columns=("name", "labels"),
+        add_column="value",
+        set_columns=("updated_at",),
+    )
+
+
+def add_many(
+    connection: Connection, amounts: Mapping[tuple[str, str], float], now: datetime
+) -> None:
+    """Add each ``(name, labels)``'s amount, in one statement; sorted, so that concurrent
+    writers lock the rows in one order."""
+    dialects.upsert_adding_many(
+        connection,
+        schema.metric_values,
+        [
+            {"name": name, "labels": labels, "value": amount, "updated_at": now}
+            for (name, labels), amount in sorted(amounts.items())
+        ],
         key_columns=("name", "labels"),
         add_column="value",
         set_columns=("updated_at",),

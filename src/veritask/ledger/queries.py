@@ -119,6 +119,14 @@ def get_instance(connection: Connection, instance_id: str) -> InstanceRow | None
     return InstanceRow.from_row(row) if row else None
 
 
+def instances_by_id(connection: Connection, instance_ids: Collection[str]) -> list[InstanceRow]:
+    """The instances with these ids (those that exist), in no particular order."""
+    if not instance_ids:
+        return []
+    statement = sa.select(schema.task_instances).where(_instances.id.in_(list(instance_ids)))
+    return [InstanceRow.from_row(row) for row in connection.execute(statement)]
+
+
 def instances_of_run(connection: Connection, run_id: str) -> list[InstanceRow]:
     """The instances of a run, by task key and map index."""
     statement = (

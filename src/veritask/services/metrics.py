@@ -28,8 +28,6 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from veritask.core import durations
-from veritask.core.fold import fold
-from veritask.core.policy import TaskPolicy
 from veritask.core.states import TERMINAL_INSTANCE_STATES, AttemptState, InstanceState
 from veritask.ledger import (
     alerts,
@@ -37,12 +35,13 @@ from veritask.ledger import (
     errors,
     metric_values,
     observations,
+    queries,
     rejections,
-    timelines,
 )
 from veritask.ledger.database import Connection
 from veritask.ledger.metric_values import labels_key
 from veritask.scheduling.lease import STALE_AFTER
+from veritask.services import reading
 from veritask.services.platform import Platform
 
 PREFIX: Final = "veritask"
@@ -84,8 +83,7 @@ def observe_finished_instances(platform: Platform) -> int:
         with platform.engine.begin() as connection:
             if not metric_values.move_mark(connection, POSITION, mark, new_mark, now):
                 return 0
-            for (definition, phase), seconds in found:
-                _observe(connection, definition, phase, seconds, now)
+            metric_values.add_many(connection, _increments(found), now)
     except errors.DuplicateKey:
         return 0  # another process created the mark first: it does this pass
     return len(finished)
@@ -96,28 +94,34 @@ def _observations(
 ) -> list[tuple[tuple[str, str], float]]:
     if not instance_ids:
         return []
+    # The stored snapshot, never the events again: it is what folding them would give.
     runs = observations.definition_names_by_run(connection, instance_ids)
-    wanted = set(instance_ids)
     found = []
-    for history in timelines.instance_histories(connection, sorted(runs)):
-        if history.instance_id not in wanted:
-            continue
-        snapshot = fold(history.instance_id, history.events, TaskPolicy.from_json(history.policy))
+    for row in queries.instances_by_id(connection, instance_ids):
+        snapshot = reading.snapshot_of(row)
         for phase, spent in durations.totals(durations.instance_phases(snapshot)).items():
-            found.append(((runs[history.run_id], phase.value), spent.total_seconds()))
+            found.append(((runs[row.run_id], phase.value), spent.total_seconds()))
     return found
 
 
-def _observe(
-    connection: Connection, definition: str, phase: str, seconds: float, now: datetime
-) -> None:
-    base = {"definition": definition, "phase": phase}
-    for bound in (*BUCKETS, float("inf")):
-        if seconds <= bound:
-            labels = labels_key({**base, "le": _bound(bound)})
-            metric_values.add(connection, "phase_seconds_bucket", labels, 1.0, now)
-    metric_values.add(connection, "phase_seconds_sum", labels_key(base), seconds, now)
-    metric_values.add(connection, "phase_seconds_count", labels_key(base), 1.0, now)
+def _increments(
+    found: list[tuple[tuple[str, str], float]],
+) -> dict[tuple[str, str], float]:
+    """The histograms' increments for the phases observed, summed per series: a pass over
+    hundreds of instances of one definition touches a few dozen rows, each once."""
+    increments: dict[tuple[str, str], float] = {}
+
+    def add(name: str, labels: str, amount: float) -> None:
+        increments[(name, labels)] = increments.get((name, labels), 0.0) + amount
+
+    for (definition, phase), seconds in found:
+        base = {"definition": definition, "phase": phase}
+        for bound in (*BUCKETS, float("inf")):
+            if seconds <= bound:
+                add("phase_seconds_bucket", labels_key({**base, "le": _bound(bound)}), 1.0)
+        add("phase_seconds_sum", labels_key(base), seconds)
+        add("phase_seconds_count", labels_key(base), 1.0)
+    return increments
 
 
 def _bound(bound: float) -> str:

@@ -157,6 +157,15 @@ def get_run(platform: Platform, run_id: str) -> views.RunDetail:
     )
 
 
+def get_run_summary(platform: Platform, run_id: str) -> views.Run:
+    """A run's states and reasons without its instances: one row, whatever the run's size
+    (what a poll for the run's end reads)."""
+    with dialects.read_transaction(platform.engine) as connection:
+        row = _run_row(connection, run_id)
+        names = queries.definition_names(connection, [row.definition_id])
+    return reading.run_view(row, names.get(row.definition_id, ""))
+
+
 def get_instance(platform: Platform, instance_id: str) -> views.InstanceDetail:
     """An instance with its attempts (progress, log, exit) and its history."""
     with dialects.read_transaction(platform.engine) as connection:

@@ -31,6 +31,16 @@ def get_run(run_id: str, platform: PlatformDep, _: Viewer) -> schemas.RunDetail:
 
 
 @router.get(
+    "/runs/{run_id}/summary",
+    response_model=schemas.Run,
+    responses=problems.documented(404),
+    summary="A run's states and reasons without its instances (cheap to poll)",
+)
+def get_run_summary(run_id: str, platform: PlatformDep, _: Viewer) -> schemas.Run:
+    return convert.run_summary(runs.get_run_summary(platform, run_id))
+
+
+@router.get(
     "/runs/{run_id}/events",
     response_model=schemas.History,
     responses=problems.documented(404, 422),
