@@ -287,8 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for database, url in databases:
                     measured = measure(database, url, root / f"home-{database}", args)
                     user.setdefault(database, []).append(measured)
-        for database, theirs in _internal(args).items():
-            internal.setdefault(database, []).append(theirs)
+        for database, pair in _internal(args).items():
+            internal.setdefault(database, []).append(pair)
         print(f"round {round_no + 1} of {args.rounds} done", file=sys.stderr)
 
     print(f"veritask up, as a user drives it: {args.tasks} fan-out tasks, a chain of ", end="")
