@@ -121,8 +121,9 @@ def check_placeholders(
     quotes of a command or a statement, or in a statement PostgreSQL cannot prepare."""
     raw = {f"{PARAMS}{name}" for name, p in parameters.items() if p.raw}
     known = _Known(parameters)
+    written = _tasks_written(tree)
     for key, task in tasks.items():
-        line = _task_line(tree, key)
+        line = _Lines(written.get(key))
         if task.run is not None:
             known.check(reader, f"tasks.{key}.run", task.run, line("run"), sql=False)
             _check_shell(reader, f"tasks.{key}.run", task.run, raw, line("run"))
@@ -274,18 +275,20 @@ def _at(line: int | None, text: str, place: placeholders.Place) -> int | None:
     return line + placeholders.line_of(text, place) - 1 + (1 if "\n" in text.rstrip() else 0)
 
 
-def _task_line(tree: Value, key: str) -> _Lines:
+def _tasks_written(tree: Value) -> dict[str, Value]:
+    """Each task's node in the source by key, read once: a lookup per task in a definition of
+    thousands of tasks (a list, when stored) would make checking it quadratic."""
     tasks = tree.get("tasks") if isinstance(tree, Map) else None
-    task: Value | None = None
     if tasks is not None and isinstance(tasks.value, Map):
-        found = tasks.value.get(key)
-        task = found.value if found else None
-    elif tasks is not None and isinstance(tasks.value, Seq):
+        return {entry.key: entry.value for entry in reversed(tasks.value.entries)}
+    found: dict[str, Value] = {}
+    if tasks is not None and isinstance(tasks.value, Seq):
         for item in tasks.value.items:
             named = item.get("key") if isinstance(item, Map) else None
-            if named is not None and isinstance(named.value, Scalar) and named.value.value == key:
-                task = item
-    return _Lines(task)
+            key = named.value.value if named and isinstance(named.value, Scalar) else None
+            if isinstance(key, str):
+                found[key] = item
+    return found
 
 
 class _Lines:

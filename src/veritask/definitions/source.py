@@ -8,8 +8,10 @@ tree with no lines, so one reader checks both.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
+from typing import Final
 
 import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
@@ -54,11 +56,17 @@ class Map:
     line: int | None
 
     def get(self, key: str) -> Entry | None:
-        """The entry for ``key``, if present."""
+        """The entry for ``key``, if present (the first, if the key is written twice)."""
+        return self._by_key.get(key)
+
+    @functools.cached_property
+    def _by_key(self) -> dict[str, Entry]:
+        # A definition of thousands of tasks looks each one up: a scan per lookup would
+        # make reading it quadratic.
+        found: dict[str, Entry] = {}
         for entry in self.entries:
-            if entry.key == key:
-                return entry
-        return None
+            found.setdefault(entry.key, entry)
+        return found
 
 
 Value = Scalar | Seq | Map
@@ -134,8 +142,38 @@ def from_text(text: str) -> tuple[Value | None, list[Problem]]:
 
 def from_json(value: object, path: str = "") -> tuple[Value, list[Problem]]:
     """Wrap a JSON value (dicts, lists, scalars) in the same tree, without lines."""
-    problems: list[Problem] = []
-    return _wrap(value, path, problems), problems
+    try:
+        return _wrap_clean(value), []
+    except _Unclean:
+        # Only a value with a problem pays for the path of every node, to name where it is.
+        problems: list[Problem] = []
+        return _wrap(value, path, problems), problems
+
+
+class _Unclean(Exception):
+    """A value :func:`_wrap_clean` cannot wrap without a problem to report."""
+
+
+_SCALARS: Final = (str, int, float, bool)
+
+
+def _wrap_clean(value: object) -> Value:
+    """:func:`_wrap` for a value without problems (a stored definition: thousands of tasks
+    are read back at every start); raises :class:`_Unclean` at the first problem."""
+    if isinstance(value, dict):
+        entries = []
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise _Unclean
+            entries.append(Entry(key, None, _wrap_clean(item)))
+        return Map(tuple(entries), None)
+    if isinstance(value, list | tuple):
+        return Seq(tuple(_wrap_clean(v) for v in value), None)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _Unclean
+    if value is None or isinstance(value, _SCALARS):
+        return Scalar(value, None)
+    raise _Unclean
 
 
 def _convert(node: Node, path: str, ctx: _Context, seen: frozenset[int]) -> Value:

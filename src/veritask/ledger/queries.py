@@ -127,6 +127,40 @@ def instances_by_id(connection: Connection, instance_ids: Collection[str]) -> li
     return [InstanceRow.from_row(row) for row in connection.execute(statement)]
 
 
+@dataclass(frozen=True)
+class InstanceText:
+    """An instance's row with its policy and facts as the stored text: a reader that keeps
+    the snapshots it derived decodes them only for the instances that moved since."""
+
+    id: str
+    run_id: str
+    task_key: str
+    map_index: int
+    state: str
+    version: int
+    policy: str
+    fold: str | None
+
+
+def instance_texts_of_run(connection: Connection, run_id: str) -> list[InstanceText]:
+    """The instances of a run as :class:`InstanceText`, by task key and map index."""
+    statement = (
+        sa.select(
+            _instances.id,
+            _instances.run_id,
+            _instances.task_key,
+            _instances.map_index,
+            _instances.state,
+            _instances.version,
+            statements.POLICY_TEXT,
+            statements.FOLD_TEXT,
+        )
+        .where(_instances.run_id == run_id)
+        .order_by(_instances.task_key, _instances.map_index)
+    )
+    return [InstanceText(*row) for row in connection.execute(statement)]
+
+
 def instances_of_run(connection: Connection, run_id: str) -> list[InstanceRow]:
     """The instances of a run, by task key and map index."""
     statement = (

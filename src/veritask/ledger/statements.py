@@ -25,16 +25,16 @@ _instances = schema.task_instances
 #: scheduler's sweeps read it for row after row, and a run's tasks share a few policies.
 POLICY_TEXT = sa.cast(_instances.c.policy, sa.Text).label("policy")
 # The fold as stored text: the ledger decodes it only when its cache of the instance is stale.
-_FOLD_TEXT = sa.cast(_instances.c.fold, sa.Text).label("fold")
+FOLD_TEXT = sa.cast(_instances.c.fold, sa.Text).label("fold")
 SELECT_INSTANCE = sa.select(
-    _instances.c.run_id, _instances.c.version, POLICY_TEXT, _FOLD_TEXT
+    _instances.c.run_id, _instances.c.version, POLICY_TEXT, FOLD_TEXT
 ).where(_instances.c.id == sa.bindparam("id"))
 SELECT_INSTANCES = sa.select(
     _instances.c.id,
     _instances.c.run_id,
     _instances.c.version,
     POLICY_TEXT,
-    _FOLD_TEXT,
+    FOLD_TEXT,
 ).where(_instances.c.id.in_(sa.bindparam("ids", expanding=True)))
 SELECT_KNOWN_MANY = sa.select(
     schema.events.c.event_id,

@@ -6,10 +6,15 @@ derived here with the core's pure ``derive`` instead of a second read per instan
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import Final
 
 from veritask.core import codec, fold, outputs, refusals
-from veritask.core.jsontypes import JSONValue
+from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.core.policy import TaskPolicy
 from veritask.core.states import PublicationState, RunExecutionState, TriggerKind
 from veritask.ledger import queries
@@ -29,16 +34,71 @@ def definition_named(connection: Connection, name: str) -> DefinitionRow:
 
 def snapshot_of(row: InstanceRow) -> fold.InstanceSnapshot:
     """The instance's snapshot from its row (the same derivation the ledger makes)."""
-    facts = codec.facts_from_json(row.fold) if isinstance(row.fold, dict) else fold.empty(row.id)
-    return fold.derive(facts, TaskPolicy.from_json(row.policy))
+    return _kept_or(
+        row.id,
+        row.version,
+        lambda: (row.fold if isinstance(row.fold, dict) else None, row.policy),
+    )
+
+
+def snapshot_of_text(row: queries.InstanceText) -> fold.InstanceSnapshot:
+    """:func:`snapshot_of` for a row read as text: decoded only if not kept already."""
+    return _kept_or(
+        row.id, row.version, lambda: (json.loads(row.fold) if row.fold else None, row.policy)
+    )
+
+
+def _kept_or(
+    instance_id: str,
+    version: int,
+    stored: Callable[[], tuple[JSONObject | None, JSONObject | str]],
+) -> fold.InstanceSnapshot:
+    """The snapshot kept for (instance, version), else derived from ``stored`` (the facts and
+    the policy) and kept. Every change of a row's facts moves its version, so a page or a
+    poll that reads a run of thousands of instances again derives only those that moved."""
+    key = (instance_id, version)
+    with _SNAPSHOTS_LOCK:
+        kept = _SNAPSHOTS.get(key)
+        if kept is not None:
+            _SNAPSHOTS.move_to_end(key)
+            return kept
+    facts_json, policy = stored()
+    facts = codec.facts_from_json(facts_json) if facts_json else fold.empty(instance_id)
+    snapshot = fold.derive(facts, _policy(policy))
+    with _SNAPSHOTS_LOCK:
+        _SNAPSHOTS[key] = snapshot
+        while len(_SNAPSHOTS) > SNAPSHOTS_KEPT:
+            _SNAPSHOTS.popitem(last=False)
+    return snapshot
+
+
+def _policy(stored: JSONObject | str) -> TaskPolicy:
+    if isinstance(stored, str):
+        return _policy_of_text(stored)
+    return TaskPolicy.from_json(stored)
+
+
+@functools.lru_cache(maxsize=1024)
+def _policy_of_text(text: str) -> TaskPolicy:
+    """A run's tasks share a few policies: each text is parsed once."""
+    return TaskPolicy.from_json(json.loads(text))
+
+
+#: Derived snapshots kept by (instance id, version), the least recently read forgotten first.
+SNAPSHOTS_KEPT: Final = 50_000
+_SNAPSHOTS: OrderedDict[tuple[str, int], fold.InstanceSnapshot] = OrderedDict()
+_SNAPSHOTS_LOCK = threading.Lock()  # pages render in a thread pool
 
 
 def instance_view(
-    row: InstanceRow, attempt_rows: Iterable[AttemptRow], *, waiting: str | None = None
+    row: InstanceRow | queries.InstanceText,
+    attempt_rows: Iterable[AttemptRow],
+    *,
+    waiting: str | None = None,
 ) -> views.Instance:
     """An instance with every attempt; lease and heartbeat come from the attempt rows.
     ``waiting``: why it waits for its pool, which then is its reason."""
-    snapshot = snapshot_of(row)
+    snapshot = snapshot_of(row) if isinstance(row, InstanceRow) else snapshot_of_text(row)
     leases = {a.attempt_no: a for a in attempt_rows}
     return views.Instance(
         id=row.id,

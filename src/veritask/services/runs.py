@@ -141,7 +141,7 @@ def get_run(platform: Platform, run_id: str) -> views.RunDetail:
     pipeline order (``ordering``)."""
     with dialects.read_transaction(platform.engine) as connection:
         row = _run_row(connection, run_id)
-        instances = queries.instances_of_run(connection, run_id)
+        instances = queries.instance_texts_of_run(connection, run_id)
         attempts = queries.attempts_by_instance(connection, (i.id for i in instances))
         names = queries.definition_names(connection, [row.definition_id])
         order = ordering.version_order(connection, row.definition_id, row.definition_version)
