@@ -80,7 +80,7 @@ def test_a_long_label_keeps_both_ends_around_an_ellipsis() -> None:
 def test_no_label_of_any_length_is_estimated_wider_than_its_room(
     alphabet: str, room: int, size: int
 ) -> None:
-    for length in range(0, 90):
+    for length in range(90):
         text = "".join(alphabet[(i * 7) % len(alphabet)] for i in range(length))
         shown = labels.fit(text, room, size=size)
         assert labels.width(shown, size=size) <= room, (text, shown)
