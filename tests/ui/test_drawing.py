@@ -1,12 +1,14 @@
-"""The graph layout, the Gantt chart's scale, the session."""
+"""The graph layout, its labels fitted to their boxes, the Gantt chart's scale, the session."""
 
 from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from veritask.services.durations import Phase, PhaseInterval
-from veritask.ui import dag, gantt, session
+from veritask.ui import dag, gantt, labels, session
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -37,6 +39,60 @@ def test_a_wide_run_lays_out_every_instance() -> None:
     layout = dag.lay_out([node(k) for k in keys], [("root", k) for k in keys[1:]])
     assert len(layout.nodes) == 1001
     assert layout.height > 1000 * dag.NODE_HEIGHT
+
+
+LONGEST_KEY = "w" + "mw" * 31 + "m"  # 64 characters, the widest a key may have
+
+
+def test_a_label_that_fits_is_drawn_whole() -> None:
+    assert labels.fit("extract", dag.LABEL_ROOM, size=12) == "extract"
+    assert labels.fit("load ×3", dag.LABEL_ROOM, size=12) == "load ×3"
+    assert labels.fit("上游失败", dag.STATE_ROOM, size=11) == "上游失败"
+
+
+def test_the_estimate_knows_narrow_wide_and_cjk_characters() -> None:
+    assert labels.advance("i") < labels.advance("a") < labels.advance("A") < labels.advance("W")
+    assert labels.advance("任") == labels.advance("，") == 1.0  # an ideograph: a whole em
+    assert labels.advance("é") == 1.0  # unknown: as wide as anything common
+    assert labels.width("ab", size=10) == 10 * (labels.advance("a") + labels.advance("b"))
+
+
+def test_a_long_label_keeps_both_ends_around_an_ellipsis() -> None:
+    key = "load_orders_from_the_warehouse_part_017"
+    shown = labels.fit(key, dag.LABEL_ROOM, size=12)
+    head, tail = shown.split(labels.ELLIPSIS)
+    assert key.startswith(head) and key.endswith(tail)
+    assert tail.endswith("017") and len(head) > len(tail) > 0
+    assert labels.width(shown, size=12) <= dag.LABEL_ROOM
+
+
+@pytest.mark.parametrize(
+    ("alphabet", "room", "size"),
+    [
+        ("mwMW@%", dag.LABEL_ROOM, 12),
+        ("abcdefghijklmnopqrstuvwxyz0123456789_-", dag.LABEL_ROOM, 12),
+        ("ijl.", dag.LABEL_ROOM, 12),
+        ("上游任务失败，已取消", dag.STATE_ROOM, 11),
+        ("load×任务[7]", dag.LABEL_ROOM, 12),
+        ("mw", 10, 12),
+    ],
+)
+def test_no_label_of_any_length_is_estimated_wider_than_its_room(
+    alphabet: str, room: int, size: int
+) -> None:
+    for length in range(90):
+        text = "".join(alphabet[(i * 7) % len(alphabet)] for i in range(length))
+        shown = labels.fit(text, room, size=size)
+        assert labels.width(shown, size=size) <= room, (text, shown)
+        if shown != text:
+            head, _, tail = shown.partition(labels.ELLIPSIS)
+            assert text.startswith(head) and text.endswith(tail)
+
+
+def test_the_longest_key_is_cut_to_its_box() -> None:
+    shown = labels.fit(LONGEST_KEY, dag.LABEL_ROOM, size=12)
+    assert labels.ELLIPSIS in shown and shown.startswith("wmw")
+    assert labels.width(shown, size=12) <= dag.LABEL_ROOM
 
 
 def interval(phase: Phase, attempt: int, start: float, end: float | None) -> PhaseInterval:

@@ -22,6 +22,12 @@ LAYER_GAP: Final = 56
 ROW_GAP: Final = 12
 MARGIN: Final = 8
 SWEEPS: Final = 4
+#: Inside a box: the padding at each side of its text, the state's icon before its word, and
+#: so the room left for the label (12 px) and for the state's word or the caption (11 px).
+PADDING: Final = 8
+ICON_ROOM: Final = 16
+LABEL_ROOM: Final = NODE_WIDTH - 2 * PADDING
+STATE_ROOM: Final = LABEL_ROOM - ICON_ROOM
 
 
 @dataclass(frozen=True)

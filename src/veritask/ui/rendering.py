@@ -22,7 +22,7 @@ from markupsafe import Markup, escape
 from veritask.core import phrasebook
 from veritask.core.phrases import Slot
 from veritask.definitions.schedule import ScheduleWords
-from veritask.ui import i18n, icons
+from veritask.ui import dag, i18n, icons, labels
 
 #: The colour family of each state (a CSS class); the glyph and the word carry the meaning.
 STATE_TONES: Final = {
@@ -94,6 +94,8 @@ def render(
         "tone": tone,
         "glyph": glyph,
         "glyph_at": glyph_at,
+        "fit": labels.fit,
+        "dag": dag,
     }
     return _environment.get_template(template).render(**helpers, now=now, **values)
 

@@ -1,8 +1,8 @@
 // Veritask's own script: no framework. It reports the browser's time zone (a cookie the
 // server renders dates with), keeps [data-live] regions fresh when the server-sent events
-// say the ledger moved, follows a growing log, runs the log viewer, numbers the editor's
-// lines, and submits the language choice. Every page works without it, only without live
-// updates.
+// say the ledger moved, follows a growing log, runs the log viewer, zooms and pans the task
+// graphs, numbers the editor's lines, and submits the language choice. Every page works
+// without it, only without live updates.
 (function () {
   "use strict";
 
@@ -270,6 +270,143 @@
       setFollowing(true);
     }
     if (view.dataset.follow) setTimeout(poll, 1000);
+  }
+
+  // -- the task graph zooms and pans ------------------------------------------------------------
+  // Without the script the graph is drawn at its own size in a box that scrolls. The script
+  // zooms by resizing the SVG (its viewBox keeps the drawing's coordinates), so the box's own
+  // scrolling does the panning: scrollbars, a touchpad, and Tab to a box out of sight go on
+  // working. A plain wheel scrolls the page as everywhere; Ctrl + wheel (a touchpad's pinch
+  // too) zooms around the pointer.
+  document.querySelectorAll("[data-graph]").forEach(zoomable);
+
+  function zoomable(holder) {
+    var view = holder.querySelector(".graph-view");
+    var tools = holder.querySelector(".graph-tools");
+    var level = holder.querySelector(".zoom-level");
+    // Below three quarters the 12 px labels are too small to read: a graph wider than its
+    // box opens no smaller than that, with scrollbars, its first tasks in sight. Fit shows
+    // the whole graph whatever the scale, and zooming out goes as far as fit or half size.
+    var STEP = 1.25, MOST = 4, READABLE = 0.75, HALF = 0.5;
+    var scale = 1, pending = null;
+
+    function drawing() { return view.querySelector("svg.dag"); }
+    function drawn(svg) { var box = svg.viewBox.baseVal; return { width: box.width, height: box.height }; }
+    function resize(svg) {
+      var size = drawn(svg);
+      svg.setAttribute("width", String(size.width * scale));
+      svg.setAttribute("height", String(size.height * scale));
+      view.dataset.scale = String(scale);
+      level.textContent = Math.round(scale * 100) + "%";
+    }
+    function fitting() {
+      var svg = drawing(), size = drawn(svg);
+      var tallest = parseFloat(getComputedStyle(view).maxHeight) || view.clientHeight;
+      return Math.min(1, (view.clientWidth - 1) / size.width, (tallest - 1) / size.height);
+    }
+    // The point of the box at (x, y) (from its top left corner) stays where it is.
+    function zoomTo(wanted, x, y) {
+      var svg = drawing();
+      if (!svg) return;
+      var next = Math.max(Math.min(HALF, fitting()), Math.min(MOST, wanted));
+      if (x === undefined) { x = view.clientWidth / 2; y = view.clientHeight / 2; }
+      var left = (view.scrollLeft + x) / scale, top = (view.scrollTop + y) / scale;
+      scale = next;
+      resize(svg);
+      view.scrollLeft = left * scale - x;
+      view.scrollTop = top * scale - y;
+    }
+    function fit() { zoomTo(fitting()); view.scrollLeft = 0; view.scrollTop = 0; }
+    function pan(dx, dy) { view.scrollLeft += dx; view.scrollTop += dy; }
+    function within(event) {
+      var box = view.getBoundingClientRect();
+      return { x: event.clientX - box.left - view.clientLeft, y: event.clientY - box.top - view.clientTop };
+    }
+
+    tools.hidden = false;
+    view.classList.add("zoomable");
+    var first = drawing();
+    if (!first) return;
+    scale = Math.min(1, Math.max(READABLE, (view.clientWidth - 1) / drawn(first).width));
+    resize(first);
+
+    tools.addEventListener("click", function (event) {
+      var button = event.target.closest && event.target.closest("button[data-zoom]");
+      if (!button) return;
+      var how = button.dataset.zoom;
+      if (how === "fit") fit(); else zoomTo(how === "in" ? scale * STEP : scale / STEP);
+    });
+
+    view.addEventListener("keydown", function (event) {
+      if (event.ctrlKey || event.metaKey || event.altKey) return;  // the browser's own zoom
+      var stepX = Math.max(40, view.clientWidth / 8), stepY = Math.max(40, view.clientHeight / 8);
+      switch (event.key) {
+        case "ArrowLeft": pan(-stepX, 0); break;
+        case "ArrowRight": pan(stepX, 0); break;
+        case "ArrowUp": pan(0, -stepY); break;
+        case "ArrowDown": pan(0, stepY); break;
+        case "+": case "=": zoomTo(scale * STEP); break;
+        case "-": case "_": zoomTo(scale / STEP); break;
+        case "0": fit(); break;
+        default: return;
+      }
+      event.preventDefault();
+    });
+
+    // Many wheel events come in one frame: one resize per frame keeps a 1,000-box graph smooth.
+    view.addEventListener("wheel", function (event) {
+      if (!event.ctrlKey && !event.metaKey) return;
+      event.preventDefault();
+      var lines = event.deltaMode === 1 ? 16 : event.deltaMode === 2 ? view.clientHeight : 1;
+      var factor = Math.exp(-event.deltaY * lines / 300), at = within(event);
+      if (pending) { pending.factor *= factor; pending.x = at.x; pending.y = at.y; return; }
+      pending = { factor: factor, x: at.x, y: at.y };
+      requestAnimationFrame(function () {
+        var wanted = pending;
+        pending = null;
+        zoomTo(scale * wanted.factor, wanted.x, wanted.y);
+      });
+    }, { passive: false });
+
+    // A drag pans; a click that did not move follows its link. Touch pans natively.
+    var drag = null, dragged = false;
+    view.addEventListener("pointerdown", function (event) {
+      if (event.button !== 0 || event.pointerType === "touch") return;
+      var at = within(event);
+      if (at.x >= view.clientWidth || at.y >= view.clientHeight) return;  // a scrollbar
+      drag = { id: event.pointerId, x: event.clientX, y: event.clientY, left: view.scrollLeft, top: view.scrollTop };
+      dragged = false;
+    });
+    view.addEventListener("pointermove", function (event) {
+      if (!drag || event.pointerId !== drag.id) return;
+      var dx = event.clientX - drag.x, dy = event.clientY - drag.y;
+      if (!dragged && Math.abs(dx) + Math.abs(dy) < 4) return;
+      if (!dragged) {
+        dragged = true;
+        view.setPointerCapture(event.pointerId);
+        view.classList.add("dragging");
+        var selection = window.getSelection();
+        if (selection) selection.removeAllRanges();
+      }
+      view.scrollLeft = drag.left - dx;
+      view.scrollTop = drag.top - dy;
+    });
+    function drop() { drag = null; view.classList.remove("dragging"); }
+    view.addEventListener("pointerup", drop);
+    view.addEventListener("pointercancel", drop);
+    view.addEventListener("click", function (event) {
+      if (!dragged) return;
+      dragged = false;
+      event.preventDefault();
+      event.stopPropagation();
+    }, true);
+    view.addEventListener("dragstart", function (event) { event.preventDefault(); });
+
+    // A live update brings a new drawing at its own size: it keeps the reader's zoom.
+    document.addEventListener("veritask:refreshed", function () {
+      var svg = drawing();
+      if (svg) resize(svg);
+    });
   }
 
   // -- the editor's line numbers --------------------------------------------------------------
