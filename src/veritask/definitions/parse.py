@@ -148,7 +148,8 @@ class _Reader(Reader):
         defaults_fields = self.fields_of(f.get("defaults"), "defaults", POLICY_FIELDS)
         defaults = self.policy(defaults_fields, "defaults", TaskPolicy(), f.get("defaults"))
         parameters = declarations.read_parameters(self, f.get("parameters"))
-        if schedule is not None:
+        # Nobody gives a run a publication started a value either.
+        if schedule is not None or f.get("trigger") is not None:
             declarations.check_scheduled_defaults(self, f.get("parameters"), parameters)
         queue = self.text(f.get("queue"), "queue")
         env = read_env(self, f.get("env"), "env")
