@@ -14,67 +14,21 @@ import pytest
 import sqlalchemy as sa
 
 from tests.scheduling.harness import SECRET, Harness
+from tests.scheduling.publications import downstream, published_run, upstream
 from veritask.core.states import (
     DefinitionLifecycle,
-    PublicationState,
-    RunExecutionState,
     TriggerKind,
 )
 from veritask.definitions.errors import DefinitionError
 from veritask.ledger import definitions as definition_store
-from veritask.ledger import dialects, run_store, run_upstreams, schema
+from veritask.ledger import dialects, run_upstreams, schema
 from veritask.ledger.ledger import Ledger
-from veritask.scheduling import publication_triggers, triggers
-from veritask.scheduling.dispatch import new_event_id
+from veritask.scheduling import publication_triggers
 from veritask.scheduling.scheduler import Scheduler
 from veritask.scheduling.tokens import AttemptTokens
 
 MONDAY = datetime(2026, 3, 2, tzinfo=UTC)
 TUESDAY = MONDAY + timedelta(days=1)
-
-
-def upstream(name: str) -> str:
-    return f"name: {name}\npublish:\n  commit: {{run: 'true'}}\ntasks:\n  t: {{run: 'true'}}\n"
-
-
-def downstream(*upstreams: str, when: str = "all", concurrency: str = "allow") -> str:
-    return (
-        f"name: report\nconcurrency: {concurrency}\n"
-        f"trigger: {{on_published: [{', '.join(upstreams)}], when: {when}}}\n"
-        "tasks:\n  t: {run: 'true'}\n"
-    )
-
-
-def published_run(ledger: Ledger, name: str, logical_time: datetime) -> str:
-    """A run of ``name`` for ``logical_time``, moved to SUCCESS and PUBLISHED."""
-    run_id = triggers.trigger(
-        ledger, name=name, kind=TriggerKind.API, actor="test", logical_time=logical_time
-    ).run_id
-    with ledger.engine.begin() as connection:
-        version, _ = run_store.run_version(connection, run_id)
-        version = run_store.set_execution_state(
-            connection,
-            run_id=run_id,
-            expected_version=version,
-            state=RunExecutionState.SUCCESS,
-            reason="test",
-            previous=RunExecutionState.RUNNING,
-            actor="test",
-            event_id=new_event_id(),
-            now=ledger.clock(),
-        )
-        run_store.set_publication_state(
-            connection,
-            run_id=run_id,
-            expected_version=version,
-            state=PublicationState.PUBLISHED,
-            reason="test",
-            previous=PublicationState.PENDING,
-            actor="test",
-            event_id=new_event_id(),
-            now=ledger.clock(),
-        )
-    return run_id
 
 
 def started_runs(ledger: Ledger) -> list[tuple[str, datetime | None, str, list[str]]]:

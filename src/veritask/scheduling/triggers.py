@@ -161,7 +161,7 @@ def _refuse_endless_waits(connection: Connection, definition: Definition) -> Non
         started = sorted(
             name
             for name, spec in specs.items()
-            if name != definition.name and definition.name in _started_by(spec)
+            if name != definition.name and definition.name in started_by(spec)
         )
         if started:
             names = ", ".join(repr(name) for name in started)
@@ -182,7 +182,7 @@ def _refuse_endless_waits(connection: Connection, definition: Definition) -> Non
         raise DefinitionError(found)
 
 
-def _started_by(spec: JSONValue) -> set[str]:
+def started_by(spec: JSONValue) -> set[str]:
     """The names a stored spec's ``trigger.on_published`` lists."""
     trigger = spec.get("trigger") if isinstance(spec, dict) else None
     listed = trigger.get("on_published") if isinstance(trigger, dict) else None
