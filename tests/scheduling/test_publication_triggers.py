@@ -15,10 +15,7 @@ import sqlalchemy as sa
 
 from tests.scheduling.harness import SECRET, Harness
 from tests.scheduling.publications import downstream, published_run, upstream
-from veritask.core.states import (
-    DefinitionLifecycle,
-    TriggerKind,
-)
+from veritask.core.states import DefinitionLifecycle, RunExecutionState, TriggerKind
 from veritask.definitions.errors import DefinitionError
 from veritask.ledger import definitions as definition_store
 from veritask.ledger import dialects, run_upstreams, schema
@@ -240,3 +237,25 @@ def test_apply_refuses_an_upstream_without_publish_and_a_dropped_publish(
     assert "'report'" in dropped.value.problems[0].message
     with pytest.raises(DefinitionError):
         harness.apply("name: not_yet_applied\ntasks:\n  t: {run: 'true'}\n")
+
+
+@pytest.mark.slow
+def test_a_real_publication_starts_a_run_that_runs(harness: Harness) -> None:
+    harness.apply(upstream("users"))
+    harness.apply(downstream("users"))
+    users = harness.trigger("users")
+    harness.finish(users)
+
+    def started() -> str | None:
+        found = started_runs(harness.ledger)
+        return found[0][0] if found else None
+
+    run_id = harness.until(started, what="the run the publication starts")
+    assert harness.finish(run_id)[0] is RunExecutionState.SUCCESS
+    [(_, logical_time, _, ups)] = started_runs(harness.ledger)
+    assert ups == [users]
+    with dialects.read_transaction(harness.engine) as connection:
+        upstream_time = connection.execute(
+            sa.select(schema.runs.c.logical_time).where(schema.runs.c.id == users)
+        ).scalar_one()
+    assert logical_time == upstream_time
