@@ -18,7 +18,7 @@ from tests.scheduling.publications import downstream, published_run, upstream
 from veritask.core.states import DefinitionLifecycle, RunExecutionState, TriggerKind
 from veritask.definitions.errors import DefinitionError
 from veritask.ledger import definitions as definition_store
-from veritask.ledger import dialects, run_upstreams, schema
+from veritask.ledger import dialects, retention, run_upstreams, schema
 from veritask.ledger.ledger import Ledger
 from veritask.scheduling import publication_triggers
 from veritask.scheduling.scheduler import Scheduler
@@ -259,3 +259,24 @@ def test_a_real_publication_starts_a_run_that_runs(harness: Harness) -> None:
             sa.select(schema.runs.c.logical_time).where(schema.runs.c.id == users)
         ).scalar_one()
     assert logical_time == upstream_time
+
+
+def test_purging_a_started_run_purges_its_evidence_and_an_upstreams_keeps_it(
+    harness: Harness,
+) -> None:
+    ledger = harness.ledger
+    harness.apply(upstream("users"))
+    harness.apply(downstream("users", when="any"))
+    users = published_run(ledger, "users", MONDAY)
+    start(ledger)
+    [(run_id, _, _, _)] = started_runs(ledger)
+    with ledger.engine.begin() as connection:
+        retention.delete_run_snapshots(connection, [users])  # no key holds the evidence's end
+    with dialects.read_transaction(ledger.engine) as connection:
+        assert run_upstreams.upstream_runs(connection, run_id) == [
+            run_upstreams.UpstreamRun(users, None)
+        ]
+    with ledger.engine.begin() as connection:
+        retention.delete_run_snapshots(connection, [run_id])
+    with dialects.read_transaction(ledger.engine) as connection:
+        assert run_upstreams.upstream_runs(connection, run_id) == []
