@@ -10,6 +10,7 @@ import httpx
 
 from tests.scheduling.publications import downstream, published_run, upstream
 from tests.ui.conftest import Ui
+from veritask.cli import render
 from veritask.scheduling import publication_triggers
 from veritask.services import definitions
 from veritask.services.tokens import TokenRole
@@ -72,6 +73,9 @@ def test_the_run_page_and_the_api_name_the_upstream_runs(ui: Ui) -> None:
     assert detail["logical_time"].startswith("2026-03-02T00:00:00")
     assert {u["definition"] for u in detail["upstream_runs"]} == {"users", "orders"}
     assert users in {u["run_id"] for u in detail["upstream_runs"]}
+    started_by = render.run_header(detail)[-1]  # what `veritask show` prints
+    assert started_by.startswith("started by:  orders ")
+    assert f"users {users}" in started_by
     report = api.get("/api/v2/definitions/report").json()
     assert (report["started_by"], report["started_when"]) == (["users", "orders"], "all")
     assert api.get("/api/v2/definitions/users").json()["starts"] == ["report"]
