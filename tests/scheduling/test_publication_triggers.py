@@ -94,6 +94,24 @@ def test_all_waits_for_every_upstream_of_the_same_logical_time(harness: Harness)
     assert start(ledger) == 0
 
 
+def test_logical_times_one_upstream_never_publishes_hold_back_none_behind_them(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run_upstreams, "BATCH", 2)  # fewer than the incomplete days below
+    ledger = harness.ledger
+    for name in ("users", "orders"):
+        harness.apply(upstream(name))
+    harness.apply(downstream("users", "orders"))
+    for day in range(3):
+        published_run(ledger, "users", MONDAY + timedelta(days=day))
+    thursday = MONDAY + timedelta(days=3)
+    published_run(ledger, "users", thursday)
+    published_run(ledger, "orders", thursday)
+
+    assert start(ledger) == 1
+    assert [t for _, t, _, _ in started_runs(ledger)] == [thursday]
+
+
 def test_any_starts_one_run_per_upstream_run(harness: Harness) -> None:
     ledger = harness.ledger
     for name in ("users", "orders"):

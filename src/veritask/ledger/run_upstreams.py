@@ -68,45 +68,69 @@ def triggered_definitions(connection: Connection) -> list[TriggeredDefinition]:
     return [TriggeredDefinition(*row) for row in rows if row.trigger is not None]
 
 
+def _published_by(upstreams: Collection[str]) -> list[sa.ColumnElement[bool]]:
+    """The runs of the live upstreams that are PUBLISHED for a logical time."""
+    return [
+        _d.name.in_(list(upstreams)),
+        _d.lifecycle.in_([lifecycle.value for lifecycle in schema.NAME_HOLDING_LIFECYCLES]),
+        _r.publication_state == states.PublicationState.PUBLISHED.value,
+        _r.logical_time.is_not(None),
+    ]
+
+
 def unanswered_publications(
-    connection: Connection,
-    *,
-    downstream_id: str,
-    upstreams: Collection[str],
-    since: datetime,
-    per_logical_time: bool,
+    connection: Connection, *, downstream_id: str, upstreams: Collection[str], since: datetime
 ) -> list[Publication]:
     """The upstreams' runs PUBLISHED at or after ``since`` that no run of the downstream
-    answers yet (``per_logical_time``: no ``published`` run of their logical time), oldest
-    publication first."""
+    names yet (``when: any``), oldest publication first."""
     down = schema.runs.alias("down")
-    if per_logical_time:
-        answered = sa.exists().where(
-            down.c.definition_id == downstream_id,
-            down.c.trigger_kind == states.TriggerKind.PUBLISHED.value,
-            down.c.logical_time == _r.logical_time,
-        )
-    else:
-        answered = sa.exists().where(
-            _u.upstream_run_id == _r.id,
-            down.c.id == _u.run_id,
-            down.c.definition_id == downstream_id,
-        )
+    answered = sa.exists().where(
+        _u.upstream_run_id == _r.id,
+        down.c.id == _u.run_id,
+        down.c.definition_id == downstream_id,
+    )
     rows = connection.execute(
         sa.select(_r.id, _d.name, _r.logical_time)
         .join(schema.definitions, _d.id == _r.definition_id)
-        .where(
-            _d.name.in_(list(upstreams)),
-            _d.lifecycle.in_([lifecycle.value for lifecycle in schema.NAME_HOLDING_LIFECYCLES]),
-            _r.publication_state == states.PublicationState.PUBLISHED.value,
-            _r.logical_time.is_not(None),
-            _r.updated_observed_at >= since,
-            ~answered,
-        )
+        .where(*_published_by(upstreams), _r.updated_observed_at >= since, ~answered)
         .order_by(_r.updated_observed_at, _r.id)
         .limit(BATCH)
     )
     return [Publication(*row) for row in rows]
+
+
+def completed_logical_times(
+    connection: Connection, *, downstream_id: str, upstreams: Collection[str], since: datetime
+) -> list[datetime]:
+    """The logical times for which every upstream has a PUBLISHED run, one of them published
+    at or after ``since``, and the downstream no ``published`` run yet (``when: all``),
+    oldest completion first.
+
+    Counted in one statement: a logical time that some upstream never publishes is not read
+    again at every pass, and cannot hold back the complete ones behind it.
+    """
+    recent = (
+        sa.select(_r.logical_time)
+        .join(schema.definitions, _d.id == _r.definition_id)
+        .where(*_published_by(upstreams), _r.updated_observed_at >= since)
+    )
+    down = schema.runs.alias("down")
+    answered = sa.exists().where(
+        down.c.definition_id == downstream_id,
+        down.c.trigger_kind == states.TriggerKind.PUBLISHED.value,
+        down.c.logical_time == _r.logical_time,
+    )
+    completed_at = sa.func.max(_r.updated_observed_at)
+    rows = connection.execute(
+        sa.select(_r.logical_time)
+        .join(schema.definitions, _d.id == _r.definition_id)
+        .where(*_published_by(upstreams), _r.logical_time.in_(recent), ~answered)
+        .group_by(_r.logical_time)
+        .having(sa.func.count(sa.distinct(_d.name)) == len(set(upstreams)))
+        .order_by(completed_at, _r.logical_time)
+        .limit(BATCH)
+    )
+    return [row.logical_time for row in rows]
 
 
 def newest_publications(
@@ -124,7 +148,7 @@ def newest_publications(
         )
         .order_by(_r.updated_observed_at, _r.id)
     )
-    return {row.name: row.id for row in rows}  # the newest last, so it wins
+    return {row.name: row.id for row in rows}  # the newest comes last, so it wins
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ scheduler ran is found by the next pass, as far back as the downstream's last ap
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -68,30 +67,30 @@ def _due_runs(connection: Connection, row: upstream_store.TriggeredDefinition) -
     trigger = versions.read(connection, row.id, row.current_version).trigger
     if trigger is None:
         return []
-    publications = upstream_store.unanswered_publications(
-        connection,
-        downstream_id=row.id,
-        upstreams=trigger.upstreams,
-        since=row.since,
-        per_logical_time=trigger.when is PublishedWhen.ALL,
-    )
     if trigger.when is PublishedWhen.ANY:
+        publications = upstream_store.unanswered_publications(
+            connection, downstream_id=row.id, upstreams=trigger.upstreams, since=row.since
+        )
         return [DueRun(row.name, p.run_id, p.logical_time, (p.run_id,)) for p in publications]
-    times = list(dict.fromkeys(p.logical_time for p in publications))
+    times = upstream_store.completed_logical_times(
+        connection, downstream_id=row.id, upstreams=trigger.upstreams, since=row.since
+    )
     return [
         run
-        for logical_time in times
-        if (run := _when_all_published(connection, row.name, trigger, logical_time)) is not None
+        for moment in times
+        if (run := _when_all_published(connection, row.name, trigger, moment)) is not None
     ]
 
 
 def _when_all_published(
     connection: Connection, name: str, trigger: OnPublished, logical_time: datetime
 ) -> DueRun | None:
+    """The run of a logical time that every upstream published: it names each upstream's
+    newest publication of it (None: one was deleted since it was counted)."""
     newest = upstream_store.newest_publications(
         connection, upstreams=trigger.upstreams, logical_time=logical_time
     )
-    if not all(upstream in newest for upstream in trigger.upstreams):
+    if any(upstream not in newest for upstream in trigger.upstreams):
         return None
-    evidence: Sequence[str] = [newest[upstream] for upstream in trigger.upstreams]
-    return DueRun(name, logical_time.isoformat(), logical_time, tuple(evidence))
+    evidence = tuple(newest[upstream] for upstream in trigger.upstreams)
+    return DueRun(name, logical_time.isoformat(), logical_time, evidence)
