@@ -284,7 +284,7 @@ def trigger(
     )
     run_id, created = run_store.create_run(ledger, request, new_id=new_event_id)
     if created and state is RunExecutionState.CANCELLED:
-        close_unstarted(ledger, run_id, actor="scheduler", reason=reason)
+        close_unstarted(ledger, run_id, actor=actor, reason=reason)
     if not created and key is not None:
         _refuse_other_parameters(ledger, run_id, key, definition, effective)
     if created and definition.concurrency is ConcurrencyPolicy.REPLACE:
