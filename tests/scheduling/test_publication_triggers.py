@@ -244,7 +244,7 @@ def test_apply_refuses_an_upstream_without_publish_and_a_dropped_publish(
     harness.apply("name: raw\ntasks:\n  t: {run: 'true'}\n")
     with pytest.raises(DefinitionError) as refused:
         harness.apply(downstream("raw"))
-    assert [p.field for p in refused.value.problems] == ["trigger.on_published[0]"]
+    assert [(p.field, p.line) for p in refused.value.problems] == [("trigger.on_published[0]", 3)]
     assert "has no publish section" in refused.value.problems[0].message
 
     harness.apply(upstream("users"))

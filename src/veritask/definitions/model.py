@@ -172,6 +172,11 @@ class OnPublished:
 
     upstreams: tuple[str, ...]
     when: PublishedWhen = PublishedWhen.ALL
+    lines: tuple[int | None, ...] = field(default=(), compare=False)
+    """Where the source names each upstream, for refusals at apply (not stored)."""
+
+    def line_of(self, index: int) -> int | None:
+        return self.lines[index] if index < len(self.lines) else None
 
     def __post_init__(self) -> None:
         if not self.upstreams:

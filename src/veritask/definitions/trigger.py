@@ -31,6 +31,7 @@ def read_trigger(reader: Reader, entry: Entry | None, own_name: str) -> OnPublis
     if not items and len(reader.problems) == since:
         reader.add(_PATH, entry_line(listed), problems.NO_UPSTREAMS.format())
     upstreams: list[str] = []
+    lines: list[int | None] = []
     for i, item in enumerate(items):
         path = f"{_PATH}[{i}]"
         if not (isinstance(item, Scalar) and isinstance(item.value, str)):
@@ -44,4 +45,7 @@ def read_trigger(reader: Reader, entry: Entry | None, own_name: str) -> OnPublis
         elif name == own_name:
             reader.add(path, item.line, problems.TRIGGERED_BY_ITSELF.format())
         upstreams.append(name)
-    return reader.attempt(lambda: OnPublished(tuple(upstreams), when), entry_line(entry), since)
+        lines.append(item.line)
+    return reader.attempt(
+        lambda: OnPublished(tuple(upstreams), when, tuple(lines)), entry_line(entry), since
+    )

@@ -153,7 +153,7 @@ def _refuse_endless_waits(connection: Connection, definition: Definition) -> Non
                 found.append(
                     Problem(
                         f"trigger.on_published[{i}]",
-                        None,
+                        definition.trigger.line_of(i),
                         problems.TRIGGERED_BY_UNPUBLISHED.format(name=name),
                     )
                 )
