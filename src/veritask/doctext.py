@@ -203,6 +203,10 @@ RUN_RULES = """What moves a run, besides its instances:
   refused ([definitions.md](definitions.md), 'wait_for'). A run still waiting past its
   `expected_finish` raises a `dependency` alert naming what it waits for; past the wait's
   `timeout` its roots are UPSTREAM_FAILED, alerted too.
+- **Started by a publication.** A definition with `trigger: {on_published: [...]}` gets a run
+  of kind `published` when its upstreams' runs are PUBLISHED (all of them for one logical
+  time, or any one), with their logical time, never when they merely executed; the run names
+  the upstream runs ([scheduling.md](scheduling.md), 'Runs started by published data').
 - **Checked at rest.** `veritask verify` and `doctor` check every run's stored execution and
   publication states against its run events, and an ended run against its instances
   ([operations.md](operations.md)).

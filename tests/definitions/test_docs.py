@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from veritask.core.trigger_rules import TriggerRule
-from veritask.definitions import parse
+from veritask.definitions import parse, trigger
 from veritask.definitions.model import ConcurrencyPolicy
 from veritask.definitions.parse import parse_definition
 
@@ -38,6 +38,7 @@ def test_every_definition_in_the_reference_is_accepted(block: str) -> None:
             *parse.CATCHUP_FIELDS,
             *parse.CHECK_FIELDS,
             *parse.WAIT_FIELDS,
+            *trigger.TRIGGER_FIELDS,
         }
     ),
 )

@@ -44,6 +44,8 @@ INVALID = [
     "name: x\nschedule: {cron: '0 0 * * 9', catchup: {max_runs: 0}}\ntasks:\n  a: {run: echo}\n",
     "name: x\nconcurrency: sometimes\ntasks:\n  a: {run: echo}\n",
     "name: x\nwait_for:\n  - {definition: x, published: false}\ntasks:\n  a: {run: echo}\n",
+    "name: x\ntrigger: {on_published: [y, y, x], when: some}\ntasks:\n  a: {run: echo}\n",
+    "name: x\ntrigger: {on_published: []}\ntasks:\n  a: {run: echo}\n",
     "name: x\npublish:\n  checks:\n    - {name: c, run: echo}\n    - {name: c, run: echo}\n"
     "  commit: {}\ntasks:\n  a: {run: echo}\n",
     "name: x\nname: y\ntasks:\n  a: {run: echo}\n",

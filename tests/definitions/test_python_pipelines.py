@@ -112,7 +112,7 @@ def test_every_field_of_a_definition_is_expressible(write: Write) -> None:
         """\
         from veritask import (
             Catchup, Check, Cron, Defaults, Param, Publish, Retry, Secret, Step, WaitFor,
-            pipeline, shell, sql, task,
+            on_published, pipeline, shell, sql, task,
         )
 
         @task(requires_commit=True)
@@ -129,6 +129,7 @@ def test_every_field_of_a_definition_is_expressible(write: Write) -> None:
             defaults=Defaults(retry=Retry(max_retries=1, backoff="fixed"), lease="30s"),
             publish=Publish(checks=[Check(name="rows", call=report)], commit=Step(call=commit)),
             wait_for=[WaitFor("upstream", timeout="6h", lag="1d")],
+            trigger=on_published("upstream", "other", when="any"),
             expected_finish="4h",
             queue="batch",
             env={"REGION": "eu"},
@@ -153,6 +154,8 @@ def test_every_field_of_a_definition_is_expressible(write: Write) -> None:
     assert d.tasks["drop"].decides_run
     assert d.publish is not None and d.publish.commit.call == "everything:commit"
     assert d.wait_for[0].definition == "upstream"
+    assert d.trigger is not None
+    assert (d.trigger.upstreams, d.trigger.when.value) == (("upstream", "other"), "any")
     assert sorted(d.parameters) == ["mode", "rows"]
 
 
@@ -503,7 +506,7 @@ def test_the_spelled_out_choices_are_the_definitions_own() -> None:
     from veritask.core.policy import OnUnknown
     from veritask.core.run_state import TaskRole
     from veritask.core.trigger_rules import TriggerRule
-    from veritask.definitions.model import ConcurrencyPolicy
+    from veritask.definitions.model import ConcurrencyPolicy, PublishedWhen
     from veritask.definitions.parameters import ParameterType
     from veritask.pipelines import api
 
@@ -513,6 +516,7 @@ def test_the_spelled_out_choices_are_the_definitions_own() -> None:
         (api.OnUnknown, OnUnknown),
         (api.Concurrency, ConcurrencyPolicy),
         (api.ParamType, ParameterType),
+        (api.PublishedWhen, PublishedWhen),
     ):
         assert set(get_args(literal)) == {member.value for member in enum}, enum
 

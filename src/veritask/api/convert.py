@@ -14,6 +14,7 @@ def definition_detail(view: views.DefinitionDetail) -> schemas.DefinitionDetail:
             **dataclasses.asdict(view.definition),
             "versions": view.versions,
             "source": view.source,
+            **dataclasses.asdict(view.publications),
         }
     )
 
@@ -23,7 +24,13 @@ def run_summary(view: views.Run) -> schemas.Run:
 
 
 def run_detail(view: views.RunDetail) -> schemas.RunDetail:
-    return schemas.RunDetail.model_validate({**_fields(view.run), "instances": view.instances})
+    return schemas.RunDetail.model_validate(
+        {
+            **_fields(view.run),
+            "instances": view.instances,
+            "upstream_runs": view.upstream_runs,
+        }
+    )
 
 
 def instance_detail(view: views.InstanceDetail) -> schemas.InstanceDetail:

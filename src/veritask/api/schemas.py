@@ -110,6 +110,15 @@ class DefinitionVersion(Out):
 class DefinitionDetail(Definition):
     versions: list[DefinitionVersion]
     source: str | None = Field(description="The source text of the current version")
+    started_by: list[str] = Field(
+        default=[], description="The definitions whose publications start its runs"
+    )
+    started_when: Literal["all", "any"] | None = Field(
+        default=None, description="A run once all of them published a logical time, or per any"
+    )
+    starts: list[str] = Field(
+        default=[], description="The definitions whose runs its publications start"
+    )
 
 
 class DefinitionList(Out):
@@ -218,8 +227,16 @@ class Run(Out):
     updated_observed_at: datetime | None
 
 
+class UpstreamRun(Out):
+    run_id: str
+    definition: str | None = Field(description="null when its definition's history was purged")
+
+
 class RunDetail(Run):
     instances: list[Instance]
+    upstream_runs: list[UpstreamRun] = Field(
+        default=[], description="The PUBLISHED runs that started it (trigger_kind published)"
+    )
 
 
 class RunPage(Out):

@@ -148,7 +148,18 @@ def run_header(run: JSONObject) -> list[str]:
         f"execution:   {text(run.get('execution_state'))} — {text(run.get('execution_reason'))}",
         f"publication: {text(run.get('publication_state'))}"
         + (f" — {text(run.get('publication_reason'))}" if run.get("publication_reason") else ""),
+        *_started_by(items(run.get("upstream_runs"))),
     ]
+
+
+def _started_by(upstreams: list[JSONObject]) -> list[str]:
+    """The published runs that started a run, as ``definition run_id``."""
+    if not upstreams:
+        return []
+    named = ", ".join(
+        f"{text(u.get('definition')) or '?'} {text(u.get('run_id'))}" for u in upstreams
+    )
+    return [f"started by:  {named}"]
 
 
 def instances_table(instances: Iterable[JSONObject]) -> Table:

@@ -211,7 +211,13 @@ def trigger_command(
     help="Only runs in this execution state (repeat for any of several).",
 )
 @click.option("--publication-state", "publication_states", multiple=True, metavar="STATE")
-@click.option("--trigger-kind", "trigger_kinds", multiple=True, metavar="KIND")
+@click.option(
+    "--trigger-kind",
+    "trigger_kinds",
+    multiple=True,
+    metavar="KIND",
+    help="Only runs triggered this way: schedule, manual, api, backfill, rerun or published.",
+)
 @click.option("--logical-from", metavar="TIME", help="Logical time at or after TIME (ISO 8601).")
 @click.option("--logical-to", metavar="TIME", help="Logical time before TIME.")
 @click.option("--created-from", metavar="TIME", help="Created at or after TIME.")

@@ -207,6 +207,22 @@ MUST_BE_PUBLISHED = Phrase(
     "must be true: a dependency is released only when the other run is PUBLISHED, never "
     "merely executed",
 )
+TRIGGERED_BY_ITSELF = Phrase(
+    "problem.triggered_by_itself", "a definition cannot be started by its own publications"
+)
+NO_UPSTREAMS = Phrase(
+    "problem.no_upstreams", "name at least one definition whose publication starts a run"
+)
+TRIGGERED_BY_UNPUBLISHED = Phrase(
+    "problem.triggered_by_unpublished",
+    "{name!r} has no publish section: its runs are never PUBLISHED, so this trigger would "
+    "never start a run",
+)
+TRIGGERED_BY_THIS_PUBLICATION = Phrase(
+    "problem.triggered_by_this_publication",
+    "{names} start runs when this definition's runs are PUBLISHED (trigger.on_published): "
+    "keep a publish section, or remove their trigger first",
+)
 WAITS_FOR_UNPUBLISHED = Phrase(
     "problem.waits_for_unpublished",
     "{name!r} has no publish section: its runs are never PUBLISHED, so this wait would never end",

@@ -185,6 +185,9 @@ class TriggerKind(StrEnum):
     """A program triggered it through the API."""
     RERUN = "rerun"
     """A rerun with new parameters or a new version, linked to the original run."""
+    PUBLISHED = "published"
+    """Runs of the definitions its ``trigger: {on_published: …}`` names were PUBLISHED for
+    its logical time; the run names them."""
 
 
 class EngineState(StrEnum):

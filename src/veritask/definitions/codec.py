@@ -25,6 +25,7 @@ from veritask.definitions.durations import to_seconds
 from veritask.definitions.model import (
     Definition,
     EnvValue,
+    OnPublished,
     PublishSpec,
     Schedule,
     SecretRef,
@@ -56,6 +57,7 @@ def definition_to_json(definition: Definition) -> JSONObject:
             for w in d.wait_for
         ],
         "expected_finish": None if d.expected_finish is None else to_seconds(d.expected_finish),
+        **_trigger(d.trigger),
         **_env(d.env),
         # Only when set: a definition without one keeps the hash it had.
         **({"priority": d.priority} if d.priority else {}),
@@ -148,6 +150,13 @@ def _task(task: TaskSpec, priority: int) -> JSONObject:
     if task.sql is not None:
         del data["with"]  # a sql task has no parameters of its own: the statement is all
     return data
+
+
+def _trigger(trigger: OnPublished | None) -> JSONObject:
+    """``{"trigger": …}`` when there is one: a definition without one keeps the hash it had."""
+    if trigger is None:
+        return {}
+    return {"trigger": {"on_published": list(trigger.upstreams), "when": trigger.when.value}}
 
 
 def _env(env: Mapping[str, EnvValue]) -> JSONObject:

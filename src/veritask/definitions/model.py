@@ -156,6 +156,39 @@ class WaitFor:
             )
 
 
+class PublishedWhen(StrEnum):
+    """Which publications of the upstreams start a run (``trigger.when``)."""
+
+    ALL = "all"
+    """(default) One run per logical time, once every upstream has a PUBLISHED run of it."""
+    ANY = "any"
+    """One run per PUBLISHED upstream run, with that run's logical time."""
+
+
+@dataclass(frozen=True)
+class OnPublished:
+    """``trigger: {on_published: [...], when: all|any}``: runs started by other definitions'
+    publications (docs/scheduling.md, "Runs started by published data")."""
+
+    upstreams: tuple[str, ...]
+    when: PublishedWhen = PublishedWhen.ALL
+    lines: tuple[int | None, ...] = field(default=(), compare=False)
+    """Where the source names each upstream, for refusals at apply (not stored)."""
+
+    def line_of(self, index: int) -> int | None:
+        return self.lines[index] if index < len(self.lines) else None
+
+    def __post_init__(self) -> None:
+        if not self.upstreams:
+            raise DefinitionError.one("trigger.on_published", problems.NO_UPSTREAMS.format())
+        for i, name in enumerate(self.upstreams):
+            path = f"trigger.on_published[{i}]"
+            if not SLUG.fullmatch(name):
+                raise DefinitionError.one(path, problems.NOT_A_VALID_NAME.format(name=name))
+            if name in self.upstreams[:i]:
+                raise DefinitionError.one(path, problems.LISTED_TWICE.format(key=name))
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """One task of a definition, with its policy resolved."""
@@ -261,6 +294,8 @@ class Definition:
     """Name -> the run parameter it declares (definitions.parameters)."""
     publish: PublishSpec | None = None
     wait_for: tuple[WaitFor, ...] = ()
+    trigger: OnPublished | None = None
+    """Runs started by other definitions' publications, besides any schedule."""
     expected_finish: timedelta | None = None
     """When a run should have finished, counted from its logical time (for alerts)."""
     queue: str | None = None
@@ -279,6 +314,11 @@ class Definition:
                 raise DefinitionError.one(
                     f"tasks.{key}", problems.HOLDS_ANOTHER_TASK.format(key=task.key)
                 )
+        if self.trigger is not None and self.name in self.trigger.upstreams:
+            index = self.trigger.upstreams.index(self.name)
+            raise DefinitionError.one(
+                f"trigger.on_published[{index}]", problems.TRIGGERED_BY_ITSELF.format()
+            )
 
     def run_graph(self) -> RunGraph:
         """The tasks as the core's graph (edges, rules, roles), for trigger rules and the

@@ -19,7 +19,7 @@ from veritask.core.jsontypes import JSONValue
 from veritask.core.policy import Backoff, OnUnknown, RetryPolicy, TaskPolicy
 from veritask.core.run_state import TaskRole, find_cycles
 from veritask.core.trigger_rules import TriggerRule
-from veritask.definitions import cron, declarations, placeholders, source
+from veritask.definitions import cron, declarations, placeholders, source, trigger
 from veritask.definitions.codec import content_hash, definition_to_json
 from veritask.definitions.environment import read_env
 from veritask.definitions.errors import DefinitionError, Problem
@@ -62,6 +62,7 @@ TOP_FIELDS = (
     "tasks",
     "publish",
     "wait_for",
+    "trigger",
     "expected_finish",
     "queue",
     "env",
@@ -147,7 +148,8 @@ class _Reader(Reader):
         defaults_fields = self.fields_of(f.get("defaults"), "defaults", POLICY_FIELDS)
         defaults = self.policy(defaults_fields, "defaults", TaskPolicy(), f.get("defaults"))
         parameters = declarations.read_parameters(self, f.get("parameters"))
-        if schedule is not None:
+        # Nobody gives a run a publication started a value either.
+        if schedule is not None or f.get("trigger") is not None:
             declarations.check_scheduled_defaults(self, f.get("parameters"), parameters)
         queue = self.text(f.get("queue"), "queue")
         env = read_env(self, f.get("env"), "env")
@@ -155,6 +157,7 @@ class _Reader(Reader):
         tasks = self.tasks(f.get("tasks"), defaults, queue, priority)
         publish = self.publish(f.get("publish"))
         wait_for = self.wait_for(f.get("wait_for"), name)
+        on_published = trigger.read_trigger(self, f.get("trigger"), name)
         expected_finish = self.duration(
             f.get("expected_finish"), "expected_finish", None, positive=True
         )
@@ -174,6 +177,7 @@ class _Reader(Reader):
                 tasks=tasks,
                 publish=publish,
                 wait_for=wait_for,
+                trigger=on_published,
                 expected_finish=expected_finish,
                 queue=queue,
                 env=env,

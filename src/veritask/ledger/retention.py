@@ -150,6 +150,8 @@ def delete_run_snapshots(connection: Connection, run_ids: Collection[str]) -> No
     instances = sa.select(t.id).where(t.run_id.in_(run_ids)).scalar_subquery()
     connection.execute(schema.attempts.delete().where(a.instance_id.in_(instances)))
     connection.execute(schema.task_instances.delete().where(t.run_id.in_(run_ids)))
+    u = schema.run_upstreams.c
+    connection.execute(schema.run_upstreams.delete().where(u.run_id.in_(run_ids)))
     connection.execute(schema.runs.delete().where(schema.runs.c.id.in_(run_ids)))
 
 

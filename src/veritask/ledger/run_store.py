@@ -51,6 +51,8 @@ class NewRun:
     data_interval_start: datetime | None = None
     data_interval_end: datetime | None = None
     rerun_of: str | None = None
+    upstream_run_ids: tuple[str, ...] = ()
+    """The runs whose publication started this one (``TriggerKind.PUBLISHED``)."""
 
 
 class InstanceBrief(NamedTuple):
@@ -95,6 +97,11 @@ def create_run(ledger: Ledger, request: NewRun, *, new_id: NewId) -> tuple[str, 
         )
         if not created:
             return run_id, False
+        if request.upstream_run_ids:
+            connection.execute(
+                schema.run_upstreams.insert(),
+                [{"run_id": run_id, "upstream_run_id": u} for u in request.upstream_run_ids],
+            )
         record_subject_event(
             connection,
             subject_type=SubjectType.RUN,
@@ -111,6 +118,11 @@ def create_run(ledger: Ledger, request: NewRun, *, new_id: NewId) -> tuple[str, 
                 "definition_version": request.definition_version,
                 "logical_time": request.logical_time.isoformat() if request.logical_time else None,
                 "parameters": dict(request.parameters),
+                **(
+                    {"upstream_runs": list(request.upstream_run_ids)}
+                    if request.upstream_run_ids
+                    else {}
+                ),
             },
             reason=request.execution_reason,
         )
@@ -203,11 +215,16 @@ def execution_of(connection: Connection, run_id: str) -> tuple[RunExecutionState
 
 def latest_logical_times(connection: Connection) -> dict[str, datetime]:
     """For each definition with runs of a logical time, the latest such time (of the runs its
-    schedule made or a backfill: a run by hand at 10:00 does not mean 10:00's run was made)."""
-    by_hand = [TriggerKind.MANUAL.value, TriggerKind.API.value]
+    schedule made or a backfill: a run by hand at 10:00 does not mean 10:00's run was made,
+    nor does a run an upstream's publication of 10:00 started)."""
+    not_scheduled = [
+        TriggerKind.MANUAL.value,
+        TriggerKind.API.value,
+        TriggerKind.PUBLISHED.value,
+    ]
     rows = connection.execute(
         sa.select(_r.definition_id, sa.func.max(_r.logical_time))
-        .where(_r.logical_time.is_not(None), _r.trigger_kind.not_in(by_hand))
+        .where(_r.logical_time.is_not(None), _r.trigger_kind.not_in(not_scheduled))
         .group_by(_r.definition_id)
     )
     return {row.definition_id: row[1] for row in rows}

@@ -152,6 +152,19 @@ runs = sa.Table(
     sa.Index("ix_runs_definition_id_created_at_id", "definition_id", "created_at", "id"),
 )
 
+#: The upstream runs whose publication started a run (``trigger: {on_published: …}``): the
+#: run's evidence, and what tells a scheduler that a publication was answered already. No
+#: foreign key to the upstream run: the purge of a deleted upstream's history keeps the
+#: evidence of the runs it started.
+run_upstreams = sa.Table(
+    "run_upstreams",
+    metadata,
+    _id("run_id", primary_key=True),
+    _id("upstream_run_id", primary_key=True),
+    sa.ForeignKeyConstraint(["run_id"], ["runs.id"]),
+    sa.Index("ix_run_upstreams_upstream_run_id", "upstream_run_id"),
+)
+
 task_instances = sa.Table(
     "task_instances",
     metadata,

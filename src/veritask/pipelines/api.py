@@ -41,6 +41,7 @@ TriggerRuleName = Literal[
 Role = Literal["work", "setup", "teardown"]
 OnUnknown = Literal["retry", "fail", "wait"]
 Concurrency = Literal["allow", "forbid", "queue", "replace"]
+PublishedWhen = Literal["all", "any"]
 ParamType = Literal["string", "integer", "number", "boolean", "date", "datetime"]
 
 
@@ -162,6 +163,20 @@ class WaitFor:
     definition: str
     timeout: Duration | None = None
     lag: Duration | None = None
+
+
+@dataclass(frozen=True)
+class OnPublished:
+    """``trigger: {on_published: …, when: …}``; :func:`on_published` makes one."""
+
+    definitions: tuple[str, ...]
+    when: PublishedWhen = "all"
+
+
+def on_published(*definitions: str, when: PublishedWhen = "all") -> OnPublished:
+    """Start a run when these definitions publish: ``all`` of them for one logical time, or
+    each run of ``any`` of them (docs/definitions.md, "trigger")."""
+    return OnPublished(tuple(definitions), when)
 
 
 @dataclass(frozen=True)
@@ -756,6 +771,7 @@ def pipeline(
     defaults: Defaults | None = None,
     publish: Publish | None = None,
     wait_for: Sequence[WaitFor] = (),
+    trigger: OnPublished | None = None,
     expected_finish: Duration | None = None,
     queue: str | None = None,
     env: Mapping[str, EnvValue] | None = None,
@@ -770,6 +786,7 @@ def pipeline(
         "defaults": defaults,
         "publish": publish,
         "wait_for": tuple(wait_for),
+        "trigger": trigger,
         "expected_finish": expected_finish,
         "queue": queue,
         "env": env,

@@ -32,6 +32,7 @@ from veritask.pipelines.api import (
     Graph,
     MapItem,
     Node,
+    OnPublished,
     Options,
     ParamRef,
     ParamSpecification,
@@ -232,6 +233,9 @@ class _Spec:
         wait_for = f["wait_for"]
         if isinstance(wait_for, tuple) and wait_for:
             spec["wait_for"] = [_wait(w) for w in wait_for if isinstance(w, WaitFor)]
+        trigger = f["trigger"]
+        if isinstance(trigger, OnPublished):
+            spec["trigger"] = {"on_published": list(trigger.definitions), "when": trigger.when}
         for key in ("expected_finish", "queue"):
             if f[key] is not None:
                 spec[key] = _duration_or_text(f[key])

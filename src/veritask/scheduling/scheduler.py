@@ -33,7 +33,14 @@ from veritask.ledger import active_runs, alerts, dialects, errors
 from veritask.ledger.active_runs import ActiveRun
 from veritask.ledger.ledger import Applied, Ledger
 from veritask.ledger.vocabulary import AlertCategory
-from veritask.scheduling import backfills, gathering, intake, sweeps, triggers
+from veritask.scheduling import (
+    backfills,
+    gathering,
+    intake,
+    publication_triggers,
+    sweeps,
+    triggers,
+)
 from veritask.scheduling.advance import (
     Advanced,
     Definitions,
@@ -210,6 +217,7 @@ class Scheduler:
         self._rescan = False
         if self._due("schedules", now, self.settings.monitor_every):
             report.runs_moved += self._fire_schedules(now)
+            report.runs_moved += self._start_published_runs()
             report.runs_moved += self._advance_backfills()
         if full or report.runs_moved:
             report.runs_moved += self._start_queued_runs()
@@ -293,6 +301,17 @@ class Scheduler:
             raise
         except Exception:  # a stored definition that no longer reads: the rest goes on
             log.exception("firing schedules failed")
+            return 0
+
+    def _start_published_runs(self) -> int:
+        try:
+            return publication_triggers.start_published_runs(self.ledger)
+        except errors.LedgerConflict:
+            return 0  # another scheduler moved the same run first; the next pass sees it
+        except errors.LedgerError:
+            raise
+        except Exception:  # a stored definition that no longer reads: the rest goes on
+            log.exception("starting runs of published data failed")
             return 0
 
     def _advance_backfills(self) -> int:

@@ -126,11 +126,13 @@ def apply_definition(
 
 
 def _refuse_endless_waits(connection: Connection, definition: Definition) -> None:
-    """Only a PUBLISHED run releases a ``wait_for``: both ends must keep a publish section.
+    """Only a PUBLISHED run releases a ``wait_for`` or starts a run by ``trigger``: both ends
+    must keep a publish section.
 
-    A definition may not wait for one that exists without ``publish``, and a definition that
-    others wait for may not drop its ``publish``: either way the waiting runs would never start.
-    An upstream not applied yet is checked when it is applied.
+    A definition may not wait for (or be started by) one that exists without ``publish``, and
+    a definition that others wait for (or are started by) may not drop its ``publish``: either
+    way the downstream runs would never start. An upstream not applied yet is checked when it
+    is applied.
     """
     specs = definition_store.live_specs_by_name(connection)
     found = []
@@ -144,7 +146,28 @@ def _refuse_endless_waits(connection: Connection, definition: Definition) -> Non
                     problems.WAITS_FOR_UNPUBLISHED.format(name=wait.definition),
                 )
             )
+    if definition.trigger is not None:
+        for i, name in enumerate(definition.trigger.upstreams):
+            upstream = specs.get(name)
+            if isinstance(upstream, dict) and upstream.get("publish") is None:
+                found.append(
+                    Problem(
+                        f"trigger.on_published[{i}]",
+                        definition.trigger.line_of(i),
+                        problems.TRIGGERED_BY_UNPUBLISHED.format(name=name),
+                    )
+                )
     if definition.publish is None:
+        started = sorted(
+            name
+            for name, spec in specs.items()
+            if name != definition.name and definition.name in started_by(spec)
+        )
+        if started:
+            names = ", ".join(repr(name) for name in started)
+            found.append(
+                Problem("publish", None, problems.TRIGGERED_BY_THIS_PUBLICATION.format(names=names))
+            )
         waiting = sorted(
             name
             for name, spec in specs.items()
@@ -157,6 +180,15 @@ def _refuse_endless_waits(connection: Connection, definition: Definition) -> Non
             )
     if found:
         raise DefinitionError(found)
+
+
+def started_by(spec: JSONValue) -> set[str]:
+    """The names a stored spec's ``trigger.on_published`` lists."""
+    trigger = spec.get("trigger") if isinstance(spec, dict) else None
+    listed = trigger.get("on_published") if isinstance(trigger, dict) else None
+    if not isinstance(listed, list):
+        return set()
+    return {name for name in listed if isinstance(name, str)}
 
 
 def _waited_for(spec: JSONValue) -> set[str]:
@@ -183,8 +215,11 @@ def trigger(
     rerun_of: str | None = None,
     definition_version: int | None = None,
     data_interval: tuple[datetime | None, datetime | None] | None = None,
+    upstream_run_ids: tuple[str, ...] = (),
 ) -> Triggered:
     """Create a run of the definition's current version (or return the one with this key).
+
+    ``upstream_run_ids``: the PUBLISHED runs that started it (``TriggerKind.PUBLISHED``).
 
     Raises :class:`~veritask.definitions.parameters.InvalidParameters` for parameters the
     definition does not declare or values that do not fit their declaration.
@@ -217,7 +252,9 @@ def trigger(
         logical_time = ledger.clock()
     idempotency_key = _key(name, kind, key, logical_time)
     state, reason = _admission(definition, active, kind)
-    if state is RunExecutionState.CANCELLED:
+    # A publication is not asked for again, as a fire time or a request is: the run ``forbid``
+    # refuses is recorded CANCELLED with its reason, which also answers the publication.
+    if state is RunExecutionState.CANCELLED and kind is not TriggerKind.PUBLISHED:
         _refuse_overlap(ledger, idempotency_key, active, reason)
     interval = data_interval or (
         schedule.data_interval(definition.schedule, logical_time)
@@ -243,8 +280,11 @@ def trigger(
         data_interval_start=interval[0],
         data_interval_end=interval[1],
         rerun_of=rerun_of,
+        upstream_run_ids=upstream_run_ids,
     )
     run_id, created = run_store.create_run(ledger, request, new_id=new_event_id)
+    if created and state is RunExecutionState.CANCELLED:
+        close_unstarted(ledger, run_id, actor=actor, reason=reason)
     if not created and key is not None:
         _refuse_other_parameters(ledger, run_id, key, definition, effective)
     if created and definition.concurrency is ConcurrencyPolicy.REPLACE:
@@ -322,6 +362,9 @@ def _key(name: str, kind: TriggerKind, key: str | None, logical_time: datetime |
         if logical_time is None:
             raise Refused(refusals.NEEDS_LOGICAL_TIME.format())
         return f"{name}@{logical_time.isoformat()}"
+    if kind is TriggerKind.PUBLISHED and key:
+        # Apart from a caller's keys: ``key`` is the upstream run or the logical time.
+        return f"{name}@published:{key}"
     return f"{name}:{key}" if key else f"{name}:{uuid.uuid4()}"
 
 

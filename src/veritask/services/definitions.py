@@ -10,6 +10,7 @@ event; :func:`advance_deletions` takes the next steps and is safe to call again 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from datetime import datetime, timedelta
@@ -90,18 +91,30 @@ def get_definition(platform: Platform, name: str) -> views.DefinitionDetail:
     with dialects.read_transaction(platform.engine) as connection:
         row = reading.definition_named(connection, name)
         versions = stored_definitions.versions_of(connection, row.id)
+        live = stored_definitions.live_specs_by_name(connection)
     current = next(
         (version for version in versions if version.version == row.current_version), None
     )
     definition = _view(row, current.spec if current else None, platform.now())
     graph = None
+    links = views.PublicationLinks(
+        starts=tuple(sorted(n for n, spec in live.items() if name in triggers.started_by(spec)))
+    )
     if current is not None and isinstance(current.spec, dict):
-        graph = views.TaskGraph.of(parse.definition_from_json(current.spec))
+        model = parse.definition_from_json(current.spec)
+        graph = views.TaskGraph.of(model)
+        if model.trigger is not None:
+            links = dataclasses.replace(
+                links,
+                started_by=model.trigger.upstreams,
+                started_when=model.trigger.when.value,
+            )
     return views.DefinitionDetail(
         definition,
         tuple(views.DefinitionVersion(v.version, v.content_hash, v.created_at) for v in versions),
         current.source if current else None,
         graph,
+        links,
     )
 
 

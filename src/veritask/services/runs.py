@@ -19,7 +19,7 @@ from veritask.core.judge import Outcome
 from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
 from veritask.definitions import parse
 from veritask.definitions.parameters import InvalidParameters
-from veritask.ledger import dialects, pagination, pools, queries, rejections
+from veritask.ledger import dialects, pagination, pools, queries, rejections, run_upstreams
 from veritask.ledger.database import Connection
 from veritask.ledger.ledger import StaleDecision
 from veritask.ledger.rows import EventRow, InstanceRow, RunRow
@@ -144,6 +144,7 @@ def get_run(platform: Platform, run_id: str) -> views.RunDetail:
         instances = queries.instance_texts_of_run(connection, run_id)
         attempts = queries.attempts_by_instance(connection, (i.id for i in instances))
         names = queries.definition_names(connection, [row.definition_id])
+        upstreams = run_upstreams.upstream_runs(connection, run_id)
         order = ordering.version_order(connection, row.definition_id, row.definition_version)
         waits = pools.waiting_reasons(
             connection, [i.id for i in instances if i.state in _MAY_WAIT], now=platform.now()
@@ -154,6 +155,7 @@ def get_run(platform: Platform, run_id: str) -> views.RunDetail:
     return views.RunDetail(
         reading.run_view(row, names.get(row.definition_id, "")),
         tuple(reading.instance_view(i, attempts[i.id], waiting=waits.get(i.id)) for i in listed),
+        tuple(views.UpstreamRun(u.run_id, u.definition) for u in upstreams),
     )
 
 

@@ -59,6 +59,18 @@ class Definition:
 
 
 @dataclass(frozen=True)
+class PublicationLinks:
+    """How a definition's runs and other definitions' publications start each other."""
+
+    started_by: tuple[str, ...] = ()
+    """The definitions whose publications start its runs (``trigger.on_published``)."""
+    started_when: str | None = None
+    """``all`` or ``any`` of them; None without a trigger."""
+    starts: tuple[str, ...] = ()
+    """The live definitions that its publications start, by name."""
+
+
+@dataclass(frozen=True)
 class DefinitionDetail:
     """A definition with its versions and the source of its current one."""
 
@@ -66,6 +78,7 @@ class DefinitionDetail:
     versions: tuple[DefinitionVersion, ...]
     source: str | None
     graph: TaskGraph | None = None
+    publications: PublicationLinks = PublicationLinks()
     """The current version's task graph; None before any version."""
 
 
@@ -195,11 +208,21 @@ class Run:
 
 
 @dataclass(frozen=True)
+class UpstreamRun:
+    """A run whose publication started another; its definition, if it is still known."""
+
+    run_id: str
+    definition: str | None
+
+
+@dataclass(frozen=True)
 class RunDetail:
     """A run and its instances, each with its attempts."""
 
     run: Run
     instances: tuple[Instance, ...]
+    upstream_runs: tuple[UpstreamRun, ...] = ()
+    """The runs whose publication started it (trigger kind ``published``)."""
 
 
 @dataclass(frozen=True)
