@@ -179,7 +179,7 @@ def test_histories_page_with_after(api: Api) -> None:
     assert api.http.get("/api/v2/instances/nope/events").status_code == 404
 
 
-def test_a_runs_summary_is_its_document_without_the_instances(api: Api) -> None:
+def test_a_runs_summary_is_its_own_fields_without_instances_or_upstreams(api: Api) -> None:
     api.apply(PIPELINE)
     run_id = api.trigger("pipeline")
 
@@ -187,6 +187,7 @@ def test_a_runs_summary_is_its_document_without_the_instances(api: Api) -> None:
     summary = api.http.get(f"/api/v2/runs/{run_id}/summary").json()
 
     assert len(whole.pop("instances")) == 3
+    assert whole.pop("upstream_runs") == []
     assert summary == whole
     missing = api.http.get("/api/v2/runs/nope/summary")
     assert missing.status_code == 404
