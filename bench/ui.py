@@ -269,7 +269,11 @@ def main() -> None:
     parser.add_argument("--grid-only", action="store_true", help="Only the grid's page.")
     parser.add_argument("--log-mb", type=int, default=100)
     parser.add_argument("--log-only", action="store_true", help="Only the log viewer's page.")
+    parser.add_argument("--run-only", action="store_true", help="Only the run's page.")
     options = parser.parse_args()
+    if options.run_only:
+        bench_run_page(options)
+        return
     if options.log_only:
         bench_log_page(options)
         return

@@ -6,6 +6,7 @@ import re
 import uuid
 
 import httpx
+import pytest
 
 from tests.contract.test_audit import _story
 from tests.integration.conftest import completed, open_attempt, started
@@ -15,6 +16,7 @@ from veritask.core import new_events
 from veritask.core.policy import TaskPolicy
 from veritask.services import definitions, pools, runs, tokens
 from veritask.services.tokens import TokenRole
+from veritask.ui.pages import runs as run_pages
 
 
 def test_the_address_up_prints_leads_to_sign_in(ui: Ui) -> None:
@@ -521,3 +523,31 @@ def test_a_runs_graph_joins_its_publish_steps_after_its_leaf_tasks(ui: Ui) -> No
     steps = ["publish.check.freshness", "publish.check.row_count", "publish.commit"]
     assert sorted(boxes) == ["audit", "extract", "load", *steps]
     assert edges == 8
+
+
+def test_a_big_runs_tasks_come_in_pages_and_its_graph_gives_way_to_a_note(
+    ui: Ui, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tasks = "\n".join(f"  t{n:03d}: {{run: 'true'}}" for n in range(450))
+    definitions.apply_definition(ui.platform, f"name: wide\ntasks:\n{tasks}\n", actor="test")
+    run_id = runs.trigger_run(ui.platform, "wide", actor="test").run_id
+    viewer = ui.signed_in(TokenRole.VIEWER)
+
+    first = viewer.http.get(f"/ui/runs/{run_id}").text
+    last = viewer.http.get(f"/ui/runs/{run_id}", params={"page": 3}).text
+    beyond = viewer.http.get(f"/ui/runs/{run_id}", params={"page": 99}).text
+    monkeypatch.setattr(run_pages, "GRAPH_MAX_BOXES", 449)
+    too_big = viewer.http.get(f"/ui/runs/{run_id}").text
+
+    def listed(page: str) -> list[str]:
+        return re.findall(r'<tr data-instance="(t\d{3})"', page)
+
+    assert listed(first) == [f"t{n:03d}" for n in range(200)]
+    assert "Tasks 1–200 of 450" in first and 'rel="next"' in first
+    assert first.count('class="node"') == 450, "the graph draws every task"
+    assert listed(last) == [f"t{n:03d}" for n in range(400, 450)]
+    assert "Tasks 401–450 of 450" in last and 'rel="next"' not in last
+    assert listed(beyond) == listed(last), "a page past the last is the last"
+    assert 'id="run-graph-too-big"' in too_big and 'class="node"' not in too_big
+    assert "This run has 450 tasks" in too_big
+    assert viewer.http.get(f"/ui/runs/{run_id}", params={"page": 0}).status_code == 422

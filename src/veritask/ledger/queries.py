@@ -209,6 +209,23 @@ def attempts_by_instance(
     return found
 
 
+def attempts_of_run(connection: Connection, run_id: str) -> dict[str, list[AttemptRow]]:
+    """Every attempt row of the run's instances by instance, first to last: one indexed
+    join, where a list of thousands of instance ids would be a statement of thousands of
+    parameters."""
+    statement = (
+        sa.select(schema.attempts)
+        .join(schema.task_instances, _instances.id == _attempts.instance_id)
+        .where(_instances.run_id == run_id)
+        .order_by(_attempts.instance_id, _attempts.attempt_no)
+    )
+    found: dict[str, list[AttemptRow]] = {}
+    for row in connection.execute(statement):
+        attempt = AttemptRow.from_row(row)
+        found.setdefault(attempt.instance_id, []).append(attempt)
+    return found
+
+
 def definition_names(connection: Connection, definition_ids: Iterable[str]) -> dict[str, str]:
     """Definition names by id."""
     ids = sorted(set(definition_ids))

@@ -8,7 +8,7 @@ arithmetic is the pure :mod:`veritask.core.durations`; this module reads and fol
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -85,16 +85,18 @@ class DefinitionDurations:
     tasks: dict[str, dict[str, PhaseStatistics]]
 
 
-def run_timeline(platform: Platform, run_id: str) -> list[InstanceTimeline]:
-    """Per instance of the run, in pipeline order: task key, state and the phase intervals
-    (start/end UTC datetimes; ``end`` None while a phase goes on). ``NotFound`` if there is
-    no such run."""
+def run_timeline(
+    platform: Platform, run_id: str, *, only: Collection[str] | None = None
+) -> list[InstanceTimeline]:
+    """Per instance of the run (or of those ``only`` names), in pipeline order: task key,
+    state and the phase intervals (start/end UTC datetimes; ``end`` None while a phase goes
+    on). ``NotFound`` if there is no such run."""
     with dialects.read_transaction(platform.engine) as connection:
         run = queries.get_run(connection, run_id)
         if run is None:
             raise NotFound(refusals.NO_RUN.format(run_id=run_id))
-        histories = _in_pipeline_order(connection, run, [run_id])
-    return [_timeline(history) for history in histories]
+        instances = _instances_in_pipeline_order(connection, run)
+    return [_timeline_of(i) for i in instances if only is None or i.id in only]
 
 
 def run_durations(platform: Platform, run_id: str) -> RunDurations:
@@ -104,11 +106,11 @@ def run_durations(platform: Platform, run_id: str) -> RunDurations:
         if run is None:
             raise NotFound(refusals.NO_RUN.format(run_id=run_id))
         definition = queries.definition_names(connection, [run.definition_id])
-        histories = _in_pipeline_order(connection, run, [run_id])
+        instances = _instances_in_pipeline_order(connection, run)
     return RunDurations(
         run_id,
         definition.get(run.definition_id, ""),
-        tuple(_timeline(history) for history in histories),
+        tuple(_timeline_of(instance) for instance in instances),
     )
 
 
@@ -143,15 +145,26 @@ def definition_durations(
     )
 
 
-def _in_pipeline_order(
-    connection: Connection, run: RunRow, run_ids: list[str]
-) -> list[timelines.InstanceHistory]:
+def _instances_in_pipeline_order(connection: Connection, run: RunRow) -> list[queries.InstanceText]:
     order = ordering.version_order(connection, run.definition_id, run.definition_version)
     return ordering.in_pipeline_order(
-        timelines.instance_histories(connection, run_ids),
+        queries.instance_texts_of_run(connection, run.id),
         order,
-        task=lambda h: h.task_key,
-        index=lambda h: h.map_index,
+        task=lambda i: i.task_key,
+        index=lambda i: i.map_index,
+    )
+
+
+def _timeline_of(instance: queries.InstanceText) -> InstanceTimeline:
+    """From the stored snapshot, which is what folding the instance's events gives: a run's
+    page reads its phases without reading its events again."""
+    snapshot = reading.snapshot_of_text(instance)
+    return InstanceTimeline(
+        instance.id,
+        instance.task_key,
+        instance.map_index,
+        instance.state,
+        tuple(durations.instance_phases(snapshot)),
     )
 
 

@@ -142,7 +142,7 @@ def get_run(platform: Platform, run_id: str) -> views.RunDetail:
     with dialects.read_transaction(platform.engine) as connection:
         row = _run_row(connection, run_id)
         instances = queries.instance_texts_of_run(connection, run_id)
-        attempts = queries.attempts_by_instance(connection, (i.id for i in instances))
+        attempts = queries.attempts_of_run(connection, run_id)
         names = queries.definition_names(connection, [row.definition_id])
         upstreams = run_upstreams.upstream_runs(connection, run_id)
         order = ordering.version_order(connection, row.definition_id, row.definition_version)
@@ -154,7 +154,10 @@ def get_run(platform: Platform, run_id: str) -> views.RunDetail:
     )
     return views.RunDetail(
         reading.run_view(row, names.get(row.definition_id, "")),
-        tuple(reading.instance_view(i, attempts[i.id], waiting=waits.get(i.id)) for i in listed),
+        tuple(
+            reading.instance_view(i, attempts.get(i.id, ()), waiting=waits.get(i.id))
+            for i in listed
+        ),
         tuple(views.UpstreamRun(u.run_id, u.definition) for u in upstreams),
     )
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Annotated, Final
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -17,23 +18,50 @@ from veritask.ui.pages.routing import UiRoute
 router = APIRouter(prefix="/ui/runs", route_class=UiRoute, include_in_schema=False)
 
 
+#: Task rows (a mapped task is one) per page of the instances table and the timeline.
+PAGE_ROWS: Final = 200
+#: The most boxes a run's graph is drawn with: past it, a layout no one can read costs
+#: seconds to draw; the table lists every task.
+GRAPH_MAX_BOXES: Final = 1000
+
+
+@dataclass(frozen=True)
+class Page:
+    """Which task rows of the run one page shows (1-based ``number``)."""
+
+    number: int
+    count: int
+    first: int
+    last: int
+    total: int
+
+
 @router.get("/{run_id}")
-def run_page(request: Request, run_id: str) -> Response:
+def run_page(
+    request: Request, run_id: str, page: Annotated[int, Query(ge=1, le=1_000_000)] = 1
+) -> Response:
     found = context.page(request)
     position = activity.latest_position(found.platform, run_id=run_id)
     detail = runs.get_run(found.platform, run_id)
     graph = runs.run_graph(found.platform, run_id)
+    rows = task_rows(detail)
+    shown = page_of(len(rows), page)
+    rows = rows[shown.first - 1 : shown.last]
+    listed = [instance for row in rows for instance in (row.members or (row.instance,))]
     # The same intervals as GET /api/v2/runs/{id}/durations: one computation of the phases.
     phases = {
         instance.instance_id: instance.phases
-        for instance in durations.run_timeline(found.platform, run_id)
+        for instance in durations.run_timeline(
+            found.platform, run_id, only={instance.id for instance in listed}
+        )
     }
     return context.render(
         found,
         "run.html",
         detail=detail,
         run=detail.run,
-        graph=task_graph(detail, graph),
+        graph=task_graph(detail, graph) if shown.total <= GRAPH_MAX_BOXES else None,
+        graph_max=GRAPH_MAX_BOXES,
         chart=gantt.chart(
             [
                 gantt.Row(
@@ -43,16 +71,25 @@ def run_page(request: Request, run_id: str) -> Response:
                     instance.state.value,
                     phases.get(instance.id, ()),
                 )
-                for instance in detail.instances
+                for instance in listed
             ],
             found.platform.now(),
         ),
         phase_kinds=list(durations.Phase),
         position=position,
         choices=reruns.clear_choices(detail),
-        rows=task_rows(detail),
+        rows=rows,
+        page=shown,
         live=f"/ui/live?run={run_id}&since={position}",
     )
+
+
+def page_of(total: int, wanted: int) -> Page:
+    """Page ``wanted`` of ``total`` rows; a page past the last is the last."""
+    count = max(1, -(-total // PAGE_ROWS))
+    number = min(wanted, count)
+    first = (number - 1) * PAGE_ROWS + 1
+    return Page(number, count, min(first, total), min(number * PAGE_ROWS, total), total)
 
 
 @router.post("/{run_id}/cancel")
