@@ -44,6 +44,16 @@ def passing() -> None:
     )
 
 
+@task
+def with_nul() -> dict[str, object]:
+    return {"rows": ["ok", "a\\x00b"]}
+
+
+@pipeline(name="nul")
+def nul() -> None:
+    shell("echo never", name="after_nul", after=[with_nul.options(retry=Retry(max_retries=0))()])
+
+
 @pipeline(name="too_big")
 def too_big() -> None:
     shell("echo never", name="after_huge", after=[huge.options(retry=Retry(max_retries=0))()])
@@ -83,3 +93,15 @@ def test_an_output_over_the_limit_fails_its_attempt_and_nothing_flows(
     assert "the task's output is 202 bytes, more than the 100 bytes" in huge.log
     assert "write the data to storage and return its path" in huge.log
     assert result.instances["after_huge"].state == "UPSTREAM_FAILED"
+
+
+def test_an_output_holding_a_nul_fails_its_attempt_with_the_place_named(
+    database_url: str, tmp_path: Path
+) -> None:
+    # PostgreSQL stores no NUL in JSON: refused where the output is read, on both databases.
+    result = testing.run(load(tmp_path, FLOWS, "nul"), database_url=database_url)
+    assert (result.state, result.succeeded) == ("FAILED", False)
+    refused = result.instances["with_nul"]
+    assert (refused.state, refused.exit_code, refused.output) == ("FAILED", 0, None)
+    assert "holds a NUL character (U+0000) at output.rows[1]" in refused.log
+    assert result.instances["after_nul"].state == "UPSTREAM_FAILED"

@@ -34,3 +34,25 @@ def current_output(snapshot: InstanceSnapshot) -> JSONValue:
     ):
         return None
     return attempt_output(snapshot.facts.attempt(snapshot.epoch))
+
+
+def nul_at(value: JSONValue, path: str = "output") -> str | None:
+    """Where the first NUL character (U+0000) of an output is, in a string or a key; None if
+    it holds none. PostgreSQL stores no NUL in JSON, so such an output is refused where it is
+    read, with the place named, rather than failing every attempt to record it."""
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = nul_at(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if "\x00" in key:
+                return f"{path} (a key)"
+            found = nul_at(item, f"{path}.{key}")
+            if found is not None:
+                return found
+    return None

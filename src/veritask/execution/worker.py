@@ -52,7 +52,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import NoReturn, Protocol, cast
 
-from veritask.core import jsontypes
+from veritask.core import jsontypes, outputs
 from veritask.execution import (
     delivery,
     layout,
@@ -505,6 +505,14 @@ class AttemptRun:
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             self.log.note(f"output.json is not JSON, ignored: {exc}")
             return None, None
+        where = outputs.nul_at(value)
+        if where is not None:
+            error = (
+                f"the task's output holds a NUL character (U+0000) at {where}, which the "
+                "ledger cannot store; remove it or encode the value (base64, hex)"
+            )
+            self.log.note(error)
+            return None, error
         return value, None
 
     def _pump_output(self, fd: int) -> bool:
