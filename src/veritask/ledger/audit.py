@@ -254,7 +254,10 @@ def export_definition(ledger: Ledger, definition_id: str) -> Iterator[JSONObject
         own_events = (
             connection.execute(
                 sa.select(e)
-                .where(e.c.subject_type == "definition", e.c.subject_id == definition_id)
+                .where(
+                    sa.text(schema.DEFINITION_EVENT_PREDICATE),
+                    e.c.subject_id == definition_id,
+                )
                 .order_by(e.c.position)
             )
             .mappings()

@@ -176,15 +176,30 @@ def _subject_conditions(
     columns = table.c
     subjects = vocabulary.SubjectType
 
+    # A recorded run or instance event names its subject in run_id or instance_id too (0011
+    # checked the old ones), and only a definition's events have an index by subject; a
+    # rejected event may name nothing but its subject.
+    recorded = table is schema.events
+
     def about(subject_type: vocabulary.SubjectType, ids: Sequence[str]) -> sa.ColumnElement[bool]:
-        return sa.and_(columns.subject_type == subject_type.value, columns.subject_id.in_(ids))
+        if subject_type is subjects.DEFINITION:
+            kind = sa.text(schema.DEFINITION_EVENT_PREDICATE)
+        else:
+            kind = columns.subject_type == subject_type.value
+        return sa.and_(kind, columns.subject_id.in_(ids))
 
     for chunk in _chunks(definition_ids):
         yield about(subjects.DEFINITION, chunk)
     for chunk in _chunks(run_ids):
-        yield sa.or_(columns.run_id.in_(chunk), about(subjects.RUN, chunk))
+        if recorded:
+            yield columns.run_id.in_(chunk)
+        else:
+            yield sa.or_(columns.run_id.in_(chunk), about(subjects.RUN, chunk))
     for chunk in _chunks(instance_ids):
-        yield sa.or_(columns.instance_id.in_(chunk), about(subjects.INSTANCE, chunk))
+        if recorded:
+            yield columns.instance_id.in_(chunk)
+        else:
+            yield sa.or_(columns.instance_id.in_(chunk), about(subjects.INSTANCE, chunk))
 
 
 def _chunks(ids: Collection[str]) -> Iterator[Sequence[str]]:
