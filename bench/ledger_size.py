@@ -179,9 +179,7 @@ def measure(database: str, url: str, args: argparse.Namespace, home: Path) -> li
             file_grown = None
             if file_after is not None and file_before is not None:
                 file_grown = file_after - file_before
-            figures.append(
-                Figures(database, args.tasks, _grown(before, after), method, file_grown)
-            )
+            figures.append(Figures(database, args.tasks, _grown(before, after), method, file_grown))
     finally:
         executor.shutdown_supervisor()
         engine.dispose()

@@ -291,3 +291,8 @@ def test_retry_at_counts_from_when_the_platform_learned_of_the_end() -> None:
     snapshot = fold("i", events, policy)
     assert snapshot.state is InstanceState.UP_FOR_RETRY
     assert snapshot.retry_at == end.event_time + 90 * S + 20 * S
+
+
+def test_a_stored_policy_with_an_unknown_key_is_refused() -> None:
+    with pytest.raises(InvalidPolicy, match=r"unknown keys: lease_seconds, retry\.tries"):
+        TaskPolicy.from_json({"lease_seconds": 60, "retry": {"tries": 3}})

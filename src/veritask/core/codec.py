@@ -86,7 +86,8 @@ def facts_from_json(data: JSONObject) -> InstanceFacts:
         created=None if created is None else mark(created),
         attempts=tuple(_attempt_in(a, mark) for a in _list(data.get("attempts", []))),
         decisions=tuple(
-            (_int(_list(item)[0]), mark(_list(item)[1])) for item in _list(data.get("decisions", []))
+            (_int(_list(item)[0]), mark(_list(item)[1]))
+            for item in _list(data.get("decisions", []))
         ),
     )
 

@@ -154,6 +154,12 @@ class TaskPolicy:
         r = data.get("retry", {})
         if not isinstance(r, dict):
             raise InvalidPolicy("retry: expected an object")
+        # Absent keys take the stored defaults; an unknown one is refused, not ignored.
+        unknown = sorted(set(data) - set(STORED_DEFAULTS)) + sorted(
+            f"retry.{k}" for k in set(r) - set(_STORED_RETRY_DEFAULTS)
+        )
+        if unknown:
+            raise InvalidPolicy(f"unknown keys: {', '.join(unknown)}")
         r = {**_STORED_RETRY_DEFAULTS, **r}
         data = {**STORED_DEFAULTS, **data}
         timeout = data.get("timeout")

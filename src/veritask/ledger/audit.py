@@ -119,11 +119,11 @@ def _compare(ledger: Ledger, row: Any, expected: InstanceSnapshot, policy: TaskP
         problems.append(f"retry_at is {row.retry_at}, its events say {expected.retry_at}")
     # Compared as facts, not as JSON: a snapshot in an older format says the same thing.
     try:
-        stored = None if row.fold is None else codec.facts_from_json(row.fold)
+        stored_facts = None if row.fold is None else codec.facts_from_json(row.fold)
     except ValueError as exc:
         problems.append(f"its stored facts cannot be read: {exc}")
     else:
-        if stored != expected.facts:
+        if stored_facts != expected.facts:
             problems.append("its stored facts differ from the fold of its events")
     a = schema.attempts.c
     with dialects.read_transaction(ledger.engine) as connection:
