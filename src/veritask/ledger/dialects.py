@@ -103,10 +103,11 @@ def _create_sqlite_engine(url: sa.URL, *, echo: bool) -> Engine:
 
 
 def _compact_json(value: object) -> str:
-    """JSON without the spaces after separators, and UTF-8 rather than ``\\u`` escapes: SQLite
-    keeps JSON as the text given, and every event's evidence and every instance's snapshot
-    are kept for the retention period (PostgreSQL's JSONB keeps no text at all)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """JSON without the spaces after separators: SQLite keeps JSON as the text given, and
+    every event's evidence and every instance's snapshot are kept for the retention period
+    (PostgreSQL's JSONB keeps no text at all). Still ASCII: a lone surrogate that a sender's
+    JSON escaped stays an escape, where UTF-8 could not encode it."""
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _create_private_file(path: Path) -> None:
