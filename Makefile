@@ -34,13 +34,14 @@ fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest tests/unit -k property -p no:timeout
 	VERITASK_API_FUZZ_EXAMPLES=150 $(BIN)/pytest tests/integration/test_openapi_fuzz.py -p no:timeout
 
-# Figures for the ledger, the executor, the scheduler, the web UI's render of a 1,000-instance
+# Figures for the ledger (its speed and its bytes per task), the executor, the scheduler, the web UI's render of a 1,000-instance
 # run and a 1,000-task Python pipeline's compile and apply, each beside its baseline or target;
 # never run by the tests.
 bench: $(STAMP)
 	$(BIN)/python -m bench.ledger
 	$(BIN)/python -m bench.executor
 	$(BIN)/python -m bench.scheduler
+	$(BIN)/python -m bench.ledger_size
 	$(BIN)/python -m bench.up
 	$(BIN)/python -m bench.ui
 	$(BIN)/python -m bench.backfill

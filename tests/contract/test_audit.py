@@ -8,8 +8,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from tests.contract.test_apply_ledger import SUCCESS, acked, opened, report
+from veritask.core import codec
 from veritask.core.events import EventKind
-from veritask.core.jsontypes import JSONObject
+from veritask.core.facts import Mark
+from veritask.core.jsontypes import JSONObject, JSONValue
+from veritask.core.policy import TaskPolicy
 from veritask.core.states import PublicationState, TriggerKind
 from veritask.ledger import audit, dialects, migrate, schema
 from veritask.ledger.ledger import Ledger
@@ -136,3 +139,76 @@ def test_verify_detects_run_states_changed_behind_their_back_and_repair_restores
             sa.select(r.execution_state, r.execution_reason, r.publication_state)
         ).one()
     assert tuple(after) == tuple(before)
+
+
+def _in_the_first_format(fold: JSONObject) -> JSONObject:
+    """The snapshot as ledgers before 0011 wrote it: every mark in full where it is used,
+    times in ISO 8601, every key present."""
+    facts = codec.facts_from_json(fold)
+
+    def mark(m: Mark | None) -> JSONValue:
+        if m is None:
+            return None
+        observed = m.observed_at.isoformat() if m.observed_at else None
+        t = m.event_time.isoformat()
+        return {
+            "id": m.event_id,
+            "k": m.kind.value,
+            "a": m.actor,
+            "t": t,
+            "o": observed,
+            "e": m.evidence,
+        }
+
+    attempts: list[JSONValue] = []
+    for a in facts.attempts:
+        out: JSONObject = {"n": a.attempt_no, "seq": a.max_report_seq, "pseq": a.progress_seq}
+        for name in ("opened", "acknowledged", "started", "first_report", "last_report"):
+            if getattr(a, name) is not None:
+                out[name] = mark(getattr(a, name))
+        out["done"] = []
+        attempts.append(out)
+    return {
+        "v": 1,
+        "id": facts.instance_id,
+        "created": mark(facts.created),
+        "attempts": attempts,
+        "decisions": [[epoch, mark(m)] for epoch, m in facts.decisions],
+    }
+
+
+def test_snapshots_in_the_first_format_are_verified_and_folded_on(engine: Engine) -> None:
+    """A ledger upgraded past 0011 keeps its old snapshots as they are (no row is moved):
+    verify reads them as the same facts, and the next event writes the new format."""
+    ledger = Ledger(engine)
+    triggers.apply_definition(ledger, DEFINITION)
+    run_id = triggers.trigger(
+        ledger, name="audited", kind=TriggerKind.MANUAL, actor="operator:ann"
+    ).run_id
+    t = schema.task_instances.c
+    with dialects.read_transaction(engine) as connection:
+        ids = list(connection.execute(sa.select(t.id).where(t.run_id == run_id)).scalars())
+    for instance_id in ids:
+        ledger.apply(opened(instance_id))
+        ledger.apply(acked(instance_id))
+        ledger.apply(report(instance_id, EventKind.STARTED, 1, {"worker": "w:1"}))
+    with engine.begin() as connection:
+        for row in connection.execute(sa.select(t.id, t.fold, t.policy)).all():
+            policy = TaskPolicy.from_json(row.policy).full_json()
+            first = _in_the_first_format(row.fold)
+            assert codec.facts_from_json(first) == codec.facts_from_json(row.fold)
+            connection.execute(
+                schema.task_instances.update()
+                .where(t.id == row.id)
+                .values(fold=first, policy=policy)
+            )
+    assert audit.verify(ledger).ok
+
+    later = Ledger(engine)  # judges from the rows, not from what this process wrote
+    for instance_id in ids:
+        later.apply(report(instance_id, EventKind.COMPLETED, 2, SUCCESS))
+    found = audit.verify(later)
+    assert found.ok, found
+    with dialects.read_transaction(engine) as connection:
+        rows = connection.execute(sa.select(t.state, t.fold)).all()
+    assert {(row.state, row.fold["v"]) for row in rows} == {("SUCCESS", codec.FORMAT_VERSION)}

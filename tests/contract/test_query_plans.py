@@ -141,7 +141,7 @@ READS: dict[str, tuple[Callable[[Connection], object], Indexes]] = {
     ),
     "history_of_definition": (
         lambda c: queries.history(c, subject_type=SubjectType.DEFINITION, subject_id="d"),
-        "ix_events_subject_type_subject_id_position",
+        "ix_events_definition_subject_id_position",
     ),
     "unresolved_alerts": (
         lambda c: queries.unresolved_alerts(c, category="engine"),

@@ -3,12 +3,14 @@ PostgreSQL, and a clean stop that lets the next one start at once."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
 from veritask.ledger import schema
+from veritask.services import runtime
 from veritask.services.errors import SchedulerRefused
 from veritask.services.platform import Platform
 from veritask.services.runtime import SchedulerRuntime
@@ -46,3 +48,25 @@ def test_one_scheduler_per_sqlite_database_many_on_postgresql(
     third.start()
     third.stop()
     platform.close()
+
+
+@pytest.mark.parametrize(
+    ("configured", "expected"),
+    [(None, timedelta(days=90)), ("30d", timedelta(days=30)), ("off", None), ("OFF", None)],
+)
+def test_retention_is_on_by_default_and_can_be_turned_off(
+    database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    configured: str | None,
+    expected: timedelta | None,
+) -> None:
+    if configured is None:
+        monkeypatch.delenv(runtime.RETENTION_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(runtime.RETENTION_VARIABLE, configured)
+    platform = Platform.open(database_url, tmp_path)
+    try:
+        assert SchedulerRuntime(platform, commit_base_url=None).retention == expected
+    finally:
+        platform.close()

@@ -147,3 +147,53 @@ def test_0008_keeps_the_definitions_and_frees_a_deleted_name(empty_database_url:
         engine.dispose()
     assert [tuple(row) for row in rows] == [("new", "active"), ("old", "purging")]
     assert [tuple(row) for row in versions] == [("old", 1)]
+
+
+_EVENT_COLUMNS = (
+    "event_id, subject_type, subject_id, run_id, instance_id, kind, actor, event_time, "
+    "observed_at, evidence, outcome, fingerprint"
+)
+
+
+def _insert_event(connection: sa.Connection, event_id: str, subject: str, run_id: str) -> None:
+    now = "2026-01-01 00:00:00"
+    connection.exec_driver_sql(
+        f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES ('{event_id}', '{subject}', 'r1', "
+        f"{run_id}, NULL, 'run_created', 'scheduler', '{now}', '{now}', '{{}}', 'applied', 'f')"
+    )
+
+
+def test_0011_keeps_a_definitions_history_and_a_runs(empty_database_url: str) -> None:
+    migrate.upgrade(empty_database_url, "0010")
+    engine = dialects.create_engine(empty_database_url)
+    try:
+        with engine.begin() as connection:
+            _insert_event(connection, "e1", "run", "'r1'")
+        migrate.upgrade(empty_database_url)
+        with engine.begin() as connection:
+            names = {i["name"] for i in sa.inspect(connection).get_indexes("events")}
+            count = connection.exec_driver_sql(
+                "SELECT count(*) FROM events WHERE run_id = 'r1'"
+            ).scalar_one()
+        assert "ix_events_definition_subject_id_position" in names
+        assert "ix_events_subject_type_subject_id_position" not in names
+        assert count == 1
+        migrate.downgrade(empty_database_url, "0010")
+        with engine.begin() as connection:
+            names = {i["name"] for i in sa.inspect(connection).get_indexes("events")}
+        assert "ix_events_subject_type_subject_id_position" in names
+    finally:
+        engine.dispose()
+
+
+def test_0011_refuses_a_run_event_that_does_not_name_its_run(empty_database_url: str) -> None:
+    migrate.upgrade(empty_database_url, "0010")
+    engine = dialects.create_engine(empty_database_url)
+    try:
+        with engine.begin() as connection:
+            _insert_event(connection, "e1", "run", "NULL")
+    finally:
+        engine.dispose()
+    with pytest.raises(Exception, match="do not name their subject"):
+        migrate.upgrade(empty_database_url)
+    assert migrate.current(empty_database_url) == "0010"

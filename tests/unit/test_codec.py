@@ -161,7 +161,7 @@ def test_nested_evidence_survives() -> None:
     assert attempt.fenced.evidence["gathered"] == gathered
 
 
-@pytest.mark.parametrize("version", [0, 2, "1", None])
+@pytest.mark.parametrize("version", [0, 3, "1", "2", None, True])
 def test_an_unknown_format_version_is_refused_clearly(version: JSONValue) -> None:
     story = Story(POLICY)
     happy(story)
@@ -188,3 +188,45 @@ def test_a_mangled_attempt_is_refused_not_misread() -> None:
     attempts[0]["n"] = "1"
     with pytest.raises(ValueError, match="integer"):
         codec.facts_from_json(stored)
+
+
+#: A snapshot as the first format wrote it (every mark in full where it is used), from a
+#: ledger before 0011: finished instances keep theirs until the migration rewrites them.
+FIRST_FORMAT: JSONObject = json.loads("""{"v": 1, "id": "i-1", "created": {"id": "e1",
+ "k": "instance_created", "a": "scheduler", "t": "2026-12-02T14:14:47.936142+00:00",
+ "o": "2026-12-02T14:14:47.936142+00:00", "e": {"task_key": "t", "map_index": -1}},
+ "attempts": [{"n": 1, "seq": 2, "pseq": 0,
+  "opened": {"id": "e2", "k": "attempt_opened", "a": "scheduler",
+   "t": "2026-12-02T14:14:47.962587+00:00", "o": "2026-12-02T14:14:47.968791+00:00",
+   "e": {"reason": "first"}},
+  "started": {"id": "e3", "k": "started", "a": "worker",
+   "t": "2026-12-02T14:14:47.999224+08:00", "o": null, "e": {"pid": 7}},
+  "first_report": {"id": "e3", "k": "started", "a": "worker",
+   "t": "2026-12-02T14:14:47.999224+08:00", "o": null, "e": {"pid": 7}},
+  "done": [{"m": {"id": "e4", "k": "completed", "a": "worker",
+   "t": "2026-12-02T14:14:48.001355+00:00", "o": "2026-12-02T14:14:48.008408+00:00",
+   "e": {"exit_code": 0, "output": null}}, "r": 1, "x": 0, "c": "none", "s": null,
+   "k": null}]}],
+ "decisions": []}""")
+
+
+def test_the_first_format_is_still_read_and_rewritten_the_same() -> None:
+    facts = codec.facts_from_json(FIRST_FORMAT)
+    attempt = facts.attempt(1)
+    assert attempt is not None and attempt.started is not None
+    assert attempt.started == attempt.first_report
+    assert attempt.started.observed_at is None
+    assert attempt.started.event_time.utcoffset() == timedelta(hours=8)
+    assert attempt.completions[0].mark.evidence == {"exit_code": 0, "output": None}
+    assert facts.created is not None and facts.created.observed_at == facts.created.event_time
+    assert through_json(facts) == facts
+
+
+def test_a_mark_used_twice_is_written_once() -> None:
+    story = Story(POLICY)
+    happy(story)
+    stored = codec.facts_to_json(story.snapshot.facts)
+    marks = stored["m"]
+    assert isinstance(marks, list)
+    ids = [m["id"] for m in marks if isinstance(m, dict)]
+    assert len(ids) == len(set(ids))

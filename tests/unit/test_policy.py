@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.unit.story import Story
+from veritask.core import policy as policy_module
 from veritask.core.errors import InvalidPolicy
 from veritask.core.events import Event, EventKind
 from veritask.core.fold import fold
@@ -222,8 +223,22 @@ def test_a_task_policy_survives_json(policy: TaskPolicy) -> None:
     assert TaskPolicy.from_json(stored) == policy
 
 
+@given(task_policies())
+def test_a_task_policy_stored_in_full_is_still_read(policy: TaskPolicy) -> None:
+    stored = json.loads(json.dumps(policy.full_json()))
+    assert TaskPolicy.from_json(stored) == policy
+
+
+def test_the_stored_defaults_are_the_default_policy() -> None:
+    """Absent keys mean STORED_DEFAULTS forever; while they equal today's defaults, the
+    default policy is stored as ``{}``. A changed default breaks this test, not the ledger:
+    then the default policy is stored with the changed key, and old rows keep their meaning."""
+    assert TaskPolicy().full_json() == policy_module.STORED_DEFAULTS
+    assert TaskPolicy().to_json() == {}
+
+
 def test_a_stored_policy_with_a_bad_value_is_refused_on_reading() -> None:
-    stored = TaskPolicy().to_json()
+    stored = TaskPolicy().full_json()
     retry = stored["retry"]
     assert isinstance(retry, dict)
     with pytest.raises(InvalidPolicy, match=r"retry\.jitter"):
@@ -276,3 +291,8 @@ def test_retry_at_counts_from_when_the_platform_learned_of_the_end() -> None:
     snapshot = fold("i", events, policy)
     assert snapshot.state is InstanceState.UP_FOR_RETRY
     assert snapshot.retry_at == end.event_time + 90 * S + 20 * S
+
+
+def test_a_stored_policy_with_an_unknown_key_is_refused() -> None:
+    with pytest.raises(InvalidPolicy, match=r"unknown keys: lease_seconds, retry\.tries"):
+        TaskPolicy.from_json({"lease_seconds": 60, "retry": {"tries": 3}})

@@ -118,7 +118,17 @@ class TaskPolicy:
             raise InvalidPolicy(f"max_resubmits: {at_least}")
 
     def to_json(self) -> JSONObject:
-        """The policy as stored beside the instance."""
+        """The policy as stored beside the instance: only what differs from
+        :data:`STORED_DEFAULTS`, since every instance of every run keeps one."""
+        full = self.full_json()
+        out: JSONObject = {k: v for k, v in full.items() if v != STORED_DEFAULTS[k]}
+        retry = full["retry"]
+        if "retry" in out and isinstance(retry, dict):
+            out["retry"] = {k: v for k, v in retry.items() if v != _STORED_RETRY_DEFAULTS[k]}
+        return out
+
+    def full_json(self) -> JSONObject:
+        """Every field, the first format of :meth:`to_json` (still read)."""
         r = self.retry
         return {
             "retry": {
@@ -140,10 +150,18 @@ class TaskPolicy:
 
     @classmethod
     def from_json(cls, data: JSONObject) -> TaskPolicy:
-        """Read a policy written by :meth:`to_json`."""
-        r = data["retry"]
+        """Read a policy written by :meth:`to_json` or :meth:`full_json`."""
+        r = data.get("retry", {})
         if not isinstance(r, dict):
             raise InvalidPolicy("retry: expected an object")
+        # Absent keys take the stored defaults; an unknown one is refused, not ignored.
+        unknown = sorted(set(data) - set(STORED_DEFAULTS)) + sorted(
+            f"retry.{k}" for k in set(r) - set(_STORED_RETRY_DEFAULTS)
+        )
+        if unknown:
+            raise InvalidPolicy(f"unknown keys: {', '.join(unknown)}")
+        r = {**_STORED_RETRY_DEFAULTS, **r}
+        data = {**STORED_DEFAULTS, **data}
         timeout = data.get("timeout")
         return cls(
             retry=RetryPolicy(
@@ -184,3 +202,26 @@ def _list(value: object) -> list[object]:
     if not isinstance(value, list):
         raise InvalidPolicy(f"expected a list, got {value!r}")
     return list(value)
+
+
+#: What a stored policy's absent key means. Frozen, unlike ``TaskPolicy()``'s defaults: a
+#: default changed later must not change what a policy stored today says. Equal to
+#: ``TaskPolicy().full_json()`` when written (tests/unit/test_policy.py watches it).
+_STORED_RETRY_DEFAULTS: JSONObject = {
+    "max_retries": 0,
+    "backoff": "exponential",
+    "delay": 30.0,
+    "max_delay": 600.0,
+    "jitter": 0.1,
+    "retry_on": ["FAILED", "START_FAILED", "TIMEOUT"],
+}
+STORED_DEFAULTS: JSONObject = {
+    "retry": _STORED_RETRY_DEFAULTS,
+    "timeout": None,
+    "lease": 60.0,
+    "evidence_window": 300.0,
+    "cancel_window": 120.0,
+    "on_unknown": "retry",
+    "max_resubmits": 3,
+    "requires_commit": False,
+}

@@ -10,7 +10,6 @@ export in an empty database.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -118,8 +117,14 @@ def _compare(ledger: Ledger, row: Any, expected: InstanceSnapshot, policy: TaskP
         problems.append(f"epoch is {row.epoch}, its events say {expected.epoch}")
     if row.retry_at != expected.retry_at:
         problems.append(f"retry_at is {row.retry_at}, its events say {expected.retry_at}")
-    if row.fold != json.loads(json.dumps(codec.facts_to_json(expected.facts))):
-        problems.append("its stored facts differ from the fold of its events")
+    # Compared as facts, not as JSON: a snapshot in an older format says the same thing.
+    try:
+        stored_facts = None if row.fold is None else codec.facts_from_json(row.fold)
+    except ValueError as exc:
+        problems.append(f"its stored facts cannot be read: {exc}")
+    else:
+        if stored_facts != expected.facts:
+            problems.append("its stored facts differ from the fold of its events")
     a = schema.attempts.c
     with dialects.read_transaction(ledger.engine) as connection:
         stored = {
@@ -249,7 +254,10 @@ def export_definition(ledger: Ledger, definition_id: str) -> Iterator[JSONObject
         own_events = (
             connection.execute(
                 sa.select(e)
-                .where(e.c.subject_type == "definition", e.c.subject_id == definition_id)
+                .where(
+                    sa.text(schema.DEFINITION_EVENT_PREDICATE),
+                    e.c.subject_id == definition_id,
+                )
                 .order_by(e.c.position)
             )
             .mappings()

@@ -6,6 +6,7 @@ its URL here and nowhere else.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
@@ -89,13 +90,24 @@ def _create_sqlite_engine(url: sa.URL, *, echo: bool) -> Engine:
     if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
         _create_private_file(Path(url.database).expanduser())
     engine = sa.create_engine(
-        url, echo=echo, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+        url,
+        echo=echo,
+        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+        json_serializer=_compact_json,
     )
     sa.event.listen(engine, "connect", _configure_sqlite_connection)
     sa.event.listen(engine, "begin", _begin_sqlite_transaction)
     if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
         checkpoints.CHECKPOINTER.watch(Path(url.database).expanduser().resolve(), engine)
     return engine
+
+
+def _compact_json(value: object) -> str:
+    """JSON without the spaces after separators: SQLite keeps JSON as the text given, and
+    every event's evidence and every instance's snapshot are kept for the retention period
+    (PostgreSQL's JSONB keeps no text at all). Still ASCII: a lone surrogate that a sender's
+    JSON escaped stays an escape, where UTF-8 could not encode it."""
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _create_private_file(path: Path) -> None:

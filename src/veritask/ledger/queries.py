@@ -399,9 +399,9 @@ def history(
         case vocabulary.SubjectType.INSTANCE:
             subject = _events.instance_id == subject_id
         case vocabulary.SubjectType.DEFINITION:
+            # The predicate verbatim: SQLite uses a partial index only then.
             subject = sa.and_(
-                _events.subject_type == vocabulary.SubjectType.DEFINITION.value,
-                _events.subject_id == subject_id,
+                sa.text(schema.DEFINITION_EVENT_PREDICATE), _events.subject_id == subject_id
             )
     order = _events.position.desc() if newest_first else _events.position
     statement = sa.select(schema.events).where(subject).order_by(order)

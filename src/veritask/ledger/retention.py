@@ -4,7 +4,8 @@
 ``events`` and ``rejected_events`` refuse UPDATE and DELETE in the database itself; this
 module lifts that refusal for deletes only, inside the caller's transaction, and only for the
 subjects it is given. It runs when a purge of a deleted definition's history was asked for,
-after the retention period.
+after the retention period, and daily in the scheduler's housekeeping (``VERITASK_RETENTION``,
+90 days by default), which purges the finished runs of live definitions too.
 """
 
 from __future__ import annotations
@@ -99,11 +100,20 @@ def _orphaned(observed_before: datetime) -> tuple[sa.ColumnElement[bool], ...]:
 
 
 def purgeable_runs(
-    connection: Connection, *, cutoff: datetime, active_states: Collection[str]
+    connection: Connection,
+    *,
+    cutoff: datetime,
+    active_states: Collection[str],
+    live_definitions: bool = False,
 ) -> list[str]:
     """The runs of deleted (purging, purged) definitions, in none of ``active_states``, whose newest
     event (if any) was recorded before ``cutoff``; a run that a kept rerun points at stays
-    (``runs.rerun_of`` is a foreign key)."""
+    (``runs.rerun_of`` is a foreign key).
+
+    ``live_definitions``: the runs of every other definition too, on the same terms, except
+    each definition's newest run by creation and by logical time: a schedule's catch-up and
+    a downstream's wait start from those.
+    """
     d, r, e = schema.definitions.c, schema.runs.c, schema.events.c
     gone = [
         DefinitionLifecycle.DELETED.value,
@@ -111,12 +121,33 @@ def purgeable_runs(
         DefinitionLifecycle.PURGED.value,
     ]
     newest = sa.select(sa.func.max(e.observed_at)).where(e.run_id == r.id).scalar_subquery()
+    whose: sa.ColumnElement[bool] = d.lifecycle.in_(gone)
+    if live_definitions:
+        later = schema.runs.alias("later")
+        newer_created = (
+            sa.select(later.c.id)
+            .where(
+                later.c.definition_id == r.definition_id,
+                sa.tuple_(later.c.created_at, later.c.id) > sa.tuple_(r.created_at, r.id),
+            )
+            .exists()
+        )
+        newer_logical = (
+            sa.select(later.c.id)
+            .where(later.c.definition_id == r.definition_id, later.c.logical_time > r.logical_time)
+            .exists()
+        )
+        not_newest = sa.and_(newer_created, sa.or_(r.logical_time.is_(None), newer_logical))
+        whose = sa.or_(whose, not_newest)
     candidates = set(
         connection.execute(
             sa.select(r.id)
             .join(schema.definitions, d.id == r.definition_id)
             .where(
-                d.lifecycle.in_(gone),
+                # Implied by the next test (a run's first event is its creation), and
+                # indexed: the daily purge reads the events of old runs only, not of all.
+                r.created_at < cutoff,
+                whose,
                 r.execution_state.not_in(list(active_states)),
                 sa.or_(newest.is_(None), newest < cutoff),
             )
@@ -176,15 +207,28 @@ def _subject_conditions(
     columns = table.c
     subjects = vocabulary.SubjectType
 
+    # A recorded run or instance event names its subject in run_id or instance_id too (0011
+    # checked the old ones), and only a definition's events have an index by subject; a
+    # rejected event may name nothing but its subject.
+    recorded = table is schema.events
+
     def about(subject_type: vocabulary.SubjectType, ids: Sequence[str]) -> sa.ColumnElement[bool]:
+        if subject_type is subjects.DEFINITION:
+            return sa.and_(sa.text(schema.DEFINITION_EVENT_PREDICATE), columns.subject_id.in_(ids))
         return sa.and_(columns.subject_type == subject_type.value, columns.subject_id.in_(ids))
 
     for chunk in _chunks(definition_ids):
         yield about(subjects.DEFINITION, chunk)
     for chunk in _chunks(run_ids):
-        yield sa.or_(columns.run_id.in_(chunk), about(subjects.RUN, chunk))
+        if recorded:
+            yield columns.run_id.in_(chunk)
+        else:
+            yield sa.or_(columns.run_id.in_(chunk), about(subjects.RUN, chunk))
     for chunk in _chunks(instance_ids):
-        yield sa.or_(columns.instance_id.in_(chunk), about(subjects.INSTANCE, chunk))
+        if recorded:
+            yield columns.instance_id.in_(chunk)
+        else:
+            yield sa.or_(columns.instance_id.in_(chunk), about(subjects.INSTANCE, chunk))
 
 
 def _chunks(ids: Collection[str]) -> Iterator[Sequence[str]]:

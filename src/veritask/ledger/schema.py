@@ -74,6 +74,7 @@ DUE_RETRY_PREDICATE: Final = f"state = '{states.InstanceState.UP_FOR_RETRY}'"
 LEASED_ATTEMPT_PREDICATE: Final = _one_of("state", LEASED_ATTEMPT_STATES)
 UNRESOLVED_ALERT_PREDICATE: Final = f"status <> '{vocabulary.AlertStatus.RESOLVED}'"
 PENDING_DELIVERY_PREDICATE: Final = f"delivery_state = '{vocabulary.DeliveryState.PENDING}'"
+DEFINITION_EVENT_PREDICATE: Final = f"subject_type = '{vocabulary.SubjectType.DEFINITION}'"
 
 #: The lifecycles in which a definition holds its name: a deleted one's name may be applied
 #: again, as a new definition with a new id.
@@ -279,11 +280,17 @@ events = sa.Table(
     sa.CheckConstraint(_one_of("subject_type", vocabulary.SubjectType), name="subject_type"),
     sa.CheckConstraint(_one_of("outcome", vocabulary.EventOutcome), name="outcome"),
     # Histories in position order: of an instance, of a run (run and instance events carry
-    # run_id), and of any subject (definitions).
+    # run_id), and of a definition. An instance's or a run's own events name it in
+    # instance_id or run_id as well as in subject_id, so only a definition's need an index by
+    # subject: every index entry costs each of the millions of task events (0011).
     sa.Index("ix_events_instance_id_position", "instance_id", "position"),
     sa.Index("ix_events_run_id_position", "run_id", "position"),
     sa.Index(
-        "ix_events_subject_type_subject_id_position", "subject_type", "subject_id", "position"
+        "ix_events_definition_subject_id_position",
+        "subject_id",
+        "position",
+        postgresql_where=sa.text(DEFINITION_EVENT_PREDICATE),
+        sqlite_where=sa.text(DEFINITION_EVENT_PREDICATE),
     ),
     # Positions are never reused after a purge (a reader's cursor stays meaningful).
     sqlite_autoincrement=True,

@@ -184,17 +184,22 @@ def purge(
     actor: str,
     history: bool = True,
     logs: bool = True,
+    live_definitions: bool = False,
 ) -> PurgeReport:
     """The retention purge (docs/operations.md), each part a recorded operation.
 
     ``history``: the runs of deleted and purged definitions whose last event is older than
     ``older_than`` lose their events and their snapshot rows together (so that ``verify``
-    still holds: no snapshot outlives its events). ``logs``: the logs of attempts that ended
-    before the cutoff are removed from ``VERITASK_HOME``.
+    still holds: no snapshot outlives its events); with ``live_definitions``, the finished
+    runs of the other definitions too, but each one's newest run (what bounds the ledger).
+    ``logs``: the logs of attempts that ended before the cutoff are removed from
+    ``VERITASK_HOME``.
     """
     cutoff = platform.now() - older_than
     runs = events = rejected = files = size = 0
     parameters: JSONObject = {"older_than_seconds": older_than.total_seconds()}
+    if live_definitions:
+        parameters["live_definitions"] = True
     if history:
         with recorded(
             platform,
@@ -203,7 +208,9 @@ def purge(
             dry_run=dry_run,
             parameters=parameters,
         ) as operation:
-            runs, events, rejected = _purge_history(platform, cutoff, dry_run=dry_run)
+            runs, events, rejected = _purge_history(
+                platform, cutoff, dry_run=dry_run, live_definitions=live_definitions
+            )
             operation.result = {"runs": runs, "events": events, "rejected_events": rejected}
     if logs:
         with recorded(
@@ -222,15 +229,20 @@ def last_purge_at(platform: Platform, *, actor: str) -> datetime | None:
         )
 
 
-def _purgeable_runs(platform: Platform, cutoff: datetime) -> list[str]:
+def _purgeable_runs(platform: Platform, cutoff: datetime, *, live_definitions: bool) -> list[str]:
     with dialects.read_transaction(platform.engine) as connection:
         return retention.purgeable_runs(
-            connection, cutoff=cutoff, active_states=[s.value for s in ACTIVE_RUN_STATES]
+            connection,
+            cutoff=cutoff,
+            active_states=[s.value for s in ACTIVE_RUN_STATES],
+            live_definitions=live_definitions,
         )
 
 
-def _purge_history(platform: Platform, cutoff: datetime, *, dry_run: bool) -> tuple[int, int, int]:
-    run_ids = _purgeable_runs(platform, cutoff)
+def _purge_history(
+    platform: Platform, cutoff: datetime, *, dry_run: bool, live_definitions: bool
+) -> tuple[int, int, int]:
+    run_ids = _purgeable_runs(platform, cutoff, live_definitions=live_definitions)
     events = rejected = 0
     for start in range(0, len(run_ids), _PURGE_CHUNK):
         chunk = run_ids[start : start + _PURGE_CHUNK]

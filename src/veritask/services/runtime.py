@@ -36,8 +36,12 @@ OUTBOX: Final = "outbox"
 RESTART_DELAY_SECONDS: Final = 1.0
 #: How often the lease's heartbeat is written and deletions are moved on.
 HOUSEKEEPING_SECONDS: Final = 5.0
-#: ``VERITASK_RETENTION=90d`` turns the daily retention purge on (history and logs).
+#: ``VERITASK_RETENTION``: how long the daily retention purge keeps finished runs' history
+#: and logs, of every definition (each one's newest run stays); ``off`` keeps everything.
 RETENTION_VARIABLE: Final = "VERITASK_RETENTION"
+#: Without it, the ledger is bounded: about 90 days of tasks (docs/operations.md, sizing).
+DEFAULT_RETENTION: Final = timedelta(days=90)
+RETENTION_OFF: Final = "off"
 #: ``VERITASK_DELETED_RETENTION=7d`` (the default): how long a deleted definition's attempts,
 #: logs and results are kept before they are purged.
 DELETED_RETENTION_VARIABLE: Final = "VERITASK_DELETED_RETENTION"
@@ -192,13 +196,19 @@ class SchedulerRuntime:
         if last is not None and self.platform.now() - last < PURGE_EVERY:
             return
         operations.purge(
-            self.platform, older_than=self.retention, dry_run=False, actor=HOUSEKEEPING_ACTOR
+            self.platform,
+            older_than=self.retention,
+            dry_run=False,
+            actor=HOUSEKEEPING_ACTOR,
+            live_definitions=True,
         )
 
 
 def _retention_from_environment() -> timedelta | None:
     configured = os.environ.get(RETENTION_VARIABLE)
     if not configured:
+        return DEFAULT_RETENTION
+    if configured.strip().lower() == RETENTION_OFF:
         return None
     return _period(RETENTION_VARIABLE, configured)
 
