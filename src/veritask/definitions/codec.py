@@ -29,6 +29,7 @@ from veritask.definitions.model import (
     Schedule,
     SecretRef,
     TaskSpec,
+    WaitSpec,
 )
 
 
@@ -120,6 +121,8 @@ def _task(task: TaskSpec, priority: int) -> JSONObject:
     if task.sql is not None:
         data["sql"] = task.sql
         data["connection"] = task.connection
+    if task.wait is not None:
+        data["wait"] = _wait(task.wait)
     data.update(
         {
             "with": dict(task.with_),
@@ -147,6 +150,21 @@ def _task(task: TaskSpec, priority: int) -> JSONObject:
         data["priority"] = task.priority
     if task.sql is not None:
         del data["with"]  # a sql task has no parameters of its own: the statement is all
+    return data
+
+
+def _wait(wait: WaitSpec) -> JSONObject:
+    data: JSONObject = {wait.kind.value: wait.target}
+    if wait.connection is not None:
+        data["connection"] = wait.connection
+    data.update(
+        {
+            "every": to_seconds(wait.every),
+            "timeout": to_seconds(wait.timeout),
+            "on_timeout": wait.on_timeout.value,
+            "expected": None if wait.expected is None else to_seconds(wait.expected),
+        }
+    )
     return data
 
 
