@@ -8,9 +8,9 @@ second (docs/scheduling.md, "Waits that hold no slot").
 No worker runs a wait, so the executor reports for it with the attempt's token, as the SQL
 executor does (``sql/reports.Reporter``): ``started`` at the first check, a ``progress`` report
 with what a check saw — only when that changed, or when ``RECORD_EVERY`` passed, saying how
-many checks saw the same — heartbeats every ``heartbeat_interval`` so that the lease holds, and
-``completed`` when the condition holds (its output is what was seen), or at the wait's timeout
-(failed, or skipped with ``skip_on_timeout``), or when it was cancelled.
+many checks saw the same — a heartbeat when no report was sent for ``heartbeat_interval``, so
+that the lease holds, and ``completed`` when the condition holds (its output is what was seen),
+or at the wait's timeout (failed, or skipped with ``skip_on_timeout``), or when cancelled.
 
 What it holds lives in memory only: after a restart ``describe`` answers RUNNING for a wait it
 does not know, so that the reconciler hands its spec to ``resume`` and the checks go on, counting
@@ -45,8 +45,10 @@ EXTERNAL_ID_PREFIX = "wait:"
 DEFAULT_CHECKERS = 4
 #: The longest one check may take (a GET, a query, a call), and never longer than ``every``.
 CHECK_LIMIT = timedelta(seconds=30)
-#: A check that saw what the last recorded one saw is recorded after this long anyway.
-RECORD_EVERY = timedelta(minutes=5)
+#: A check that saw what the last recorded one saw is recorded after this long anyway. Under
+#: a wait's usual heartbeat interval (a third of its 10-minute lease): any report holds the
+#: lease, so a steady wait sends these and no heartbeat at all.
+RECORD_EVERY = timedelta(minutes=3)
 #: How many ended waits ``describe`` still answers for when nobody cleaned them up.
 ENDED_KEPT = 100_000
 #: The longest ``seen`` text kept in a report.
@@ -272,13 +274,13 @@ class WaitExecutor:
 
     def _due(self, wait: _Wait, now: float) -> None:
         """Start a due check, beat, or give up on a check that overran; then sleep again."""
-        beat = now >= wait.beat_due
         slow = False
         start = False
         late: _Ended | None = None
         with self._lock:
             if wait.done:
                 return
+            beat = now >= wait.beat_due
             if beat:
                 wait.beat_due = now + wait.spec.heartbeat_interval.total_seconds()
             if wait.check_started is None and now >= wait.next_check:
@@ -295,7 +297,7 @@ class WaitExecutor:
         if late is not None:
             self._report_end(wait, late, output=None, error=self._timeout_error(wait))
             return
-        if beat and not start:
+        if beat:
             self._send(wait, "heartbeat", {})
         if slow:
             seconds = f"{wait.limit:g}"
@@ -483,6 +485,8 @@ class WaitExecutor:
             # reports after the ones its predecessor sent.
             seq = max(wait.last_seq + 1, int(now.timestamp() * 1000))
             wait.last_seq = seq
+            # Any report holds the lease: the next heartbeat is due a full interval after it.
+            wait.beat_due = time.monotonic() + wait.spec.heartbeat_interval.total_seconds()
         wait.reporter.send(kind, evidence, seq=seq, event_time=now)
 
     # --- helpers ------------------------------------------------------------------------
