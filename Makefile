@@ -35,8 +35,8 @@ fuzz: $(STAMP)
 	VERITASK_API_FUZZ_EXAMPLES=150 $(BIN)/pytest tests/integration/test_openapi_fuzz.py -p no:timeout
 
 # Figures for the ledger, the executor, the scheduler, the web UI's render of a 1,000-instance
-# run and a 1,000-task Python pipeline's compile and apply, each beside its baseline or target;
-# never run by the tests.
+# run, 10,000 open waits and a 1,000-task Python pipeline's compile and apply, each beside its
+# baseline or target; never run by the tests.
 bench: $(STAMP)
 	$(BIN)/python -m bench.ledger
 	$(BIN)/python -m bench.executor
@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.ui
 	$(BIN)/python -m bench.backfill
 	$(BIN)/python -m bench.pools
+	$(BIN)/python -m bench.waits
 	$(BIN)/python -m bench.pipelines
 	$(BIN)/python -m bench.mapping --postgres
 	$(BIN)/python -m bench.celery --rounds 3

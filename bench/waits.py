@@ -1,0 +1,98 @@
+"""What ten thousand open waits cost the scheduler's checker: ``make bench`` (never a test).
+
+``--waits`` path waits whose file never appears, checked every ``--every`` seconds by one
+``WaitExecutor`` (the one a scheduler holds: a heap, one timer thread, four checker threads),
+reporting to an outbox in a temporary directory as the scheduler's own would. After a warm-up
+of one check cycle (every wait's first check and its ``started`` report, paid once), the
+process's CPU time is measured over ``--cycles`` check cycles and printed as a fraction of one
+core, beside the target. The default window (7 cycles of 30 s) covers a wait's periodic record
+of its unchanged checks (``waits.RECORD_EVERY``), so the reports a steady wait writes are in it.
+
+It also prints the reports written per second: what the scheduler's loop reads from the outbox
+and records for these waits.
+
+    python -m bench.waits
+    python -m bench.waits --waits 2000 --every 5 --cycles 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from veritask.execution import port, waits
+
+#: The share of one core the checker may use for 10,000 waits checked every 30 s.
+TARGET = 0.05
+#: A wait's heartbeat interval as the scheduler gives it: a third of its 10-minute lease.
+BEAT = timedelta(minutes=10) / 3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--waits", type=int, default=10_000)
+    parser.add_argument("--every", type=float, default=30.0, help="seconds between checks")
+    parser.add_argument("--cycles", type=int, default=7, help="check cycles measured")
+    args = parser.parse_args()
+    every = timedelta(seconds=args.every)
+    with tempfile.TemporaryDirectory(prefix="bench-waits-") as home:
+        outbox = Path(home) / "outbox"
+        checker = waits.WaitExecutor(servers={})
+        try:
+            began = time.process_time()
+            started = time.monotonic()
+            for i in range(args.waits):
+                checker.submit(spec=_spec(outbox, i, every))
+            submitted = time.monotonic() - started
+            print(
+                f"submitted {args.waits} waits in {submitted:.2f} s "
+                f"({time.process_time() - began:.2f} s of CPU)"
+            )
+            time.sleep(args.every + 5)  # every wait's first check and started report
+            reports_before = _count(outbox)
+            cpu_before, wall_before = time.process_time(), time.monotonic()
+            time.sleep(args.every * args.cycles)
+            cpu = time.process_time() - cpu_before
+            wall = time.monotonic() - wall_before
+            written = _count(outbox) - reports_before
+            held = checker.held()
+        finally:
+            checker.close()
+    share = cpu / wall
+    verdict = "ok" if share < TARGET else "OVER TARGET"
+    print(f"{held} waits held, checked every {args.every:g} s, over {wall:.0f} s:")
+    print(f"  checker CPU {share:.2%} of one core (target < {TARGET:.0%}): {verdict}")
+    print(
+        f"  {args.waits * wall / args.every / wall:.0f} checks/s; "
+        f"{written / wall:.1f} reports/s to the outbox ({written} in the window)"
+    )
+
+
+def _spec(outbox: Path, i: int, every: timedelta) -> port.AttemptSpec:
+    condition = port.WaitCondition(
+        port.Condition.PATH,
+        f"/nonexistent/bench-waits/{i}/_SUCCESS",
+        every,
+        timedelta(days=1),
+    )
+    return port.AttemptSpec(
+        instance_id=f"bench-wait-{i}",
+        attempt_no=1,
+        attempt_token=f"token-{i}",
+        task=condition,
+        callback=port.OutboxCallback(outbox),
+        heartbeat_interval=BEAT,
+    )
+
+
+def _count(outbox: Path) -> int:
+    with os.scandir(outbox) as entries:
+        return sum(1 for entry in entries if entry.name.endswith(".json"))
+
+
+if __name__ == "__main__":
+    main()
