@@ -53,6 +53,8 @@ RECORD_EVERY = timedelta(minutes=3)
 ENDED_KEPT = 100_000
 #: The longest ``seen`` text kept in a report.
 SEEN_LIMIT = 500
+#: Path checks due together are handed to a checker thread this many at a time.
+_STATS_PER_TASK = 64
 log = logging.getLogger(__name__)
 
 
@@ -128,7 +130,7 @@ class WaitExecutor:
         self.servers = servers
         self.overdue = overdue
         self._clock = clock
-        self._lock = threading.Condition()
+        self._lock = threading.Condition(threading.Lock())
         self._waits: dict[str, _Wait] = {}
         self._ended: dict[str, _Ended] = {}
         self._heap: list[tuple[float, int, str]] = []
@@ -266,20 +268,34 @@ class WaitExecutor:
                     wait = self._waits.get(key)
                     if wait is not None and wait.wake_at == at:
                         due.append(wait)
+            stats: list[_Wait] = []
             for wait in due:
                 try:
-                    self._due(wait, now)
+                    if self._due(wait, now):
+                        if wait.task.condition is port.Condition.PATH:
+                            stats.append(wait)
+                        elif self._checkers is not None:
+                            self._checkers.submit(self._check, wait)
                 except Exception:  # one wait never stops the others
                     log.exception("the wait %s could not be checked", wait.key)
+            # A stat answers at once (a hung mount aside): many to a task cost one hand-over.
+            for start in range(0, len(stats), _STATS_PER_TASK):
+                if self._checkers is not None:
+                    self._checkers.submit(self._check_each, stats[start : start + _STATS_PER_TASK])
 
-    def _due(self, wait: _Wait, now: float) -> None:
-        """Start a due check, beat, or give up on a check that overran; then sleep again."""
+    def _check_each(self, batch: list[_Wait]) -> None:
+        for wait in batch:
+            self._check(wait)
+
+    def _due(self, wait: _Wait, now: float) -> bool:
+        """Beat, or give up on a check that overran; then sleep again. True when a check is
+        due now: the caller hands it to a checker thread."""
         slow = False
         start = False
         late: _Ended | None = None
         with self._lock:
             if wait.done:
-                return
+                return False
             beat = now >= wait.beat_due
             if beat:
                 wait.beat_due = now + wait.spec.heartbeat_interval.total_seconds()
@@ -296,14 +312,13 @@ class WaitExecutor:
                 self._push(wait, self._next_wake(wait))
         if late is not None:
             self._report_end(wait, late, output=None, error=self._timeout_error(wait))
-            return
+            return False
         if beat:
             self._send(wait, "heartbeat", {})
         if slow:
             seconds = f"{wait.limit:g}"
             self._record(wait, f"check {wait.checks + 1} has not answered in {seconds}s")
-        if start and self._checkers is not None:
-            self._checkers.submit(self._check, wait)
+        return start
 
     def _next_wake(self, wait: _Wait) -> float:
         if wait.check_started is None:
