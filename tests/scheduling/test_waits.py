@@ -18,6 +18,7 @@ from tests.scheduling.harness import Harness
 from veritask.core.states import InstanceState, RunExecutionState
 from veritask.ledger import dialects, pools, schema
 from veritask.ledger.vocabulary import AlertCategory
+from veritask.scheduling import triggers
 
 I = InstanceState  # noqa: E741 - a short name for the states below
 
@@ -74,6 +75,7 @@ def test_a_path_wait_succeeds_when_the_file_appears_and_records_what_it_saw(
         "checks": reports(harness, arrive, "progress")[-1]["check"],
     }
     assert harness.attempts(arrive)[0][3] == f"wait:{arrive}/1"
+    harness.assert_snapshots_are_folds()
 
 
 def test_a_wait_fails_at_its_timeout(harness: Harness, tmp_path: Path) -> None:
@@ -97,6 +99,25 @@ def test_a_wait_that_skips_on_timeout_is_skipped(harness: Harness, tmp_path: Pat
     instances = harness.instances(run_id)
     assert instances["arrive"].state is I.SKIPPED
     assert instances["load"].state is I.SKIPPED  # all_success: an upstream skipped
+
+
+def test_a_cancelled_wait_stops_and_the_checker_confirms_it(
+    harness: Harness, tmp_path: Path
+) -> None:
+    harness.apply(waiting_for(tmp_path))
+    run_id = harness.trigger("arrivals")
+    harness.until(harness.state_is(run_id, "arrive", I.RUNNING), what="the wait to start")
+    triggers.request_run_cancel(harness.ledger, run_id, actor="operator:test", reason="stop")
+    state, reason = harness.finish(run_id)
+    assert state is RunExecutionState.CANCELLED, reason
+    arrive = harness.instances(run_id)["arrive"].id
+    assert harness.instances(run_id)["arrive"].state is I.CANCELLED
+    [(_, attempt_state, _, external_id)] = harness.attempts(arrive)
+    assert attempt_state == "CANCELLED" and external_id is not None
+    checker = harness.scheduler.dispatcher.executors["wait"]
+    observed = checker.describe(external_id=external_id)
+    assert observed.ended and observed.details["held"] is False
+    harness.assert_snapshots_are_folds()
 
 
 def test_a_wait_holds_no_pool_slot(harness: Harness, tmp_path: Path) -> None:
