@@ -133,6 +133,8 @@ class WaitExecutor:
         self._lock = threading.Condition(threading.Lock())
         self._waits: dict[str, _Wait] = {}
         self._ended: dict[str, _Ended] = {}
+        #: The token each attempt held here came with: another one is another scheduler's.
+        self._tokens: dict[str, str] = {}
         self._heap: list[tuple[float, int, str]] = []
         self._order = itertools.count()
         self._checkers_count = checkers
@@ -148,6 +150,12 @@ class WaitExecutor:
         key = _key(spec.instance_id, spec.attempt_no)
         external_id = f"{EXTERNAL_ID_PREFIX}{key}"
         with self._lock:
+            token = self._tokens.get(key)
+            if token is not None and token != spec.attempt_token:
+                raise errors.ExecutorError(
+                    f"attempt {key} was submitted before with another attempt token",
+                    retryable=False,
+                )
             if key in self._waits or key in self._ended:
                 return port.Submission(external_id, created=False)
             self._hold(_Wait(spec, task, self._clock()))
@@ -200,6 +208,7 @@ class WaitExecutor:
                     f"{external_id} is still checked: cancel it before cleanup", retryable=True
                 )
             self._ended.pop(key, None)
+            self._tokens.pop(key, None)
 
     def resume(self, *, spec: port.AttemptSpec) -> bool:
         """Take up the checks of a wait whose holder is gone; True if this process holds it."""
@@ -207,6 +216,11 @@ class WaitExecutor:
             return False
         key = _key(spec.instance_id, spec.attempt_no)
         with self._lock:
+            token = self._tokens.get(key)
+            if token is not None and token != spec.attempt_token:
+                raise errors.ExecutorError(
+                    f"attempt {key} is held here under another attempt token", retryable=False
+                )
             if key in self._waits:
                 return True
             if key in self._ended:
@@ -237,6 +251,7 @@ class WaitExecutor:
     def _hold(self, wait: _Wait) -> None:
         """Called with the lock held."""
         self._waits[wait.key] = wait
+        self._tokens[wait.key] = wait.spec.attempt_token
         self._push(wait, wait.next_check)
         if self._timer is None:
             self._checkers = ThreadPoolExecutor(
@@ -442,7 +457,9 @@ class WaitExecutor:
 
     def _remember(self, key: str, ended: _Ended) -> None:
         if len(self._ended) >= ENDED_KEPT:
-            self._ended.pop(next(iter(self._ended)))
+            oldest = next(iter(self._ended))
+            self._ended.pop(oldest)
+            self._tokens.pop(oldest, None)
         self._ended[key] = ended
 
     def _report_end(
