@@ -33,6 +33,16 @@ def ready(table: str) -> bool:
     return READY.get(table, False)
 
 
+#: Set by a test to let ``stuck`` return.
+UNSTUCK = threading.Event()
+
+
+def stuck() -> bool:
+    """A callable that does not answer until the test lets it."""
+    UNSTUCK.wait(30)
+    return True
+
+
 def eventually(condition: Callable[[], _T | None], timeout: float = 10.0) -> _T:
     give_up_at = time.monotonic() + timeout
     while True:
@@ -346,3 +356,22 @@ def test_a_condition_that_cannot_be_checked_is_seen_as_not_holding(
     executor.submit(spec=spec(outbox, condition))
     eventually(lambda: seen(outbox))
     assert "no SQL connection named 'nowhere'" in str(seen(outbox)[0])
+
+
+def test_a_check_that_does_not_answer_is_recorded_and_does_not_hold_off_the_timeout(
+    tmp_path: Path, executor: waits.WaitExecutor
+) -> None:
+    outbox = tmp_path / "outbox"
+    every = timedelta(milliseconds=100)  # also the check's time limit
+    condition = port.WaitCondition(
+        port.Condition.CALL, f"{__name__}:stuck", every, timedelta(milliseconds=400)
+    )
+    UNSTUCK.clear()
+    try:
+        executor.submit(spec=spec(outbox, condition))
+        evidence = eventually(lambda: completed(outbox), timeout=5)
+    finally:
+        UNSTUCK.set()
+    assert evidence["error_category"] == "task_error"
+    assert seen(outbox)[0] == "check 1 has not answered in 0.1s"
+    assert "did not hold within 0:00:00.400000 (0 checks)" in evidence.get("error_message", "")

@@ -93,6 +93,7 @@ class _Wait:
         self.resumed = task.since is not None
         self.since = task.since or now
         self.deadline = self.since + task.timeout
+        self.deadline_at = time.monotonic() + (self.deadline - now).total_seconds()
         self.limit = min(CHECK_LIMIT, task.every).total_seconds()
         self.checks = 0
         self.seen = "not checked yet"
@@ -340,7 +341,8 @@ class WaitExecutor:
             return min(wait.next_check, wait.beat_due)
         if not wait.told_slow:
             return min(wait.check_started + wait.limit, wait.beat_due)
-        return wait.beat_due
+        # A check that does not answer: wake at the timeout, which does not wait for it.
+        return min(wait.beat_due, max(wait.deadline_at, time.monotonic() + 1.0))
 
     # --- a check -------------------------------------------------------------------------
 
