@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         shell,
         sql,
         task,
+        wait,
     )
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "shell",
     "sql",
     "task",
+    "wait",
 ]
 
 _PIPELINE_NAMES = frozenset(__all__)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,7 @@ from veritask.definitions.model import (
     WaitKind,
 )
 from veritask.definitions.parse import WAIT_LEASE, definition_from_json, parse_definition
+from veritask.pipelines import compile as pipelines
 
 YAML = """\
 name: arrivals
@@ -137,3 +140,42 @@ tasks:
 def test_an_unknown_placeholder_in_the_condition_is_refused() -> None:
     found = _one("wait: {path: '/data/{{ nope }}/x'}")
     assert [f for f, _ in found] == ["tasks.w.wait.path"], found
+
+
+def test_the_python_spelling_is_the_same_definition(tmp_path: Path) -> None:
+    path = tmp_path / "arrivals_py.py"
+    path.write_text(
+        textwrap.dedent(
+            """\
+            from veritask import pipeline, shell, wait
+
+            @pipeline(name="arrivals")
+            def arrivals() -> None:
+                arrive = wait(
+                    name="arrive",
+                    path="/data/{{ ds }}/_SUCCESS",
+                    every="30s",
+                    timeout="6h",
+                    on_timeout="skip",
+                    expected="1h",
+                )
+                landed = wait(
+                    name="landed",
+                    sql="SELECT 1 FROM loads WHERE day = {{ ds }}",
+                    connection="warehouse",
+                )
+                served = wait(name="served", http="https://example.com/ready")
+                ready = wait(name="ready", call="jobs.checks:ready", with_={"table": "orders"})
+                shell("true", name="load", after=[arrive, landed, served, ready])
+            """
+        )
+    )
+    try:
+        [compiled] = pipelines.load_file(path)
+    finally:
+        sys.modules.pop("arrivals_py", None)
+        if str(tmp_path) in sys.path:
+            sys.path.remove(str(tmp_path))
+    written = parse_definition(YAML)
+    assert compiled.definition == written
+    assert compiled.content_hash == codec.content_hash(written)

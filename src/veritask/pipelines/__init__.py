@@ -26,6 +26,7 @@ from veritask.pipelines.api import (
     shell,
     sql,
     task,
+    wait,
 )
 
 __all__ = [
@@ -48,4 +49,5 @@ __all__ = [
     "shell",
     "sql",
     "task",
+    "wait",
 ]
