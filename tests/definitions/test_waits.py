@@ -137,6 +137,11 @@ tasks:
         assert fields == ["tasks.each.map"], caught.value.problems
 
 
+def test_a_map_item_in_an_unmapped_wait_is_refused() -> None:
+    found = _one("wait: {path: '/in/{{ map.item }}'}")
+    assert [f for f, _ in found] == ["tasks.w.wait.path"], found
+
+
 def test_an_unknown_placeholder_in_the_condition_is_refused() -> None:
     found = _one("wait: {path: '/data/{{ nope }}/x'}")
     assert [f for f, _ in found] == ["tasks.w.wait.path"], found

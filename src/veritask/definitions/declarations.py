@@ -176,6 +176,8 @@ def _check_upstream(reader: Reader, path: str, text: str, line: int | None, task
 def _check_unmapped(reader: Reader, key: str, task: TaskSpec, line: _Lines) -> None:
     """``{{ map.item }}`` and ``{{ map.index }}`` belong to mapped tasks."""
     fields = [("run", task.run or "")]
+    if task.wait is not None:
+        fields.append((f"wait.{task.wait.kind}", task.wait.target))
     fields += [
         (f"with.{name}", text)
         for name, v in task.with_.items()
