@@ -195,3 +195,44 @@ def test_a_wait_past_its_expected_duration_raises_a_dependency_alert(
     assert instance_id == arrive
     assert message.startswith("the wait arrive of arrivals still checks 1 s after it began")
     assert "no such file or directory" in message
+
+
+def test_a_mapped_wait_checks_one_path_per_item(harness: Harness, tmp_path: Path) -> None:
+    harness.apply(
+        f"""\
+name: files
+tasks:
+  names:
+    run: |
+      echo '["a", "b"]' > "$VERITASK_OUTPUT"
+  each:
+    after: [names]
+    map: {{over: "{{{{ outputs.names }}}}"}}
+    wait: {{path: "{tmp_path}/{{{{ map.item }}}}", every: 1s}}
+"""
+    )
+    run_id = harness.trigger("files")
+    harness.until(
+        lambda: [state for _, state in mapped(harness, run_id)] == [I.RUNNING, I.RUNNING],
+        what="a wait per item",
+    )
+    (tmp_path / "a").write_text("")
+    (tmp_path / "b").mkdir()
+    assert harness.finish(run_id)[0] is RunExecutionState.SUCCESS
+    outputs = [reports(harness, i, "completed")[0]["output"] for i, _ in mapped(harness, run_id)]
+    assert [str(o["seen"]) for o in outputs if isinstance(o, dict)] == [
+        f"{tmp_path}/a exists (file of 0 bytes)",
+        f"{tmp_path}/b exists (directory)",
+    ]
+
+
+def mapped(harness: Harness, run_id: str) -> list[tuple[str, InstanceState]]:
+    """The mapped instances of ``each``, by map index: id and state."""
+    t = schema.task_instances.c
+    with dialects.read_transaction(harness.engine) as connection:
+        rows = connection.execute(
+            sa.select(t.id, t.state)
+            .where(t.run_id == run_id, t.task_key == "each", t.map_index >= 0)
+            .order_by(t.map_index)
+        ).all()
+    return [(row.id, InstanceState(row.state)) for row in rows]
