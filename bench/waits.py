@@ -11,8 +11,13 @@ of its unchanged checks (``waits.RECORD_EVERY``), so the reports a steady wait w
 It also prints the reports written per second: what the scheduler's loop reads from the outbox
 and records for these waits.
 
+``--scheduler`` measures the whole scheduler process instead (the loop, its ledger on SQLite,
+and the checker it holds): one run whose mapped wait task expands into ``--waits`` waits, the
+process's CPU over the same window, beside the idle scheduler's over as long before the run.
+
     python -m bench.waits
     python -m bench.waits --waits 2000 --every 5 --cycles 3
+    python -m bench.waits --scheduler
 """
 
 from __future__ import annotations
@@ -24,7 +29,16 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from veritask.execution import port, waits
+from bench.scheduler import _Loop
+from veritask.core.states import TriggerKind
+from veritask.definitions.model import WAIT_EXECUTOR
+from veritask.execution import local, port, waits
+from veritask.ledger import dialects, migrate
+from veritask.ledger.ledger import Ledger
+from veritask.scheduling import triggers
+from veritask.scheduling.scheduler import Scheduler
+from veritask.scheduling.settings import Settings
+from veritask.scheduling.tokens import AttemptTokens
 
 #: The share of one core the checker may use for 10,000 waits checked every 30 s.
 TARGET = 0.05
@@ -37,7 +51,11 @@ def main() -> None:
     parser.add_argument("--waits", type=int, default=10_000)
     parser.add_argument("--every", type=float, default=30.0, help="seconds between checks")
     parser.add_argument("--cycles", type=int, default=7, help="check cycles measured")
+    parser.add_argument("--scheduler", action="store_true", help="the whole scheduler process")
     args = parser.parse_args()
+    if args.scheduler:
+        _with_scheduler(args)
+        return
     every = timedelta(seconds=args.every)
     with tempfile.TemporaryDirectory(prefix="bench-waits-") as home:
         outbox = Path(home) / "outbox"
@@ -70,6 +88,67 @@ def main() -> None:
         f"  {args.waits * wall / args.every / wall:.0f} checks/s; "
         f"{written / wall:.1f} reports/s to the outbox ({written} in the window)"
     )
+
+
+def _with_scheduler(args: argparse.Namespace) -> None:
+    window = args.every * args.cycles
+    with tempfile.TemporaryDirectory(prefix="bench-waits-") as directory:
+        home = Path(directory)
+        url = f"sqlite:///{home / 'bench.db'}"
+        migrate.upgrade(url)
+        engine = dialects.create_engine(url)
+        ledger = Ledger(engine)
+        executor = local.LocalExecutor(home=home, slots=2)
+        scheduler = Scheduler(
+            ledger,
+            executors={"local": executor},
+            tokens=AttemptTokens(b"bench-secret-0123456789"),
+            outbox=home / "outbox",
+            settings=Settings(),
+        )
+        checker = scheduler.dispatcher.executors[WAIT_EXECUTOR]
+        assert isinstance(checker, waits.WaitExecutor)
+        try:
+            with _Loop(scheduler, None):
+                idle = _cpu_share(window)
+                triggers.apply_definition(ledger, _mapped_waits(args.waits, args.every))
+                started = time.monotonic()
+                triggers.trigger(ledger, name="waits", kind=TriggerKind.MANUAL, actor="bench")
+                while checker.held() < args.waits:
+                    time.sleep(0.5)
+                opened = time.monotonic() - started
+                time.sleep(args.every + 5)  # every wait's first check and started report
+                busy = _cpu_share(window)
+                held = checker.held()
+        finally:
+            executor.shutdown_supervisor()
+            engine.dispose()
+    verdict = "ok" if busy - idle < TARGET else "OVER TARGET"
+    print(f"{held} waits opened and held in {opened:.0f} s, checked every {args.every:g} s:")
+    print(
+        f"  scheduler process CPU {busy:.2%} of one core over {window:g} s, idle {idle:.2%}: "
+        f"the waits cost {busy - idle:.2%} (target < {TARGET:.0%}): {verdict}"
+    )
+
+
+def _cpu_share(seconds: float) -> float:
+    cpu, wall = time.process_time(), time.monotonic()
+    time.sleep(seconds)
+    return (time.process_time() - cpu) / (time.monotonic() - wall)
+
+
+def _mapped_waits(count: int, every: float) -> str:
+    listing = f"python3 -c 'import json; print(json.dumps(list(range({count}))))'"
+    return f"""\
+name: waits
+tasks:
+  names:
+    run: {listing} > "$VERITASK_OUTPUT"
+  each:
+    after: [names]
+    map: {{over: "{{{{ outputs.names }}}}", max_map: {count}}}
+    wait: {{path: "/nonexistent/bench-waits/{{{{ map.item }}}}/_SUCCESS", every: {every:g}s}}
+"""
 
 
 def _spec(outbox: Path, i: int, every: timedelta) -> port.AttemptSpec:
