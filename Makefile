@@ -34,9 +34,9 @@ fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest tests/unit -k property -p no:timeout
 	VERITASK_API_FUZZ_EXAMPLES=150 $(BIN)/pytest tests/integration/test_openapi_fuzz.py -p no:timeout
 
-# Figures for the ledger (its speed and its bytes per task), the executor, the scheduler, the web UI's render of a 1,000-instance
-# run and a 1,000-task Python pipeline's compile and apply, each beside its baseline or target;
-# never run by the tests.
+# Figures for the ledger (its speed and its bytes per task), the executor, the scheduler and
+# `veritask up`, the web UI's render of a 1,000-instance run, 10,000 open waits and a 1,000-task
+# Python pipeline's compile and apply, each beside its baseline or target; never by the tests.
 bench: $(STAMP)
 	$(BIN)/python -m bench.ledger
 	$(BIN)/python -m bench.executor
@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.ui
 	$(BIN)/python -m bench.backfill
 	$(BIN)/python -m bench.pools
+	$(BIN)/python -m bench.waits
 	$(BIN)/python -m bench.pipelines
 	$(BIN)/python -m bench.mapping --postgres
 	$(BIN)/python -m bench.celery --rounds 3

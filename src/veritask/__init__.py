@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         shell,
         sql,
         task,
+        wait,
     )
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "shell",
     "sql",
     "task",
+    "wait",
 ]
 
 _PIPELINE_NAMES = frozenset(__all__)

@@ -112,3 +112,12 @@ def test_the_default_pool_is_unlimited_until_defined_and_others_wait_for_a_defin
     assert verdicts["a"].admitted
     assert not verdicts["b"].admitted
     assert verdicts["b"].reason is not None and "gpu, which is not defined" in verdicts["b"].reason
+
+
+def test_a_claim_of_no_slots_opens_in_a_full_pool_and_blocks_nobody() -> None:
+    """A wait task claims no slot: it opens when the pool is full, and a claim ranked after it
+    that fits is not held back by it."""
+    wait = claim("wait", slots=0, priority=9)
+    assert admitted([wait, claim("work")], slots=1, used=1) == ["wait"]
+    assert admitted([wait, claim("work")], slots=2, used=1) == ["wait", "work"]
+    assert admitted([wait], slots=0) == ["wait"]

@@ -399,6 +399,17 @@ def written_alerts() -> Iterator[tuple[str, str]]:
         alert_messages.DEADLINE.format(due=queued),
         f"the run was expected to finish by {queued} and is still active",
     )
+    yield (
+        alert_messages.WAIT_OVERDUE.format(
+            task="arrive",
+            definition="ingest",
+            seconds=seconds,
+            since=queued,
+            seen="no such file or directory /data/_SUCCESS",
+        ),
+        f"the wait arrive of ingest still checks 30 s after it began ({queued}), past its "
+        "expected duration; its last check saw: no such file or directory /data/_SUCCESS",
+    )
     waiting = reasons.WAITING_FOR.format(
         what=reasons.PENDING_NO_RUN.format(
             what=reasons.DEPENDENCY_LATEST.format(definition="ingest")

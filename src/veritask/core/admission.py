@@ -108,6 +108,10 @@ def admit(
         free = pool.slots - pool.used
         blocked_by: Claim | None = None
         for claim, new in claims:
+            if claim.slots == 0:
+                if new:  # a claim of no slots (a wait) takes nothing and blocks nobody
+                    verdicts[claim.instance_id] = Verdict(True)
+                continue
             if claim.slots > pool.slots:
                 if new:
                     too_big = reasons.POOL_TOO_SMALL.format(

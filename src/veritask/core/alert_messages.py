@@ -144,3 +144,13 @@ STILL_WAITING = Phrase(
     due=Slot.TIME,
     reason=Slot.SENTENCE,
 )
+
+# -- dependency: a wait still checking past its expected duration ----------------------------
+
+WAIT_OVERDUE = Phrase(
+    "alert.wait_overdue",
+    "the wait {task} of {definition} still checks {seconds:g} s after it began ({since}), "
+    "past its expected duration; its last check saw: {seen}",
+    seconds=_N,
+    since=Slot.TIME,
+)

@@ -189,6 +189,32 @@ NOT_CALLABLE = Phrase(
     "problem.not_callable", "{call!r} is not module:function, such as jobs.transform:main"
 )
 NOT_CALLABLE_SHORT = Phrase("problem.not_callable_short", "{call!r} is not module:function")
+
+# -- waits (a task with wait:) ---------------------------------------------------------------
+
+WAIT_ONE_CONDITION = Phrase(
+    "problem.wait_one_condition", "needs exactly one condition: path, sql, http or call"
+)
+WAIT_EMPTY = Phrase("problem.wait_empty", "the condition is empty")
+WAIT_SQL_CONNECTION = Phrase(
+    "problem.wait_sql_connection",
+    "a sql condition needs connection (a server in the platform's settings), and only it",
+)
+WAIT_NOT_HTTP = Phrase(
+    "problem.wait_not_http", "{url!r} is not an http:// or https:// URL", url=Slot.TEXT
+)
+WAIT_EVERY_TOO_SHORT = Phrase("problem.wait_every_too_short", "must be 1s or longer")
+WAIT_HAS_NO_STEP = Phrase(
+    "problem.wait_has_no_step", "a wait task has no run, call or sql: the condition is the task"
+)
+WAIT_HAS_NO = Phrase(
+    "problem.wait_has_no",
+    "a wait task has no {other}: the scheduler checks it, and it holds no slot",
+    other=Slot.CODE,
+)
+WAIT_MAPPED = Phrase(
+    "problem.wait_mapped", "a mapped wait checks a path or a URL only, not {kind}", kind=Slot.CODE
+)
 EXPECTED_TASK_KEYS = Phrase(
     "problem.expected_task_keys", "expected a list of task keys, got {kind}", kind=_S
 )

@@ -30,6 +30,7 @@ from veritask.definitions.model import (
     Schedule,
     SecretRef,
     TaskSpec,
+    WaitSpec,
 )
 
 
@@ -122,6 +123,8 @@ def _task(task: TaskSpec, priority: int) -> JSONObject:
     if task.sql is not None:
         data["sql"] = task.sql
         data["connection"] = task.connection
+    if task.wait is not None:
+        data["wait"] = _wait(task.wait)
     data.update(
         {
             "with": dict(task.with_),
@@ -157,6 +160,21 @@ def _trigger(trigger: OnPublished | None) -> JSONObject:
     if trigger is None:
         return {}
     return {"trigger": {"on_published": list(trigger.upstreams), "when": trigger.when.value}}
+
+
+def _wait(wait: WaitSpec) -> JSONObject:
+    data: JSONObject = {wait.kind.value: wait.target}
+    if wait.connection is not None:
+        data["connection"] = wait.connection
+    data.update(
+        {
+            "every": to_seconds(wait.every),
+            "timeout": to_seconds(wait.timeout),
+            "on_timeout": wait.on_timeout.value,
+            "expected": None if wait.expected is None else to_seconds(wait.expected),
+        }
+    )
+    return data
 
 
 def _env(env: Mapping[str, EnvValue]) -> JSONObject:

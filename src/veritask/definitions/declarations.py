@@ -131,6 +131,13 @@ def check_placeholders(
             known.check(reader, f"tasks.{key}.sql", task.sql, line("sql"), sql=True)
             _check_sql(reader, f"tasks.{key}.sql", task.sql, raw, line("sql"))
             _check_no_outputs(reader, f"tasks.{key}.sql", task.sql, line("sql"))
+        if task.wait is not None:
+            where = f"tasks.{key}.wait.{task.wait.kind}"
+            is_sql = task.wait.kind == "sql"
+            known.check(reader, where, task.wait.target, line("wait"), sql=is_sql or None)
+            if is_sql:
+                _check_sql(reader, where, task.wait.target, raw, line("wait"))
+            _check_upstream(reader, where, task.wait.target, line("wait"), task)
         for name, value in task.with_.items():
             for text in placeholders.strings_in(value):
                 known.check(reader, f"tasks.{key}.with.{name}", text, line("with"), sql=None)
@@ -170,6 +177,8 @@ def _check_upstream(reader: Reader, path: str, text: str, line: int | None, task
 def _check_unmapped(reader: Reader, key: str, task: TaskSpec, line: _Lines) -> None:
     """``{{ map.item }}`` and ``{{ map.index }}`` belong to mapped tasks."""
     fields = [("run", task.run or "")]
+    if task.wait is not None:
+        fields.append((f"wait.{task.wait.kind}", task.wait.target))
     fields += [
         (f"with.{name}", text)
         for name, v in task.with_.items()

@@ -33,6 +33,8 @@ DEFAULT_SKIP_EXIT_CODE = 99
 #: The most instances a mapped task expands into, unless it sets ``map.max_map``.
 DEFAULT_MAX_MAP = 1024
 DEFAULT_EXECUTOR = "local"
+#: The executor of every ``wait:`` task: the scheduler process checks the condition itself.
+WAIT_EXECUTOR = "wait"
 #: A variable of a task's environment (``env:``), and the name of a secret.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: The variables the platform sets, and its own settings: never a definition's.
@@ -189,6 +191,68 @@ class OnPublished:
                 raise DefinitionError.one(path, problems.LISTED_TWICE.format(key=name))
 
 
+class WaitKind(StrEnum):
+    """What a ``wait:`` task checks (docs/definitions.md, "Waits")."""
+
+    PATH = "path"
+    """A file or a directory exists."""
+    SQL = "sql"
+    """A statement run on a named connection returns a row."""
+    HTTP = "http"
+    """A GET of the URL answers 2xx."""
+    CALL = "call"
+    """``module:function`` called with the task's ``with:`` returns something truthy."""
+
+
+class OnTimeout(StrEnum):
+    """What a wait whose condition never held becomes at its ``timeout``."""
+
+    FAIL = "fail"
+    """(default) The attempt fails, saying what the last check saw."""
+    SKIP = "skip"
+    """The task is SKIPPED, as a task that exits with its ``skip_exit_code``."""
+
+
+#: How often a wait checks unless it says (``every:``), and the least it may say.
+DEFAULT_WAIT_EVERY = timedelta(seconds=60)
+MIN_WAIT_EVERY = timedelta(seconds=1)
+#: How long a wait checks unless it says (``timeout:``): a condition that never holds must
+#: not hold its run open for ever.
+DEFAULT_WAIT_TIMEOUT = timedelta(hours=24)
+
+
+@dataclass(frozen=True)
+class WaitSpec:
+    """A condition the scheduler checks on an interval until it holds (a ``wait:`` block)."""
+
+    kind: WaitKind
+    target: str
+    """The path, the statement, the URL or the callable; templates are not expanded here."""
+    connection: str | None = None
+    """The SQL server a ``sql`` condition is checked on."""
+    every: timedelta = DEFAULT_WAIT_EVERY
+    timeout: timedelta = DEFAULT_WAIT_TIMEOUT
+    on_timeout: OnTimeout = OnTimeout.FAIL
+    expected: timedelta | None = None
+    """Past this, counted from the first check, a ``dependency`` alert names the wait."""
+
+    def __post_init__(self) -> None:
+        if not self.target.strip():
+            raise DefinitionError.one(f"wait.{self.kind}", problems.WAIT_EMPTY.format())
+        if self.kind is WaitKind.CALL and not CALLABLE.fullmatch(self.target):
+            raise DefinitionError.one(
+                "wait.call", problems.NOT_CALLABLE_SHORT.format(call=self.target)
+            )
+        if (self.kind is WaitKind.SQL) != (self.connection is not None):
+            raise DefinitionError.one("wait.connection", problems.WAIT_SQL_CONNECTION.format())
+        if self.every < MIN_WAIT_EVERY:
+            raise DefinitionError.one("wait.every", problems.WAIT_EVERY_TOO_SHORT.format())
+        if self.timeout <= timedelta(0):
+            raise DefinitionError.one("wait.timeout", problems.LONGER_THAN_ZERO.format())
+        if self.expected is not None and self.expected <= timedelta(0):
+            raise DefinitionError.one("wait.expected", problems.LONGER_THAN_ZERO.format())
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """One task of a definition, with its policy resolved."""
@@ -226,10 +290,14 @@ class TaskSpec:
     """How many of the pool's slots one attempt holds."""
     priority: int = 0
     """Higher opens first when slots are scarce (the definition's unless the task sets one)."""
+    wait: WaitSpec | None = None
+    """A condition the scheduler checks instead of running anything (executor ``wait``)."""
 
     def __post_init__(self) -> None:
         check_env(self.env, f"tasks.{self.key}.env")
-        if self.sql is None:
+        if self.wait is not None:
+            self._check_wait()
+        elif self.sql is None:
             _check_step(self.run, self.call, f"tasks.{self.key}")
             if self.connection is not None:
                 raise DefinitionError.one(
@@ -256,6 +324,23 @@ class TaskSpec:
                 problems.AT_LEAST.format(minimum=1, number=self.pool_slots),
             )
 
+    def _check_wait(self) -> None:
+        path = f"tasks.{self.key}"
+        if self.run is not None or self.call is not None or self.sql is not None:
+            raise DefinitionError.one(path, problems.WAIT_HAS_NO_STEP.format())
+        if self.executor != WAIT_EXECUTOR:
+            raise DefinitionError.one(
+                f"{path}.executor", problems.WAIT_HAS_NO.format(other="executor")
+            )
+        if self.pool is not None or self.pool_slots != 1:
+            raise DefinitionError.one(f"{path}.pool", problems.WAIT_HAS_NO.format(other="pool"))
+
+    @property
+    def slots_held(self) -> int:
+        """The pool slots one attempt holds: none for a wait, which only the scheduler's
+        checker holds (docs/scheduling.md, "Waits that hold no slot")."""
+        return 0 if self.wait is not None else self.pool_slots
+
     @property
     def requires_commit(self) -> bool:
         """SUCCESS needs the output commit marker as well as exit 0."""
@@ -271,7 +356,12 @@ class TaskSpec:
         """The upstream tasks whose outputs the task names (``{{ outputs.TASK }}`` in its
         command or its ``with``): the scheduler reads them when it submits an attempt, and
         only for such tasks (docs/definitions.md, "Outputs")."""
-        texts = [self.run or "", self.sql or "", *placeholders.strings_in(dict(self.with_))]
+        texts = [
+            self.run or "",
+            self.sql or "",
+            self.wait.target if self.wait is not None else "",
+            *placeholders.strings_in(dict(self.with_)),
+        ]
         return tuple(
             dict.fromkeys(key for text in texts for key in placeholders.output_tasks(text))
         )

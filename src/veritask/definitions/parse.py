@@ -28,16 +28,23 @@ from veritask.definitions.model import (
     DEFAULT_EXECUTOR,
     DEFAULT_MAX_MAP,
     DEFAULT_SKIP_EXIT_CODE,
+    DEFAULT_WAIT_EVERY,
+    DEFAULT_WAIT_TIMEOUT,
+    MIN_WAIT_EVERY,
     SLUG,
+    WAIT_EXECUTOR,
     Catchup,
     ConcurrencyPolicy,
     Definition,
+    OnTimeout,
     PublishCheck,
     PublishSpec,
     Schedule,
     Step,
     TaskSpec,
     WaitFor,
+    WaitKind,
+    WaitSpec,
 )
 from veritask.definitions.reader import Reader, closest, entry_line, is_null, kind, slug_message
 from veritask.definitions.source import Entry, Map, Scalar, Seq, Value
@@ -90,6 +97,7 @@ TASK_FIELDS = (
     "pool",
     "pool_slots",
     "priority",
+    "wait",
 )
 MAP_FIELDS = ("over", "max_map")
 #: The executor a task with ``sql`` uses unless it names another.
@@ -99,6 +107,18 @@ CATCHUP_FIELDS = ("enabled", "max_runs")
 CHECK_FIELDS = ("name", "run", "call")
 STEP_FIELDS = ("run", "call")
 WAIT_FIELDS = ("definition", "published", "timeout", "lag")
+#: A ``wait:`` task's block: one condition, and how it is checked.
+CONDITIONS = tuple(kind.value for kind in WaitKind)
+WAIT_TASK_FIELDS = (*CONDITIONS, "connection", "every", "timeout", "on_timeout", "expected")
+#: What a wait task may not say: the scheduler checks it, and it holds no slot.
+NOT_FOR_WAITS = ("run", "call", "sql", "connection", "pool", "pool_slots")
+#: The least lease of a wait's attempt unless the task sets its own: the scheduler that checks
+#: it reports for it, and a restart resumes it, so a heartbeat every few minutes is enough.
+WAIT_LEASE = timedelta(minutes=10)
+
+
+#: The conditions a mapped wait may check: one cheap look per item.
+_MAPPABLE = (WaitKind.PATH, WaitKind.HTTP)
 
 
 def parse_definition(text: str) -> Definition:
@@ -259,8 +279,12 @@ class _Reader(Reader):
         self.edges[key] = []
         if f is None:
             return None
-        sql, connection = self.sql(f, path, line)
-        run, call = (None, None) if sql is not None else self.step(f, path, line)
+        wait = self.wait(f, path) if "wait" in f else None
+        if wait is not None or "wait" in f:
+            sql, connection, run, call = None, None, None, None
+        else:
+            sql, connection = self.sql(f, path, line)
+            run, call = (None, None) if sql is not None else self.step(f, path, line)
         with_ = self.json_object(f.get("with"), f"{path}.with")
         after = self.after(f.get("after"), key)
         role = self.choice(f.get("role"), f"{path}.role", TaskRole, TaskRole.WORK)
@@ -291,17 +315,31 @@ class _Reader(Reader):
             maximum=255,
         )
         task_queue = self.text(f.get("queue"), f"{path}.queue") or queue
-        default_executor = DEFAULT_EXECUTOR if sql is None else SQL_EXECUTOR
+        default_executor = (
+            WAIT_EXECUTOR if "wait" in f else DEFAULT_EXECUTOR if sql is None else SQL_EXECUTOR
+        )
         executor = self.slug(f.get("executor"), f"{path}.executor", default_executor)
+        if "wait" in f and executor not in (None, WAIT_EXECUTOR):
+            self.add(
+                f"{path}.executor",
+                entry_line(f.get("executor")),
+                problems.WAIT_HAS_NO.format(other="executor"),
+            )
         requires_commit = self.boolean(f.get("requires_commit"), f"{path}.requires_commit", False)
         base = replace(defaults, requires_commit=requires_commit)
         policy = self.policy(f, path, base, None)
+        if "wait" in f and "lease" not in f:
+            policy = replace(policy, lease=max(policy.lease, WAIT_LEASE))
         env = read_env(self, f.get("env"), f"{path}.env")
         map_over, max_map = self.mapping(f.get("map"), path)
+        if wait is not None and map_over is not None and wait.kind not in _MAPPABLE:
+            self.add(
+                f"{path}.map", entry_line(f.get("map")), problems.WAIT_MAPPED.format(kind=wait.kind)
+            )
         pool = self.slug(f.get("pool"), f"{path}.pool", "") or None
         pool_slots = self.integer(f.get("pool_slots"), f"{path}.pool_slots", 1, minimum=1) or 1
         task_priority = self.integer(f.get("priority"), f"{path}.priority", priority)
-        if run is None and call is None and sql is None:
+        if run is None and call is None and sql is None and wait is None:
             return None
         return self.attempt(
             lambda: TaskSpec(
@@ -325,8 +363,78 @@ class _Reader(Reader):
                 pool=pool,
                 pool_slots=pool_slots,
                 priority=priority if task_priority is None else task_priority,
+                wait=wait,
             ),
             line,
+            since,
+        )
+
+    def wait(self, f: Mapping[str, Entry], path: str) -> WaitSpec | None:
+        """``wait:``: exactly one condition (path, sql with connection, http, call) and how it
+        is checked; the task names nothing a running task would (docs/definitions.md)."""
+        for other in NOT_FOR_WAITS:
+            if other in f:
+                self.add(
+                    f"{path}.{other}",
+                    entry_line(f.get(other)),
+                    problems.WAIT_HAS_NO.format(other=other),
+                )
+        entry = f.get("wait")
+        here = f"{path}.wait"
+        since = len(self.problems)
+        w = self.fields_of(entry, here, WAIT_TASK_FIELDS)
+        if w is None:
+            if entry is not None and is_null(entry):
+                self.add(here, entry_line(entry), problems.WAIT_ONE_CONDITION.format())
+            return None
+        named = [name for name in CONDITIONS if name in w]
+        if len(named) != 1:
+            self.add(here, entry_line(entry), problems.WAIT_ONE_CONDITION.format())
+            return None
+        kind = WaitKind(named[0])
+        target = self.text(w.get(kind.value), f"{here}.{kind.value}")
+        target_line = entry_line(w.get(kind.value))
+        if target is not None and not target.strip():
+            self.add(f"{here}.{kind.value}", target_line, problems.WAIT_EMPTY.format())
+        if kind is WaitKind.CALL and target and not CALLABLE.fullmatch(target):
+            self.add(f"{here}.call", target_line, problems.NOT_CALLABLE.format(call=target))
+        if kind is WaitKind.HTTP and target and not target.startswith(("http://", "https://")):
+            self.add(f"{here}.http", target_line, problems.WAIT_NOT_HTTP.format(url=target))
+        connection = self.text(w.get("connection"), f"{here}.connection")
+        if connection is not None and not SLUG.fullmatch(connection):
+            self.add(
+                f"{here}.connection",
+                entry_line(w.get("connection")),
+                slug_message(connection, problems.NOT_A_CONNECTION_NAME),
+            )
+        if (kind is WaitKind.SQL) != ("connection" in w):
+            where = w.get("connection") or entry
+            self.add(f"{here}.connection", entry_line(where), problems.WAIT_SQL_CONNECTION.format())
+        every = self.duration(w.get("every"), f"{here}.every", DEFAULT_WAIT_EVERY, positive=True)
+        if every is not None and every < MIN_WAIT_EVERY:
+            self.add(
+                f"{here}.every", entry_line(w.get("every")), problems.WAIT_EVERY_TOO_SHORT.format()
+            )
+        timeout = self.duration(
+            w.get("timeout"), f"{here}.timeout", DEFAULT_WAIT_TIMEOUT, positive=True
+        )
+        on_timeout = self.choice(
+            w.get("on_timeout"), f"{here}.on_timeout", OnTimeout, OnTimeout.FAIL
+        )
+        expected = self.duration(w.get("expected"), f"{here}.expected", None, positive=True)
+        if target is None or len(self.problems) > since:
+            return None
+        return self.attempt(
+            lambda: WaitSpec(
+                kind=kind,
+                target=target,
+                connection=connection,
+                every=every or DEFAULT_WAIT_EVERY,
+                timeout=timeout or DEFAULT_WAIT_TIMEOUT,
+                on_timeout=on_timeout,
+                expected=expected,
+            ),
+            entry_line(entry),
             since,
         )
 

@@ -62,6 +62,8 @@ class ObservationSource(StrEnum):
     SQL_MARKER = "sql_marker"
     """The marker tables in the SQL server: the claim row and the completion row written in the
     same transaction as the work."""
+    WAIT_CHECKER = "wait_checker"
+    """The scheduler process's wait checker: the waits it holds and how each ended."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,55 @@ class SqlStatement:
             raise ValueError("SqlStatement.connection must name a connection")
 
 
-TaskSpec: TypeAlias = ShellCommand | PythonCallable | SqlStatement
+class Condition(StrEnum):
+    """What a wait checks (a ``wait:`` task; docs/definitions.md)."""
+
+    PATH = "path"
+    """A file or a directory exists."""
+    SQL = "sql"
+    """A statement run on a named connection returns a row."""
+    HTTP = "http"
+    """A GET of the URL answers 2xx."""
+    CALL = "call"
+    """``module:function(**params)`` returns something truthy."""
+
+
+@dataclass(frozen=True)
+class WaitCondition:
+    """A task that is a condition checked on an interval by the scheduler process itself: no
+    worker, no process, no slot (``execution/waits.py``)."""
+
+    condition: Condition
+    target: str
+    """The path, the statement, the URL or the callable, its placeholders already expanded
+    (a statement's as ``$1``, ``$2``… with ``parameters``)."""
+    every: timedelta
+    timeout: timedelta
+    skip_on_timeout: bool = False
+    """At the timeout the attempt is skipped (completed with the skip exit code), not failed."""
+    connection: str | None = None
+    parameters: tuple[JSONValue, ...] = ()
+    """The bound values of a statement's ``$1``, ``$2``…"""
+    params: Mapping[str, JSONValue] = field(default_factory=dict)
+    """The keyword arguments of a callable."""
+    expected: timedelta | None = None
+    """Past this since ``since`` the executor tells its ``overdue`` listener, once."""
+    since: datetime | None = None
+    """When the wait began (its ``started`` report), when it began before: a resumed wait
+    counts its timeout from there, not from the resumption."""
+
+    def __post_init__(self) -> None:
+        if not self.target.strip():
+            raise ValueError("WaitCondition.target must not be empty")
+        if self.every <= timedelta(0) or self.timeout <= timedelta(0):
+            raise ValueError("WaitCondition.every and timeout must be positive")
+        if (self.condition is Condition.SQL) != (self.connection is not None):
+            raise ValueError("WaitCondition.connection names the server of a sql condition")
+        if self.since is not None and self.since.utcoffset() is None:
+            raise ValueError("WaitCondition.since must be timezone-aware")
+
+
+TaskSpec: TypeAlias = ShellCommand | PythonCallable | SqlStatement | WaitCondition
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,9 @@ def encode_spec(spec: port.AttemptSpec) -> jsontypes.JSONObject:
             task = {"type": "sql", "statement": statement, "connection": connection}
             if values:
                 task["parameters"] = list(values)
+        case port.WaitCondition():
+            # The scheduler that checks a wait holds its spec: no worker ever reads one.
+            raise ValueError("a wait is checked by the scheduler, never handed to a worker")
     callback: jsontypes.JSONObject
     match spec.callback:
         case port.HttpCallback(base_url=base_url, timeout=timeout):

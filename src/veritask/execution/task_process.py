@@ -233,6 +233,9 @@ def start(
             case port.SqlStatement():
                 os.close(read_fd)
                 raise StartFailed("a SQL statement runs on a SQL engine (executor: sql), not here")
+            case port.WaitCondition():
+                os.close(read_fd)
+                raise StartFailed("a wait is checked by the scheduler (executor: wait), not here")
     finally:
         os.close(write_fd)
     started_at = wire.utc_now()

@@ -51,6 +51,19 @@ class SqlStartedEvidence(TypedDict):
     """The server's identity: system identifier, address, port, database, start time."""
 
 
+class WaitStartedEvidence(TypedDict):
+    """A wait's first check, by the scheduler process that holds it (``execution/waits.py``)."""
+
+    worker: str
+    """``wait:<host>:<pid>``: the scheduler process, not a worker."""
+    host: str
+    pid: int
+    condition: str
+    """``path``, ``sql``, ``http`` or ``call``."""
+    target: str
+    """What is checked: the path, the statement, the URL or the callable."""
+
+
 class HeartbeatEvidence(TypedDict):
     pass
 
@@ -60,6 +73,16 @@ class ProgressEvidence(TypedDict):
     done: int | None
     total: int | None
     message: str | None
+
+
+class WaitProgressEvidence(ProgressEvidence):
+    """What a wait's checks saw: recorded when it changed, and now and then with the count."""
+
+    check: int
+    """The number of this check since the wait began in this process."""
+    seen: str
+    checks_since: int
+    """The checks made since the last one recorded (those in between saw the same)."""
 
 
 class CompletedEvidence(TypedDict):
@@ -104,7 +127,7 @@ class _Envelope(TypedDict):
 
 class StartedEvent(_Envelope):
     kind: Literal["started"]
-    evidence: StartedEvidence | SqlStartedEvidence
+    evidence: StartedEvidence | SqlStartedEvidence | WaitStartedEvidence
 
 
 class HeartbeatEvent(_Envelope):
@@ -133,6 +156,7 @@ WorkerEvent: TypeAlias = (
 Evidence: TypeAlias = (
     StartedEvidence
     | SqlStartedEvidence
+    | WaitStartedEvidence
     | HeartbeatEvidence
     | ProgressEvidence
     | CompletedEvidence

@@ -130,7 +130,8 @@ def usage(connection: Connection, names: Collection[str]) -> dict[str, int]:
 
 def holders(connection: Connection, name: str, limit: int) -> tuple[list[str], int]:
     """A few of the tasks holding the pool's slots (``definition.task``) and how many hold."""
-    where = (_a.pool == name, _a.state.in_(_ACTIVE))
+    # A wait's attempt names the default pool with no slots: it holds none of them.
+    where = (_a.pool == name, _a.state.in_(_ACTIVE), _a.pool_slots != 0)
     count = connection.execute(sa.select(sa.func.count()).where(*where)).scalar_one()
     query = (
         sa.select(_d.name, _i.task_key)

@@ -28,6 +28,7 @@ from veritask.pipelines.api import (
     shell,
     sql,
     task,
+    wait,
 )
 
 __all__ = [
@@ -52,4 +53,5 @@ __all__ = [
     "shell",
     "sql",
     "task",
+    "wait",
 ]

@@ -302,6 +302,10 @@ class Node:
     arguments: dict[str, object] = field(default_factory=dict)
     map_over: str | None = None
     """A mapped task: the task over whose output it runs once per item."""
+    wait: dict[str, str | int | float] | None = None
+    """A wait task's ``wait:`` block, as the definition spells it."""
+    wait_with: dict[str, object] = field(default_factory=dict)
+    """The keyword arguments of a wait's ``call`` condition (its ``with:``)."""
 
 
 @dataclass
@@ -713,6 +717,54 @@ def sql(
         priority=priority,
     )
     node = Node(name, options, *_place(frame), sql=statement, connection=connection)
+    return cast(Result[None], graph.add(node))
+
+
+def wait(
+    *,
+    name: str,
+    path: str | None = None,
+    sql: str | None = None,
+    connection: str | None = None,
+    http: str | None = None,
+    call: str | Task[..., Any] | None = None,
+    with_: Mapping[str, object] | None = None,
+    every: Duration | None = None,
+    timeout: Duration | None = None,
+    on_timeout: Literal["fail", "skip"] | None = None,
+    expected: Duration | None = None,
+    after: Sequence[object] = (),
+    trigger_rule: TriggerRuleName | None = None,
+    retry: Retry | None = None,
+    lease: Duration | None = None,
+    priority: int | None = None,
+) -> Result[None]:
+    """A ``wait:`` task: the scheduler checks one condition (``path``, ``sql`` with
+    ``connection``, ``http`` or ``call``) every ``every`` until it holds; it holds no slot."""
+    graph, frame = current_graph(f"wait task {name!r}")
+    block: dict[str, str | int | float] = {}
+    conditions = {"path": path, "sql": sql, "http": http}
+    block.update({key: value for key, value in conditions.items() if value is not None})
+    if call is not None:
+        block["call"] = call.target if isinstance(call, Task) else call
+    for key, value in (
+        ("connection", connection),
+        ("every", every),
+        ("timeout", timeout),
+        ("on_timeout", on_timeout),
+        ("expected", expected),
+    ):
+        if value is not None:
+            block[key] = value
+    options = Options(
+        name=name,
+        after=tuple(after),
+        trigger_rule=trigger_rule,
+        retry=retry,
+        lease=lease,
+        priority=priority,
+    )
+    node = Node(name, options, *_place(frame), wait=block, wait_with=dict(with_ or {}))
     return cast(Result[None], graph.add(node))
 
 

@@ -300,6 +300,14 @@ class _Spec:
         if node.sql is not None:
             data["sql"] = node.sql
             data["connection"] = node.connection
+        if node.wait is not None:
+            block: JSONObject = dict(node.wait.items())
+            data["wait"] = block
+            given: JSONObject = {}
+            for name, value in node.wait_with.items():
+                given[name] = self.argument(node, f"{path}.with.{name}", value)
+            if given:
+                data["with"] = given
         if node.call is not None:
             data["call"] = node.call
             arguments: JSONObject = {}

@@ -420,12 +420,15 @@ class RunAdvancer:
         if not ready:
             return [], [], False
         by_pool: dict[str, list[run_store.InstanceBrief]] = {}
+        chosen: list[run_store.InstanceBrief] = []
         for brief in ready:
             task = context.tasks[brief.task_key]
+            if not task.slots_held:
+                chosen.append(brief)  # a wait: no pool's slots to count
+                continue
             by_pool.setdefault(task.pool or admission.DEFAULT_POOL, []).append(brief)
         with dialects.read_transaction(self.ledger.engine) as connection:
             free = pools.headroom(connection, by_pool)
-        chosen: list[run_store.InstanceBrief] = []
         held: list[run_store.InstanceBrief] = []
         more = False
         for name, group in by_pool.items():
@@ -448,7 +451,7 @@ class RunAdvancer:
         claim = admission.Claim(
             instance_id=instance_id,
             pool=task.pool or admission.DEFAULT_POOL,
-            slots=task.pool_slots,
+            slots=task.slots_held,
             priority=task.priority,
             logical_time=context.logical_time,
             since=since,

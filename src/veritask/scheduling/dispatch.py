@@ -23,7 +23,15 @@ from veritask.core import new_events
 from veritask.core.events import Event
 from veritask.core.jsontypes import JSONValue
 from veritask.definitions import parameters
-from veritask.definitions.model import Definition, SecretRef, TaskSpec, task_env
+from veritask.definitions.model import (
+    Definition,
+    OnTimeout,
+    SecretRef,
+    TaskSpec,
+    WaitKind,
+    WaitSpec,
+    task_env,
+)
 from veritask.execution import port
 from veritask.execution.errors import ExecutorError
 from veritask.scheduling import publication, templates
@@ -151,7 +159,12 @@ class Dispatcher:
             env["VERITASK_MAP_INDEX"] = str(opened.map_index)
         # Values are data: a command reads them from its environment, a statement binds them.
         work: port.TaskSpec
-        if task.sql is not None:
+        beat = min(port.AttemptSpec.heartbeat_interval, task.policy.lease / 3)
+        if task.wait is not None:
+            work = _wait_condition(task.wait, task.with_, values)
+            # The checker writes every beat of thousands of waits: one a third of the lease.
+            beat = task.policy.lease / 3
+        elif task.sql is not None:
             statement, bound = templates.render_sql(task.sql, values)
             work = port.SqlStatement(statement, str(task.connection), bound)
         elif task.run is not None:
@@ -179,7 +192,7 @@ class Dispatcher:
             env=env,
             timeout=task.policy.timeout,
             skip_exit_code=task.skip_exit_code,
-            heartbeat_interval=min(port.AttemptSpec.heartbeat_interval, task.policy.lease / 3),
+            heartbeat_interval=beat,
             queue=task.queue,
             secret_env=secret_env,
             upstream_outputs={key: upstream.get(key) for key in task.after}
@@ -491,4 +504,29 @@ def _failed(opened: Opened, now: datetime, error: str, *, retryable: bool) -> Ev
         event_time=now,
         error=error,
         retryable=retryable,
+    )
+
+
+def _wait_condition(
+    wait: WaitSpec, with_: Mapping[str, JSONValue], values: templates.Values
+) -> port.WaitCondition:
+    """A wait's condition with the run's values in it: a path or a URL as text, a statement
+    with bound values, a callable's ``with`` as its keyword arguments."""
+    statement, bound = (
+        templates.render_sql(wait.target, values)
+        if wait.kind is WaitKind.SQL
+        else (templates.render(wait.target, values), ())
+    )
+    return port.WaitCondition(
+        condition=port.Condition(wait.kind.value),
+        target=statement,
+        every=wait.every,
+        timeout=wait.timeout,
+        skip_on_timeout=wait.on_timeout is OnTimeout.SKIP,
+        connection=wait.connection,
+        parameters=bound,
+        params={k: templates.render_json(v, values) for k, v in with_.items()}
+        if wait.kind is WaitKind.CALL
+        else {},
+        expected=wait.expected,
     )

@@ -27,8 +27,8 @@ from pathlib import Path
 from veritask.core import alert_messages, judge
 from veritask.core.events import Event, EventKind
 from veritask.core.states import InstanceState
-from veritask.definitions.model import Definition
-from veritask.execution import port, transports
+from veritask.definitions.model import WAIT_EXECUTOR, Definition
+from veritask.execution import port, transports, waits
 from veritask.ledger import active_runs, alerts, dialects, errors
 from veritask.ledger.active_runs import ActiveRun
 from veritask.ledger.ledger import Applied, Ledger
@@ -37,6 +37,7 @@ from veritask.scheduling import (
     backfills,
     gathering,
     intake,
+    overdue,
     publication_triggers,
     sweeps,
     triggers,
@@ -88,6 +89,11 @@ class Scheduler:
         self.settings = settings or Settings()
         self.outbox = outbox
         outbox.mkdir(parents=True, exist_ok=True)
+        # Every scheduler checks waits, with no setting: the checker lives in this process.
+        self._own_waits: waits.WaitExecutor | None = None
+        if WAIT_EXECUTOR not in executors:
+            self._own_waits = waits.WaitExecutor(overdue=overdue.alerter(ledger))
+            executors = {**executors, WAIT_EXECUTOR: self._own_waits}
         self.dispatcher = Dispatcher(
             executors=executors,
             tokens=tokens,
@@ -177,6 +183,8 @@ class Scheduler:
         """Wait for the submissions in flight and record their answers (for callers of tick)."""
         self.submissions.close()
         self._record_answers(TickReport())
+        if self._own_waits is not None:
+            self._own_waits.close()
 
     def _recover_until_done(self, stop: threading.Event) -> None:
         while not stop.is_set():

@@ -464,7 +464,11 @@ class Sweeper:
             snapshot.instance_id, snapshot.epoch, task_key, nonce, _map_index(snapshot)
         )
         try:
-            return executor.resume(spec=self.dispatcher.spec(context, opened))
+            spec = self.dispatcher.spec(context, opened)
+            if isinstance(spec.task, port.WaitCondition):
+                # A resumed wait counts its timeout from its first start, not from now.
+                spec = replace(spec, task=replace(spec.task, since=current.started_at))
+            return executor.resume(spec=spec)
         except (ExecutorError, ValueError) as exc:
             log.warning(
                 "resuming the reports of %s failed: %s",

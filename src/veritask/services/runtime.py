@@ -100,6 +100,9 @@ class SchedulerRuntime:
             settings=self.settings,
             commit_base_url=self.commit_base_url,
         )
+        # The scheduler adds the executors every scheduler has (the wait checker): deletions
+        # clean up after those too.
+        self.executors = dict(scheduler.dispatcher.executors)
         self._scheduler = scheduler
         self._threads = [
             threading.Thread(

@@ -414,6 +414,8 @@ def _detail(value: object) -> port.DetailValue:
 def _check_celery_task(spec: port.AttemptSpec) -> None:
     if isinstance(spec.task, port.SqlStatement):
         raise errors.ExecutorError("a sql task runs on the sql executor, not on Celery")
+    if isinstance(spec.task, port.WaitCondition):
+        raise errors.ExecutorError("a wait is checked by the scheduler's wait executor")
 
 
 def _submitted_before(
