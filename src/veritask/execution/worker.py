@@ -339,6 +339,11 @@ class AttemptRun:
         if self._stop_cause is not None:
             return self._stop_cause
         if signum is not None:
+            # A stop asked while this worker was frozen may have killed the task's group
+            # (the escalation) before the stop signal queued for this worker was read: the
+            # request's file says it was ours.
+            if self.attempt.cancel_request.exists():
+                return port.ErrorCategory.CANCELLED
             return port.ErrorCategory.KILLED
         if not self._start_confirmed(exit_code):
             return port.ErrorCategory.START_ERROR
