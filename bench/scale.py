@@ -1,0 +1,615 @@
+"""The scheduler and a run's read as the ledger grows: ``make bench`` (never a test).
+
+For each database (SQLite in a temporary directory, PostgreSQL at 127.0.0.1:5432 when it
+answers), with the local executor and the outbox transport, at each of ``--sizes`` (finished
+task instances already in the ledger):
+
+- **fan-out**: one run of ``--tasks`` independent tasks ``true`` of the same definition, from
+  the trigger until every instance is durably SUCCESS, in tasks per second, and the CPU of this
+  process (the scheduler's loop and submissions, the bench's look for the run's end) per task;
+- **show**: ``services.runs.get_run`` (what ``veritask show`` and ``GET /api/v2/runs/{id}``
+  read) of that new run and of an old loaded run: cold (the first read in a fresh Platform:
+  a new engine, its connection and statement cache) and warm (the median of the next five);
+- **runs list**: ``services.run_lists.list_runs`` with no filter, 50 a page (``GET
+  /api/v2/runs?limit=50``), cold and warm.
+
+The history is not run but copied: the first fan-out (on the empty ledger) is the template,
+and each loaded run is a copy of all its rows (the run, its instances with their folds, their
+attempts, every event with its fingerprint) with new ids and tokens, every time moved back by
+a whole number of hours, so that the fold, the ids' time order and the indexes see what a
+real run left. After the first two copies, the platform's own ``verify`` checks the whole
+ledger. Loading writes straight to the tables (``executemany`` on SQLite, ``COPY`` on
+PostgreSQL), then checkpoints (SQLite) or vacuums and analyzes (PostgreSQL), as a database
+grown over months would have been. The target: every rate and read within 20 % of the empty
+ledger's, measured in the same run.
+
+    python -m bench.scale                                   # both databases, 0 and 100,000
+    python -m bench.scale --sizes 0,100000,1000000          # the full curve
+    python -m bench.scale --only sqlite --sizes 0,10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import operator
+import re
+import secrets
+import sqlite3
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Final
+
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from bench.scheduler import (
+    _all_success,
+    _databases,
+    _fanout,
+    _fanout_yaml,
+    _Homes,
+    _Loop,
+    _wait_run,
+)
+from veritask.core.states import TriggerKind
+from veritask.execution import local
+from veritask.ledger import dialects, migrate, schema
+from veritask.ledger.ledger import Ledger
+from veritask.scheduling import collector, triggers
+from veritask.scheduling.scheduler import Scheduler
+from veritask.scheduling.settings import Settings
+from veritask.scheduling.tokens import AttemptTokens
+from veritask.services import operations, run_lists, runs
+from veritask.services.platform import Platform
+
+TARGET: Final = 0.20
+DEFINITION: Final = "scale-fanout"
+#: How far back each loaded run is from the one before it.
+SPACING: Final = timedelta(hours=1)
+#: Runs copied per transaction.
+COPIES_PER_BATCH: Final = 10
+WARM_READS: Final = 5
+#: Copies loaded before ``verify`` checks the whole ledger (cheap while it is small).
+VERIFIED_COPIES: Final = 2
+
+#: What a copy renews: UUIDs (ids, the idempotency key's), hex tokens (token hashes, nonces)
+#: and ISO times inside text and JSON.
+_TOKENS = re.compile(
+    r"\b(?P<token>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    r"|[0-9a-f]{64}|[0-9a-f]{32})\b"
+    r"|(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{6})?\+00:00)"
+)
+_MS_MASK: Final = (1 << 48) - 1
+#: The tables a run's rows live in, in the order their foreign keys need.
+_TABLES: Final = (schema.runs, schema.task_instances, schema.attempts, schema.events)
+
+
+# -- the template: a real run's rows, with what each copy renews marked ------------------------
+
+
+@dataclass
+class _Template:
+    """A run's rows, each cell either kept or an index into what a copy renews.
+
+    A copy builds one pool of values (the kept constants, then its tokens, its times, its
+    texts and its fingerprints) and takes each row out of it with an ``itemgetter``: the
+    copies of a million rows cost a format per text and a tuple per row."""
+
+    kept: set[str]
+    dialect: str
+    constants: list[object] = field(default_factory=list)
+    tokens: dict[str, int] = field(default_factory=dict)
+    times: dict[datetime, int] = field(default_factory=dict)
+    texts: list[str] = field(default_factory=list)
+    fingerprints: list[str] = field(default_factory=list)
+    #: Per table: its columns and, per row, the pool indexes of its cells (symbolic until
+    #: ``seal``: ("c", i), ("k", i), ("t", i), ("x", i), ("f", i)).
+    columns: dict[str, list[str]] = field(default_factory=dict)
+    cells: dict[str, list[list[tuple[str, int]]]] = field(default_factory=dict)
+    getters: dict[str, list[Callable[[list[object]], tuple[object, ...]]]] = field(
+        default_factory=dict
+    )
+    instances: int = 0
+
+    def _token(self, token: str) -> int:
+        return self.tokens.setdefault(token, len(self.tokens))
+
+    def _time(self, moment: datetime) -> int:
+        return self.times.setdefault(moment, len(self.times))
+
+    def _text(self, text: str) -> tuple[str, int] | None:
+        """A format over the copy's tokens ({0[i]}) and ISO times ({1[i]}), or None when the
+        text has nothing to renew."""
+        parts: list[str] = []
+        last = 0
+        for match in _TOKENS.finditer(text):
+            token, moment = match.group("token"), match.group("time")
+            if token is not None and token in self.kept:
+                continue
+            parts.append(text[last : match.start()].replace("{", "{{").replace("}", "}}"))
+            if token is not None:
+                parts.append(f"{{0[{self._token(token)}]}}")
+            else:
+                parts.append(f"{{1[{self._time(datetime.fromisoformat(moment))}]}}")
+            last = match.end()
+        if not parts:
+            return None
+        parts.append(text[last:].replace("{", "{{").replace("}", "}}"))
+        self.texts.append("".join(parts))
+        return ("x", len(self.texts) - 1)
+
+    def _cell(self, value: object, *, json_column: bool) -> tuple[str, int]:
+        if isinstance(value, datetime):
+            return ("t", self._time(value))
+        if json_column and value is not None:
+            value = json.dumps(value)
+        if isinstance(value, str):
+            if value in self.kept:
+                pass
+            elif (whole := _TOKENS.fullmatch(value)) is not None and whole.group("token"):
+                return ("k", self._token(value))
+            else:
+                text = self._text(value)
+                if text is not None:
+                    return text
+        self.constants.append(value)
+        return ("c", len(self.constants) - 1)
+
+    def add(self, table: sa.Table, row: sa.RowMapping) -> None:
+        names = [c.name for c in table.columns if c.name != "position"]
+        self.columns.setdefault(table.name, names)
+        cells = []
+        for name in names:
+            if table is schema.events and name == "fingerprint":
+                content = _fingerprinted(row)
+                if hashlib.sha256(content.encode()).hexdigest() != row["fingerprint"]:
+                    raise RuntimeError(f"cannot rebuild the fingerprint of event {row['event_id']}")
+                text = self._text(content)
+                if text is None:
+                    raise RuntimeError(f"event {row['event_id']} has nothing to renew")
+                self.fingerprints.append(self.texts.pop())
+                cells.append(("f", len(self.fingerprints) - 1))
+                continue
+            json_column = isinstance(table.columns[name].type, sa.JSON)
+            cells.append(self._cell(row[name], json_column=json_column))
+        self.cells.setdefault(table.name, []).append(cells)
+
+    def seal(self) -> None:
+        """Turn the symbolic cells into pool indexes, now that every part's length is known."""
+        starts = {"c": 0}
+        starts["k"] = starts["c"] + len(self.constants)
+        starts["t"] = starts["k"] + len(self.tokens)
+        starts["x"] = starts["t"] + len(self.times)
+        starts["f"] = starts["x"] + len(self.texts)
+        for table, rows in self.cells.items():
+            self.getters[table] = [
+                operator.itemgetter(*(starts[kind] + index for kind, index in cells))
+                for cells in rows
+            ]
+
+    def copy(self, shift: timedelta) -> dict[str, list[tuple[object, ...]]]:
+        """Every row of one copy, each time moved by ``shift``, with new ids and tokens."""
+        shift_ms = int(shift.total_seconds() * 1000)
+        tokens = [_renewed(token, shift_ms) for token in self.tokens]
+        moments = [moment + shift for moment in self.times]
+        iso = [moment.isoformat() for moment in moments]
+        stored: list[object]
+        if self.dialect == "sqlite":
+            # As SQLAlchemy stores a UTCDateTime there: naive UTC, always six decimals.
+            stored = [f"{m:%Y-%m-%d %H:%M:%S.%f}" for m in moments]
+        else:
+            stored = list(moments)
+        texts = [text.format(tokens, iso) for text in self.texts]
+        prints = [
+            hashlib.sha256(text.format(tokens, iso).encode()).hexdigest()
+            for text in self.fingerprints
+        ]
+        pool: list[object] = [*self.constants, *tokens, *stored, *texts, *prints]
+        return {table: [get(pool) for get in getters] for table, getters in self.getters.items()}
+
+
+def _fingerprinted(row: sa.RowMapping) -> str:
+    """What the platform hashed for an event's fingerprint (core ``events.fingerprint`` for an
+    instance's, ``run_store.record_subject_event`` for a run's)."""
+    if row["instance_id"] is not None:
+        content = {
+            "instance_id": row["instance_id"],
+            "attempt_no": row["attempt_no"],
+            "kind": row["kind"],
+            "actor": row["actor"],
+            "event_time": row["event_time"].isoformat(),
+            "evidence": row["evidence"],
+            "seq": row["seq"],
+        }
+        return json.dumps(content, sort_keys=True, separators=(",", ":"), default=str)
+    subject = [row["subject_type"], row["subject_id"], row["kind"], row["actor"], row["evidence"]]
+    return json.dumps(subject, sort_keys=True, default=str)
+
+
+def _renewed(token: str, shift_ms: int) -> str:
+    """A UUID keeps its random bits and moves its 48-bit time prefix, so a copy's ids sort
+    among themselves as the template's did (the fold breaks ties between events by id); a hex
+    token (a token's hash, a nonce) is drawn anew."""
+    if "-" not in token:
+        return secrets.token_hex(len(token) // 2)
+    prefix = (int(token[:8] + token[9:13], 16) + shift_ms) & _MS_MASK
+    head = f"{prefix:012x}"
+    return f"{head[:8]}-{head[8:]}{token[13:]}"
+
+
+def _template(engine: Engine, run_id: str, definition_id: str) -> _Template:
+    r, t, a, e = (table.c for table in _TABLES)
+    with dialects.read_transaction(engine) as connection:
+        definition_hashes = connection.execute(
+            sa.select(schema.definition_versions.c.content_hash).where(
+                schema.definition_versions.c.definition_id == definition_id
+            )
+        ).scalars()
+        kept = {definition_id, *(h.removeprefix("sha256:") for h in definition_hashes)}
+        template = _Template(kept, engine.dialect.name)
+        selects = (
+            sa.select(schema.runs).where(r.id == run_id),
+            sa.select(schema.task_instances).where(t.run_id == run_id).order_by(t.id),
+            sa.select(schema.attempts)
+            .join(schema.task_instances, t.id == a.instance_id)
+            .where(t.run_id == run_id)
+            .order_by(a.instance_id, a.attempt_no),
+            sa.select(schema.events).where(e.run_id == run_id).order_by(e.position),
+        )
+        for table, select in zip(_TABLES, selects, strict=True):
+            for row in connection.execute(select).mappings():
+                template.add(table, row)
+    template.instances = len(template.cells[schema.task_instances.name])
+    template.seal()
+    return template
+
+
+# -- loading ---------------------------------------------------------------------------------
+
+
+def _batches(
+    template: _Template, first: int, count: int
+) -> Iterator[dict[str, list[tuple[object, ...]]]]:
+    """Copies ``first`` .. ``first + count - 1``, each one SPACING further back in time."""
+    for start in range(first, first + count, COPIES_PER_BATCH):
+        batch: dict[str, list[tuple[object, ...]]] = {table.name: [] for table in _TABLES}
+        for n in range(start, min(first + count, start + COPIES_PER_BATCH)):
+            for table, rows in template.copy(-SPACING * (n + 1)).items():
+                batch[table].extend(rows)
+        yield batch
+
+
+def _load(engine: Engine, template: _Template, first: int, count: int) -> None:
+    if engine.dialect.name == "postgresql":
+        _load_postgres(engine, template, first, count)
+    else:
+        _load_sqlite(engine, template, first, count)
+
+
+def _load_postgres(engine: Engine, template: _Template, first: int, count: int) -> None:
+    pooled = engine.raw_connection()
+    try:
+        driver = pooled.driver_connection
+        if not isinstance(driver, psycopg.Connection):
+            raise TypeError("loading PostgreSQL needs the psycopg driver")
+        for batch in _batches(template, first, count):
+            with driver.cursor() as cursor:
+                for table in _TABLES:
+                    columns = ", ".join(template.columns[table.name])
+                    with cursor.copy(f"COPY {table.name} ({columns}) FROM STDIN") as copy:
+                        for row in batch[table.name]:
+                            copy.write_row(row)
+            driver.commit()
+    finally:
+        pooled.close()
+
+
+def _load_sqlite(engine: Engine, template: _Template, first: int, count: int) -> None:
+    pooled = engine.raw_connection()
+    try:
+        driver = pooled.driver_connection
+        if not isinstance(driver, sqlite3.Connection):
+            raise TypeError("loading SQLite needs the sqlite3 driver")
+        # A bulk load may trade durability for speed: a crash loses only copied rows.
+        driver.execute("PRAGMA synchronous = OFF")
+        try:
+            for batch in _batches(template, first, count):
+                driver.execute("BEGIN IMMEDIATE")
+                for table in _TABLES:
+                    columns = template.columns[table.name]
+                    driver.executemany(
+                        f"INSERT INTO {table.name} ({', '.join(columns)}) "
+                        f"VALUES ({', '.join('?' for _ in columns)})",
+                        batch[table.name],
+                    )
+                driver.execute("COMMIT")
+        finally:
+            driver.execute("PRAGMA synchronous = NORMAL")
+    finally:
+        pooled.close()
+
+
+def _settle(engine: Engine) -> None:
+    """What a database grown over months has had: a checkpoint; on PostgreSQL, autovacuum's
+    visibility map and statistics."""
+    if engine.dialect.name == "sqlite":
+        pooled = engine.raw_connection()
+        try:
+            pooled.driver_connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # type: ignore[union-attr]
+        finally:
+            pooled.close()
+        return
+    with engine.connect() as connection:
+        connection.execution_options(isolation_level="AUTOCOMMIT")
+        for table in _TABLES:
+            connection.exec_driver_sql(f"VACUUM ANALYZE {table.name}")
+        connection.exec_driver_sql("CHECKPOINT")
+
+
+def _ledger_bytes(engine: Engine, url: str) -> int:
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as connection:
+            size = connection.exec_driver_sql("SELECT pg_database_size(current_database())")
+            return int(size.scalar_one())
+    path = Path(url.removeprefix("sqlite:///"))
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+
+
+def _verify(url: str, home: Path) -> None:
+    platform = Platform.open(url, home)
+    try:
+        report = operations.verify(platform, repair=False, actor="operator:bench")
+    finally:
+        platform.close()
+    if not report.ok:
+        problems = [*report.mismatches, *report.violations]
+        raise RuntimeError(f"verify failed on the loaded ledger: {problems[:5]}")
+    print(f"  verify: {report.instances} instances and {report.runs} runs agree with their events")
+
+
+# -- measuring -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reads:
+    cold_ms: float
+    warm_ms: float
+
+
+@dataclass(frozen=True)
+class Point:
+    size: int
+    load_seconds: float
+    ledger_bytes: int
+    fanout_per_s: float
+    scheduler_cpu_ms: float
+    show_new: Reads
+    show_old: Reads | None
+    runs_list: Reads
+
+
+def _reads(url: str, home: Path, read: Callable[[Platform], object]) -> Reads:
+    platform = Platform.open(url, home)
+    try:
+        began = time.perf_counter()
+        read(platform)
+        cold = time.perf_counter() - began
+        warm = []
+        for _ in range(WARM_READS):
+            began = time.perf_counter()
+            read(platform)
+            warm.append(time.perf_counter() - began)
+    finally:
+        platform.close()
+    return Reads(cold * 1000, statistics.median(warm) * 1000)
+
+
+def _show(run_id: str, tasks: int) -> Callable[[Platform], object]:
+    def read(platform: Platform) -> object:
+        detail = runs.get_run(platform, run_id)
+        if len(detail.instances) != tasks:
+            raise RuntimeError(f"run {run_id} shows {len(detail.instances)} instances")
+        return detail
+
+    return read
+
+
+def _runs_list(platform: Platform) -> object:
+    return run_lists.list_runs(platform, run_lists.RunFilters(), limit=50)
+
+
+class _Sizes:
+    """One database's ledger, grown from empty through the sizes."""
+
+    def __init__(self, database: str, url: str, args: argparse.Namespace, homes: _Homes):
+        self.database, self.url, self.args = database, url, args
+        migrate.upgrade(url)
+        self.engine = dialects.create_engine(url)
+        self.ledger = Ledger(self.engine)
+        self.home = homes.new()
+        self.executor = local.LocalExecutor(home=self.home, slots=args.slots)
+        self.template: _Template | None = None
+        self.copies = 0
+        self.loaded_run: str | None = None
+
+    def scheduler(self) -> Scheduler:
+        return Scheduler(
+            self.ledger,
+            executors={"local": self.executor},
+            tokens=AttemptTokens(b"bench-secret-0123456789"),
+            outbox=self.home / "outbox",
+            settings=Settings(),
+            submit_threads=self.args.submit_threads,
+        )
+
+    def run(self) -> list[Point]:
+        self.executor.ensure_supervisor()
+        try:
+            with _Loop(self.scheduler(), None):
+                _fanout(self.ledger, 20)  # warm up: imports, the supervisor, the page cache
+            applied = triggers.apply_definition(
+                self.ledger, _fanout_yaml(DEFINITION, self.args.tasks)
+            )
+            points = []
+            for size in self.args.sizes:
+                load_seconds = self._grow(size, applied.definition_id)
+                points.append(self._measure(size, load_seconds, applied.definition_id))
+            return points
+        finally:
+            self.executor.shutdown_supervisor()
+            self.engine.dispose()
+
+    def _grow(self, size: int, definition_id: str) -> float:
+        wanted = -(-size // self.args.tasks)
+        if wanted <= self.copies:
+            return 0.0
+        if self.template is None:
+            raise RuntimeError("the first size must be 0: its run is the template")
+        began = time.perf_counter()
+        if self.copies < VERIFIED_COPIES <= wanted:
+            _load(self.engine, self.template, self.copies, VERIFIED_COPIES - self.copies)
+            self.copies = VERIFIED_COPIES
+            verify_began = time.perf_counter()
+            _verify(self.url, self.home)
+            began += time.perf_counter() - verify_began  # not part of the load
+        _load(self.engine, self.template, self.copies, wanted - self.copies)
+        self.copies = wanted
+        _settle(self.engine)
+        elapsed = time.perf_counter() - began
+        if self.loaded_run is None:
+            self.loaded_run = self._first_loaded_run(definition_id)
+        return elapsed
+
+    def _first_loaded_run(self, definition_id: str) -> str:
+        r = schema.runs.c
+        created = datetime.now(UTC) - SPACING / 2  # the template's copies are older
+        with dialects.read_transaction(self.engine) as connection:
+            return str(
+                connection.execute(
+                    sa.select(r.id)
+                    .where(r.definition_id == definition_id, r.created_at < created)
+                    .order_by(r.created_at.desc())
+                    .limit(1)
+                ).scalar_one()
+            )
+
+    def _measure(self, size: int, load_seconds: float, definition_id: str) -> Point:
+        tasks = self.args.tasks
+        with _Loop(self.scheduler(), None):
+            run = triggers.trigger(
+                self.ledger, name=DEFINITION, kind=TriggerKind.MANUAL, actor="operator:bench"
+            )
+            cpu_before = time.process_time()
+            began = time.perf_counter()
+            _wait_run(self.ledger, run.run_id)
+            elapsed = time.perf_counter() - began
+            cpu = (time.process_time() - cpu_before) / tasks
+        _all_success(self.ledger, run.run_id)
+        if self.template is None:
+            self.template = _template(self.engine, run.run_id, definition_id)
+        show_new = _reads(self.url, self.home, _show(run.run_id, tasks))
+        show_old = None
+        if self.loaded_run is not None:
+            show_old = _reads(self.url, self.home, _show(self.loaded_run, tasks))
+        listed = _reads(self.url, self.home, _runs_list)
+        point = Point(
+            size,
+            load_seconds,
+            _ledger_bytes(self.engine, self.url),
+            tasks / elapsed,
+            cpu * 1000,
+            show_new,
+            show_old,
+            listed,
+        )
+        print(f"  {self.database} {_line(point)}", flush=True)
+        return point
+
+
+def _line(p: Point) -> str:
+    old = (
+        "" if p.show_old is None else f", old run {p.show_old.cold_ms:.0f}/{p.show_old.warm_ms:.0f}"
+    )
+    return (
+        f"size {p.size:,}: loaded in {p.load_seconds:.0f} s,"
+        f" ledger {p.ledger_bytes / 2**20:,.0f} MiB;"
+        f" fan-out {p.fanout_per_s:.0f} tasks/s, {p.scheduler_cpu_ms:.2f} ms CPU/task;"
+        f" show cold/warm ms: new run {p.show_new.cold_ms:.0f}/{p.show_new.warm_ms:.0f}{old};"
+        f" runs list {p.runs_list.cold_ms:.1f}/{p.runs_list.warm_ms:.1f}"
+    )
+
+
+def _report(database: str, points: list[Point], tasks: int) -> None:
+    base = points[0]
+    print(f"-- {database}: a fan-out of {tasks} `true` tasks as the ledger grows")
+    print(
+        f"  {'size':>10} {'load s':>7} {'MiB':>7} {'tasks/s':>15} {'CPU ms/task':>12}"
+        f" {'show new ms':>15} {'show old ms':>15} {'runs list ms':>15}"
+    )
+    for p in points:
+        old = "-" if p.show_old is None else _ratio(p.show_old.warm_ms, base.show_new.warm_ms)
+        print(
+            f"  {p.size:>10,} {p.load_seconds:>7.0f} {p.ledger_bytes / 2**20:>7,.0f}"
+            f" {_ratio(p.fanout_per_s, base.fanout_per_s):>15}"
+            f" {p.scheduler_cpu_ms:>12.2f}"
+            f" {_ratio(p.show_new.warm_ms, base.show_new.warm_ms):>15}"
+            f" {old:>15}"
+            f" {_ratio(p.runs_list.warm_ms, base.runs_list.warm_ms):>15}"
+        )
+    print(
+        f"  target: tasks/s at least x{1 - TARGET:.2f} of size 0, reads (warm) at most"
+        f" x{1 + TARGET:.2f}; the old run's read is compared with the new run's at size 0"
+    )
+
+
+def _ratio(value: float, base: float) -> str:
+    return f"{value:.1f} (x{value / base:.2f})"
+
+
+def _sizes(text: str) -> list[int]:
+    sizes = sorted({int(part.replace("_", "")) for part in text.split(",")} | {0})
+    if sizes[0] < 0:
+        raise argparse.ArgumentTypeError("sizes are counts of finished instances")
+    return sizes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
+    parser.add_argument(
+        "--sizes",
+        type=_sizes,
+        default=_sizes("0,100000"),
+        help="finished instances loaded before each measurement, comma-separated (0 is "
+        "always measured first: its run is copied)",
+    )
+    parser.add_argument("--tasks", type=int, default=1000)
+    parser.add_argument("--slots", type=int, default=8)
+    parser.add_argument("--submit-threads", type=int, default=4)
+    parser.add_argument("--only", choices=["sqlite", "postgres"])
+    parser.add_argument("--dir", type=Path, default=None, help="where homes go ($TMPDIR)")
+    args = parser.parse_args(argv)
+
+    collector.tune()  # as a scheduler's process does once it has started
+    homes = _Homes(args.dir)
+    results: list[tuple[str, list[Point]]] = []
+    try:
+        with _databases(args) as databases:
+            for database, url in databases:
+                results.append((database, _Sizes(database, url, args, homes).run()))
+    finally:
+        homes.remove_all()
+    print(f"scale bench: sizes {', '.join(f'{s:,}' for s in args.sizes)} finished instances")
+    for database, points in results:
+        _report(database, points, args.tasks)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
