@@ -481,7 +481,7 @@ class _Sizes:
             began += time.perf_counter() - verify_began  # not part of the load
         _load(self.engine, self.template, self.copies, wanted - self.copies)
         self.copies = wanted
-        _settle(self.engine)
+        _settle(self.engine)  # counted here; again (quick) before every measurement
         elapsed = time.perf_counter() - began
         if self.loaded_run is None:
             self.loaded_run = self._first_loaded_run(definition_id)
@@ -500,21 +500,31 @@ class _Sizes:
                 ).scalar_one()
             )
 
-    def _measure(self, size: int, load_seconds: float, definition_id: str) -> Point:
-        tasks = self.args.tasks
+    def _fanout(self) -> tuple[str, float, float]:
+        """A new run's id, its tasks per second and this process's CPU seconds per task."""
         with _Loop(self.scheduler(), None):
+            cpu_before = time.process_time()
+            began = time.perf_counter()
             run = triggers.trigger(
                 self.ledger, name=DEFINITION, kind=TriggerKind.MANUAL, actor="operator:bench"
             )
-            cpu_before = time.process_time()
-            began = time.perf_counter()
             _wait_run(self.ledger, run.run_id)
             elapsed = time.perf_counter() - began
-            cpu = (time.process_time() - cpu_before) / tasks
+            cpu = time.process_time() - cpu_before
         _all_success(self.ledger, run.run_id)
+        return run.run_id, self.args.tasks / elapsed, cpu / self.args.tasks
+
+    def _measure(self, size: int, load_seconds: float, definition_id: str) -> Point:
+        tasks = self.args.tasks
+        _settle(self.engine)
+        rates, cpus = [], []
+        for _ in range(self.args.rounds):
+            run_id, per_s, cpu = self._fanout()
+            rates.append(per_s)
+            cpus.append(cpu)
         if self.template is None:
-            self.template = _template(self.engine, run.run_id, definition_id)
-        show_new = _reads(self.url, self.home, _show(run.run_id, tasks))
+            self.template = _template(self.engine, run_id, definition_id)
+        show_new = _reads(self.url, self.home, _show(run_id, tasks))
         show_old = None
         if self.loaded_run is not None:
             show_old = _reads(self.url, self.home, _show(self.loaded_run, tasks))
@@ -523,8 +533,8 @@ class _Sizes:
             size,
             load_seconds,
             _ledger_bytes(self.engine, self.url),
-            tasks / elapsed,
-            cpu * 1000,
+            statistics.median(rates),
+            statistics.median(cpus) * 1000,
             show_new,
             show_old,
             listed,
@@ -590,6 +600,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "always measured first: its run is copied)",
     )
     parser.add_argument("--tasks", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3, help="fan-outs per size (median)")
     parser.add_argument("--slots", type=int, default=8)
     parser.add_argument("--submit-threads", type=int, default=4)
     parser.add_argument("--only", choices=["sqlite", "postgres"])
