@@ -36,11 +36,13 @@ fuzz: $(STAMP)
 
 # Figures for the ledger, the executor, the scheduler, the web UI's render of a 1,000-instance
 # run and a 1,000-task Python pipeline's compile and apply, each beside its baseline or target;
-# never run by the tests.
+# never run by the tests. The scale curve runs here at 0 and 100,000 finished instances; the
+# full curve is `python -m bench.scale --sizes 0,100000,1000000` (about 10 GB of SQLite).
 bench: $(STAMP)
 	$(BIN)/python -m bench.ledger
 	$(BIN)/python -m bench.executor
 	$(BIN)/python -m bench.scheduler
+	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.up
 	$(BIN)/python -m bench.ui
 	$(BIN)/python -m bench.backfill
