@@ -38,17 +38,12 @@ grown over months would have been. A million instances take about 9 GB on SQLite
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import operator
-import re
-import secrets
 import sqlite3
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
@@ -57,6 +52,7 @@ import sqlalchemy as sa
 from psycopg import sql as pg_sql
 from sqlalchemy.engine import Engine
 
+from bench import history
 from bench.scheduler import (
     POSTGRES_DSN,
     _all_success,
@@ -80,297 +76,11 @@ from veritask.services.platform import Platform
 
 TARGET: Final = 0.20
 DEFINITION: Final = "scale-fanout"
-#: How far back each loaded run is from the one before it.
-SPACING: Final = timedelta(hours=1)
-#: Runs copied per transaction.
-COPIES_PER_BATCH: Final = 10
 COLD_READS: Final = 3
 WARM_READS: Final = 15
 LIST_PAGE: Final = 50
 #: Copies loaded before ``verify`` checks the whole ledger (cheap while it is small).
 VERIFIED_COPIES: Final = 2
-
-#: What a copy renews: UUIDs (ids, the idempotency key's), hex tokens (token hashes, nonces)
-#: and ISO times inside text and JSON.
-_TOKENS = re.compile(
-    r"\b(?P<token>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-    r"|[0-9a-f]{64}|[0-9a-f]{32})\b"
-    r"|(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{6})?\+00:00)"
-)
-_MS_MASK: Final = (1 << 48) - 1
-#: The tables a run's rows live in, in the order their foreign keys need.
-_TABLES: Final = (schema.runs, schema.task_instances, schema.attempts, schema.events)
-
-
-# -- the template: a real run's rows, with what each copy renews marked ------------------------
-
-
-@dataclass
-class _Template:
-    """A run's rows, each cell either kept or an index into what a copy renews.
-
-    A copy builds one pool of values (the kept constants, then its tokens, its times, its
-    texts and its fingerprints) and takes each row out of it with an ``itemgetter``: the
-    copies of a million rows cost a format per text and a tuple per row."""
-
-    kept: set[str]
-    dialect: str
-    constants: list[object] = field(default_factory=list)
-    tokens: dict[str, int] = field(default_factory=dict)
-    times: dict[datetime, int] = field(default_factory=dict)
-    texts: list[str] = field(default_factory=list)
-    fingerprints: list[str] = field(default_factory=list)
-    #: Per table: its columns and, per row, the pool indexes of its cells (symbolic until
-    #: ``seal``: ("c", i), ("k", i), ("t", i), ("x", i), ("f", i)).
-    columns: dict[str, list[str]] = field(default_factory=dict)
-    cells: dict[str, list[list[tuple[str, int]]]] = field(default_factory=dict)
-    getters: dict[str, list[Callable[[list[object]], tuple[object, ...]]]] = field(
-        default_factory=dict
-    )
-    instances: int = 0
-
-    def _token(self, token: str) -> int:
-        return self.tokens.setdefault(token, len(self.tokens))
-
-    def _time(self, moment: datetime) -> int:
-        return self.times.setdefault(moment, len(self.times))
-
-    def _text(self, text: str) -> tuple[str, int] | None:
-        """A format over the copy's tokens ({0[i]}) and ISO times ({1[i]}), or None when the
-        text has nothing to renew."""
-        parts: list[str] = []
-        last = 0
-        for match in _TOKENS.finditer(text):
-            token, moment = match.group("token"), match.group("time")
-            if token is not None and token in self.kept:
-                continue
-            parts.append(text[last : match.start()].replace("{", "{{").replace("}", "}}"))
-            if token is not None:
-                parts.append(f"{{0[{self._token(token)}]}}")
-            else:
-                parts.append(f"{{1[{self._time(datetime.fromisoformat(moment))}]}}")
-            last = match.end()
-        if not parts:
-            return None
-        parts.append(text[last:].replace("{", "{{").replace("}", "}}"))
-        self.texts.append("".join(parts))
-        return ("x", len(self.texts) - 1)
-
-    def _cell(self, value: object, *, json_column: bool) -> tuple[str, int]:
-        if isinstance(value, datetime):
-            return ("t", self._time(value))
-        if json_column and value is not None:
-            value = json.dumps(value)
-        if isinstance(value, str):
-            if value in self.kept:
-                pass
-            elif (whole := _TOKENS.fullmatch(value)) is not None and whole.group("token"):
-                return ("k", self._token(value))
-            else:
-                text = self._text(value)
-                if text is not None:
-                    return text
-        self.constants.append(value)
-        return ("c", len(self.constants) - 1)
-
-    def add(self, table: sa.Table, row: sa.RowMapping) -> None:
-        names = [c.name for c in table.columns if c.name != "position"]
-        self.columns.setdefault(table.name, names)
-        cells = []
-        for name in names:
-            if table is schema.events and name == "fingerprint":
-                content = _fingerprinted(row)
-                if hashlib.sha256(content.encode()).hexdigest() != row["fingerprint"]:
-                    raise RuntimeError(f"cannot rebuild the fingerprint of event {row['event_id']}")
-                text = self._text(content)
-                if text is None:
-                    raise RuntimeError(f"event {row['event_id']} has nothing to renew")
-                self.fingerprints.append(self.texts.pop())
-                cells.append(("f", len(self.fingerprints) - 1))
-                continue
-            json_column = isinstance(table.columns[name].type, sa.JSON)
-            cells.append(self._cell(row[name], json_column=json_column))
-        self.cells.setdefault(table.name, []).append(cells)
-
-    def seal(self) -> None:
-        """Turn the symbolic cells into pool indexes, now that every part's length is known."""
-        starts = {"c": 0}
-        starts["k"] = starts["c"] + len(self.constants)
-        starts["t"] = starts["k"] + len(self.tokens)
-        starts["x"] = starts["t"] + len(self.times)
-        starts["f"] = starts["x"] + len(self.texts)
-        for table, rows in self.cells.items():
-            self.getters[table] = [
-                operator.itemgetter(*(starts[kind] + index for kind, index in cells))
-                for cells in rows
-            ]
-
-    def copy(self, shift: timedelta) -> dict[str, list[tuple[object, ...]]]:
-        """Every row of one copy, each time moved by ``shift``, with new ids and tokens."""
-        shift_ms = int(shift.total_seconds() * 1000)
-        tokens = [_renewed(token, shift_ms) for token in self.tokens]
-        moments = [moment + shift for moment in self.times]
-        iso = [moment.isoformat() for moment in moments]
-        stored: list[object]
-        if self.dialect == "sqlite":
-            # As SQLAlchemy stores a UTCDateTime there: naive UTC, always six decimals.
-            stored = [f"{m:%Y-%m-%d %H:%M:%S.%f}" for m in moments]
-        else:
-            stored = list(moments)
-        texts = [text.format(tokens, iso) for text in self.texts]
-        prints = [
-            hashlib.sha256(text.format(tokens, iso).encode()).hexdigest()
-            for text in self.fingerprints
-        ]
-        pool: list[object] = [*self.constants, *tokens, *stored, *texts, *prints]
-        return {table: [get(pool) for get in getters] for table, getters in self.getters.items()}
-
-
-def _fingerprinted(row: sa.RowMapping) -> str:
-    """What the platform hashed for an event's fingerprint (core ``events.fingerprint`` for an
-    instance's, ``run_store.record_subject_event`` for a run's)."""
-    if row["instance_id"] is not None:
-        content = {
-            "instance_id": row["instance_id"],
-            "attempt_no": row["attempt_no"],
-            "kind": row["kind"],
-            "actor": row["actor"],
-            "event_time": row["event_time"].isoformat(),
-            "evidence": row["evidence"],
-            "seq": row["seq"],
-        }
-        return json.dumps(content, sort_keys=True, separators=(",", ":"), default=str)
-    subject = [row["subject_type"], row["subject_id"], row["kind"], row["actor"], row["evidence"]]
-    return json.dumps(subject, sort_keys=True, default=str)
-
-
-def _renewed(token: str, shift_ms: int) -> str:
-    """A UUID keeps its random bits and moves its 48-bit time prefix, so a copy's ids sort
-    among themselves as the template's did (the fold breaks ties between events by id); a hex
-    token (a token's hash, a nonce) is drawn anew."""
-    if "-" not in token:
-        return secrets.token_hex(len(token) // 2)
-    prefix = (int(token[:8] + token[9:13], 16) + shift_ms) & _MS_MASK
-    head = f"{prefix:012x}"
-    return f"{head[:8]}-{head[8:]}{token[13:]}"
-
-
-def _template(engine: Engine, run_id: str, definition_id: str) -> _Template:
-    r, t, a, e = (table.c for table in _TABLES)
-    with dialects.read_transaction(engine) as connection:
-        definition_hashes = connection.execute(
-            sa.select(schema.definition_versions.c.content_hash).where(
-                schema.definition_versions.c.definition_id == definition_id
-            )
-        ).scalars()
-        kept = {definition_id, *(h.removeprefix("sha256:") for h in definition_hashes)}
-        template = _Template(kept, engine.dialect.name)
-        selects = (
-            sa.select(schema.runs).where(r.id == run_id),
-            sa.select(schema.task_instances).where(t.run_id == run_id).order_by(t.id),
-            sa.select(schema.attempts)
-            .join(schema.task_instances, t.id == a.instance_id)
-            .where(t.run_id == run_id)
-            .order_by(a.instance_id, a.attempt_no),
-            sa.select(schema.events).where(e.run_id == run_id).order_by(e.position),
-        )
-        for table, select in zip(_TABLES, selects, strict=True):
-            for row in connection.execute(select).mappings():
-                template.add(table, row)
-    template.instances = len(template.cells[schema.task_instances.name])
-    template.seal()
-    return template
-
-
-# -- loading ---------------------------------------------------------------------------------
-
-
-def _batches(
-    template: _Template, first: int, count: int
-) -> Iterator[dict[str, list[tuple[object, ...]]]]:
-    """Copies ``first`` .. ``first + count - 1``, each one SPACING further back in time."""
-    for start in range(first, first + count, COPIES_PER_BATCH):
-        batch: dict[str, list[tuple[object, ...]]] = {table.name: [] for table in _TABLES}
-        for n in range(start, min(first + count, start + COPIES_PER_BATCH)):
-            for table, rows in template.copy(-SPACING * (n + 1)).items():
-                batch[table].extend(rows)
-        yield batch
-
-
-def _load(engine: Engine, template: _Template, first: int, count: int) -> None:
-    if engine.dialect.name == "postgresql":
-        _load_postgres(engine, template, first, count)
-    else:
-        _load_sqlite(engine, template, first, count)
-
-
-def _load_postgres(engine: Engine, template: _Template, first: int, count: int) -> None:
-    pooled = engine.raw_connection()
-    try:
-        driver = pooled.driver_connection
-        if not isinstance(driver, psycopg.Connection):
-            raise TypeError("loading PostgreSQL needs the psycopg driver")
-        for batch in _batches(template, first, count):
-            with driver.cursor() as cursor:
-                for table in _TABLES:
-                    columns = ", ".join(template.columns[table.name])
-                    with cursor.copy(f"COPY {table.name} ({columns}) FROM STDIN") as copy:
-                        for row in batch[table.name]:
-                            copy.write_row(row)
-            driver.commit()
-    finally:
-        pooled.close()
-
-
-def _load_sqlite(engine: Engine, template: _Template, first: int, count: int) -> None:
-    pooled = engine.raw_connection()
-    try:
-        driver = pooled.driver_connection
-        if not isinstance(driver, sqlite3.Connection):
-            raise TypeError("loading SQLite needs the sqlite3 driver")
-        # A bulk load may trade durability for speed: a crash loses only copied rows.
-        driver.execute("PRAGMA synchronous = OFF")
-        try:
-            for batch in _batches(template, first, count):
-                driver.execute("BEGIN IMMEDIATE")
-                for table in _TABLES:
-                    columns = template.columns[table.name]
-                    driver.executemany(
-                        f"INSERT INTO {table.name} ({', '.join(columns)}) "
-                        f"VALUES ({', '.join('?' for _ in columns)})",
-                        batch[table.name],
-                    )
-                driver.execute("COMMIT")
-        finally:
-            driver.execute("PRAGMA synchronous = NORMAL")
-    finally:
-        pooled.close()
-
-
-def _settle(engine: Engine) -> None:
-    """What a database grown over months has had: a checkpoint; on PostgreSQL, autovacuum's
-    visibility map and statistics."""
-    if engine.dialect.name == "sqlite":
-        pooled = engine.raw_connection()
-        try:
-            pooled.driver_connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # type: ignore[union-attr]
-        finally:
-            pooled.close()
-        return
-    with engine.connect() as connection:
-        connection.execution_options(isolation_level="AUTOCOMMIT")
-        for table in _TABLES:
-            connection.exec_driver_sql(f"VACUUM ANALYZE {table.name}")
-        connection.exec_driver_sql("CHECKPOINT")
-
-
-def _ledger_bytes(engine: Engine, url: str) -> int:
-    if engine.dialect.name == "postgresql":
-        with engine.connect() as connection:
-            size = connection.exec_driver_sql("SELECT pg_database_size(current_database())")
-            return int(size.scalar_one())
-    path = Path(url.removeprefix("sqlite:///"))
-    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
 
 
 def _verify(url: str, home: Path) -> None:
@@ -538,18 +248,20 @@ class _Sizes:
                 grown.ledger, _fanout_yaml(DEFINITION, self.args.tasks)
             )
             template_run, _, _ = grown.fanout()
-            template = _template(grown.engine, template_run, applied.definition_id)
+            template = history.template_of(grown.engine, template_run, applied.definition_id)
             # The first read in the process parses the definition's order, kept from then on.
             _paired_reads(grown, grown, (_show(template_run, self.args.tasks),) * 2)
             empty = self._empty_copy(grown)
             points = []
             for size in self.args.sizes:
                 load_seconds = self._grow(grown, template, size, applied.definition_id)
-                _settle(grown.engine)
-                _settle(empty.engine)
+                history.settle(grown.engine)
+                history.settle(empty.engine)
                 old = self.loaded_run or template_run
                 sides = self._sides(grown, empty, old=old, empty_old=template_run)
-                point = Point(size, load_seconds, _ledger_bytes(grown.engine, self.url), *sides)
+                point = Point(
+                    size, load_seconds, history.ledger_bytes(grown.engine, self.url), *sides
+                )
                 print(f"  {self.database} {_line(point)}", flush=True)
                 points.append(point)
             return points
@@ -574,7 +286,7 @@ class _Sizes:
             _wait_run(ledger, run_id)
 
     def _empty_copy(self, grown: _Ledger) -> _Ledger:
-        _settle(grown.engine)
+        history.settle(grown.engine)
         if grown.engine.dialect.name == "sqlite":
             path = self.scratch / "empty.db"
             source = grown.engine.raw_connection()
@@ -637,21 +349,23 @@ class _Sizes:
             for side in (0, 1)
         ]
 
-    def _grow(self, grown: _Ledger, template: _Template, size: int, definition_id: str) -> float:
+    def _grow(
+        self, grown: _Ledger, template: history.Template, size: int, definition_id: str
+    ) -> float:
         wanted = -(-size // self.args.tasks)
         if wanted <= self.copies:
             return 0.0
         engine = grown.engine
         began = time.perf_counter()
         if self.copies < VERIFIED_COPIES <= wanted:
-            _load(engine, template, self.copies, VERIFIED_COPIES - self.copies)
+            history.load(engine, template, self.copies, VERIFIED_COPIES - self.copies)
             self.copies = VERIFIED_COPIES
             verify_began = time.perf_counter()
             _verify(self.url, grown.home)
             began += time.perf_counter() - verify_began  # not part of the load
-        _load(engine, template, self.copies, wanted - self.copies)
+        history.load(engine, template, self.copies, wanted - self.copies)
         self.copies = wanted
-        _settle(engine)
+        history.settle(engine)
         elapsed = time.perf_counter() - began
         if self.loaded_run is None:
             self.loaded_run = self._first_loaded_run(engine, definition_id)
@@ -659,7 +373,7 @@ class _Sizes:
 
     def _first_loaded_run(self, engine: Engine, definition_id: str) -> str:
         r = schema.runs.c
-        created = datetime.now(UTC) - SPACING / 2  # the template's copies are older
+        created = datetime.now(UTC) - history.SPACING / 2  # the template's copies are older
         with dialects.read_transaction(engine) as connection:
             return str(
                 connection.execute(
