@@ -21,13 +21,10 @@ was empty, which grows only by the bench's own runs: the ratio of the two is rea
 minutes, because this shared host's speed moves more than the 20 % target allows. At size 0
 both are empty, and their ratios show the noise.
 
-The history is not run but copied: a first fan-out on the empty ledger is the template, and
-each loaded run is a copy of all its rows (the run, its instances with their folds, their
-attempts, every event with its fingerprint) with new ids and tokens and every time moved back
-by a whole number of hours, so that the fold, the ids' time order and the indexes see what a
-real run left. After the first two copies, the platform's own ``verify`` checks the whole
-ledger. Loading writes straight to the tables (``executemany`` on SQLite, ``COPY`` on
-PostgreSQL), then checkpoints (SQLite) or vacuums and analyzes (PostgreSQL), as a database
+The history is not run but copied (``bench/history.py``): a first fan-out on the empty
+ledger is the template, and each loaded run is a copy of all its rows with new ids and times.
+After the first two copies, the platform's own ``verify`` checks the whole ledger; after each
+load, the database is checkpointed (SQLite) or vacuumed and analyzed (PostgreSQL), as one
 grown over months would have been. A million instances take about 9 GB on SQLite.
 
     python -m bench.scale                                   # both databases, 0 and 100,000
