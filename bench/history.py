@@ -2,7 +2,7 @@
 
 Each copy holds all of the run's rows (the run, its instances with their folds, their attempts,
 every event with its fingerprint) with new ids and tokens and every time moved back by a whole
-number of hours, so that the fold, the ids' time order and the indexes see what a real run
+number of minutes, so that the fold, the ids' time order and the indexes see what a real run
 left. Loading writes straight to the tables (``executemany`` on SQLite, ``COPY`` on
 PostgreSQL); ``settle`` then gives the database what one grown over months would have had.
 """
@@ -28,7 +28,7 @@ from sqlalchemy.engine import Engine
 from veritask.ledger import dialects, schema
 
 #: How far back each copy is from the one before it.
-SPACING: Final = timedelta(hours=1)
+SPACING: Final = timedelta(minutes=10)
 #: Runs copied per transaction.
 COPIES_PER_BATCH: Final = 10
 

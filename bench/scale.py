@@ -22,7 +22,9 @@ minutes, because this shared host's speed moves more than the 20 % target allows
 both are empty, and their ratios show the noise.
 
 The history is not run but copied (``bench/history.py``): a first fan-out on the empty
-ledger is the template, and each loaded run is a copy of all its rows with new ids and times.
+ledger is the template (with ``--run-size``, a run of a definition of that many tasks, so that
+the history has more runs), and each loaded run is a copy of all its rows with new ids and
+times.
 After the first two copies, the platform's own ``verify`` checks the whole ledger; after each
 load, the database is checkpointed (SQLite) or vacuumed and analyzed (PostgreSQL), as one
 grown over months would have been. A million instances take about 9 GB on SQLite.
@@ -30,6 +32,7 @@ grown over months would have been. A million instances take about 9 GB on SQLite
     python -m bench.scale                                   # both databases, 0 and 100,000
     python -m bench.scale --sizes 0,100000,1000000          # the full curve
     python -m bench.scale --only sqlite --sizes 0,10000 --rounds 1
+    python -m bench.scale --sizes 0,1000000 --run-size 10        # 100,000 runs of 10
 """
 
 from __future__ import annotations
@@ -40,7 +43,6 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
@@ -245,17 +247,20 @@ class _Sizes:
                 grown.ledger, _fanout_yaml(DEFINITION, self.args.tasks)
             )
             template_run, _, _ = grown.fanout()
-            template = history.template_of(grown.engine, template_run, applied.definition_id)
+            history_run, history_definition = self._history_template(
+                grown, template_run, applied.definition_id
+            )
+            template = history.template_of(grown.engine, history_run, history_definition)
             # The first read in the process parses the definition's order, kept from then on.
             _paired_reads(grown, grown, (_show(template_run, self.args.tasks),) * 2)
             empty = self._empty_copy(grown)
             points = []
             for size in self.args.sizes:
-                load_seconds = self._grow(grown, template, size, applied.definition_id)
+                load_seconds = self._grow(grown, template, size, history_definition, history_run)
                 history.settle(grown.engine)
                 history.settle(empty.engine)
-                old = self.loaded_run or template_run
-                sides = self._sides(grown, empty, old=old, empty_old=template_run)
+                old = self.loaded_run or history_run
+                sides = self._sides(grown, empty, old=old, empty_old=history_run)
                 point = Point(
                     size, load_seconds, history.ledger_bytes(grown.engine, self.url), *sides
                 )
@@ -267,6 +272,23 @@ class _Sizes:
             if empty is not None:
                 empty.close()
             self._drop_empty_copy()
+
+    def _history_template(
+        self, grown: _Ledger, template_run: str, definition_id: str
+    ) -> tuple[str, str]:
+        """The run whose copies are the history, and its definition's id: the first fan-out,
+        or with ``--run-size``, a run of a definition of that many tasks."""
+        if self.args.run_size == self.args.tasks:
+            return template_run, definition_id
+        name = "scale-history"
+        applied = triggers.apply_definition(grown.ledger, _fanout_yaml(name, self.args.run_size))
+        with _Loop(grown.scheduler(), None):
+            run_id = triggers.trigger(
+                grown.ledger, name=name, kind=TriggerKind.MANUAL, actor="operator:bench"
+            ).run_id
+            _wait_run(grown.ledger, run_id)
+        _all_success(grown.ledger, run_id)
+        return run_id, applied.definition_id
 
     def _fill_the_first_page(self, ledger: Ledger) -> None:
         """Runs of one task each, so that the runs list reads a whole page at every size: on
@@ -333,7 +355,8 @@ class _Sizes:
         show_new = _paired_reads(
             grown, empty, (_show(new_runs[0], tasks), _show(new_runs[1], tasks))
         )
-        show_old = _paired_reads(grown, empty, (_show(old, tasks), _show(empty_old, tasks)))
+        olds = (_show(old, self.args.run_size), _show(empty_old, self.args.run_size))
+        show_old = _paired_reads(grown, empty, olds)
         listed = _paired_reads(grown, empty, (_runs_list, _runs_list))
         return [
             Side(
@@ -347,9 +370,14 @@ class _Sizes:
         ]
 
     def _grow(
-        self, grown: _Ledger, template: history.Template, size: int, definition_id: str
+        self,
+        grown: _Ledger,
+        template: history.Template,
+        size: int,
+        definition_id: str,
+        template_run: str,
     ) -> float:
-        wanted = -(-size // self.args.tasks)
+        wanted = -(-size // self.args.run_size)
         if wanted <= self.copies:
             return 0.0
         engine = grown.engine
@@ -365,21 +393,28 @@ class _Sizes:
         history.settle(engine)
         elapsed = time.perf_counter() - began
         if self.loaded_run is None:
-            self.loaded_run = self._first_loaded_run(engine, definition_id)
+            self.loaded_run = _first_copy(engine, definition_id, template_run)
         return elapsed
 
-    def _first_loaded_run(self, engine: Engine, definition_id: str) -> str:
-        r = schema.runs.c
-        created = datetime.now(UTC) - history.SPACING / 2  # the template's copies are older
-        with dialects.read_transaction(engine) as connection:
-            return str(
-                connection.execute(
-                    sa.select(r.id)
-                    .where(r.definition_id == definition_id, r.created_at < created)
-                    .order_by(r.created_at.desc())
-                    .limit(1)
-                ).scalar_one()
-            )
+
+def _first_copy(engine: Engine, definition_id: str, template_run: str) -> str:
+    """The newest copy: one SPACING before the template run."""
+    r = schema.runs.c
+    with dialects.read_transaction(engine) as connection:
+        template_created = connection.execute(
+            sa.select(r.created_at).where(r.id == template_run)
+        ).scalar_one()
+        return str(
+            connection.execute(
+                sa.select(r.id)
+                .where(
+                    r.definition_id == definition_id,
+                    r.created_at < template_created - history.SPACING / 2,
+                )
+                .order_by(r.created_at.desc())
+                .limit(1)
+            ).scalar_one()
+        )
 
 
 def _line(p: Point) -> str:
@@ -442,12 +477,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "always measured first: its run is copied)",
     )
     parser.add_argument("--tasks", type=int, default=1000)
+    parser.add_argument(
+        "--run-size",
+        type=int,
+        default=None,
+        help="instances per loaded run (default: --tasks); fewer make more runs",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="fan-outs per size and ledger")
     parser.add_argument("--slots", type=int, default=8)
     parser.add_argument("--submit-threads", type=int, default=4)
     parser.add_argument("--only", choices=["sqlite", "postgres"])
     parser.add_argument("--dir", type=Path, default=None, help="where homes go ($TMPDIR)")
     args = parser.parse_args(argv)
+    if args.run_size is None:
+        args.run_size = args.tasks
 
     collector.tune()  # as a scheduler's process does once it has started
     homes = _Homes(args.dir)
@@ -459,7 +502,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 results.append((database, _Sizes(database, url, args, homes, scratch).run()))
     finally:
         homes.remove_all()
-    print(f"scale bench: sizes {', '.join(f'{s:,}' for s in args.sizes)} finished instances")
+    print(
+        f"scale bench: sizes {', '.join(f'{s:,}' for s in args.sizes)} finished instances,"
+        f" loaded as runs of {args.run_size:,}"
+    )
     for database, points in results:
         _report(database, points, args.tasks)
     return 0
