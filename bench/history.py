@@ -29,8 +29,8 @@ from veritask.ledger import dialects, schema
 
 #: How far back each copy is from the one before it.
 SPACING: Final = timedelta(minutes=10)
-#: Runs copied per transaction.
-COPIES_PER_BATCH: Final = 10
+#: Instances copied per transaction, about: whole runs, however small.
+INSTANCES_PER_BATCH: Final = 10_000
 
 #: What a copy renews: UUIDs (ids, the idempotency key's), hex tokens (token hashes, nonces)
 #: and ISO times inside text and JSON.
@@ -231,9 +231,10 @@ def _batches(
     template: Template, first: int, count: int
 ) -> Iterator[dict[str, list[tuple[object, ...]]]]:
     """Copies ``first`` .. ``first + count - 1``, each one SPACING further back in time."""
-    for start in range(first, first + count, COPIES_PER_BATCH):
+    per_batch = max(1, INSTANCES_PER_BATCH // max(1, template.instances))
+    for start in range(first, first + count, per_batch):
         batch: dict[str, list[tuple[object, ...]]] = {table.name: [] for table in _TABLES}
-        for n in range(start, min(first + count, start + COPIES_PER_BATCH)):
+        for n in range(start, min(first + count, start + per_batch)):
             for table, rows in template.copy(-SPACING * (n + 1)).items():
                 batch[table].extend(rows)
         yield batch
