@@ -37,10 +37,13 @@ fuzz: $(STAMP)
 # Figures for the ledger (its speed and its bytes per task), the executor, the scheduler and
 # `veritask up`, the web UI's render of a 1,000-instance run, 10,000 open waits and a 1,000-task
 # Python pipeline's compile and apply, each beside its baseline or target; never by the tests.
+# The scale curve runs here at 0 and 100,000 finished instances; the full curve is
+# `python -m bench.scale --sizes 0,100000,1000000` (about 10 GB of SQLite).
 bench: $(STAMP)
 	$(BIN)/python -m bench.ledger
 	$(BIN)/python -m bench.executor
 	$(BIN)/python -m bench.scheduler
+	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.ledger_size
 	$(BIN)/python -m bench.up
 	$(BIN)/python -m bench.ui

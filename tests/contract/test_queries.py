@@ -160,7 +160,7 @@ def test_newest_publication_and_logical_times_and_pages(engine: Engine) -> None:
             )
 
     with dialects.read_transaction(engine) as connection:
-        latest = run_store.latest_logical_times(connection)
+        latest = run_store.latest_logical_times(connection, [definition[0], other[0]])
         of_day_2 = run_store.latest_publication(
             connection, "daily_user_sync", T0 + timedelta(days=2)
         )

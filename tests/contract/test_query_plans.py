@@ -69,15 +69,31 @@ Indexes = str | tuple[str, ...]
 
 READS: dict[str, tuple[Callable[[Connection], object], Indexes]] = {
     # The scheduler's loop (scheduling/scheduler.py, advance.py): runs with news since the
-    # last read, by creation time, and each moved run's instances with their retry times.
-    # Its full scan of the active runs has no index yet: it reads the whole runs table.
+    # last read, by creation time or by state (either finds only the few), every active run
+    # on its full scan each second, and each moved run's instances with their retry times.
     "new_runs": (
         lambda c: active_runs.active_runs(c, since=builders.T0),
-        "ix_runs_created_at_id",
+        ("ix_runs_created_at_id", "ix_runs_unsettled_state"),
     ),
     "known_or_new_runs": (
         lambda c: active_runs.active_runs(c, since=builders.T0, known=["r1", "r2"]),
-        "ix_runs_created_at_id",
+        ("ix_runs_created_at_id", "ix_runs_unsettled_state"),
+    ),
+    "active_runs": (
+        lambda c: active_runs.active_runs(c),
+        "ix_runs_unsettled_state",
+    ),
+    # Each second too: the runs waiting for their definition's active runs to end, and the
+    # newest fire time of each scheduled definition (scheduling/triggers.py). A ledger of a
+    # million finished instances in runs of ten read the whole runs table three times a
+    # second without them (bench/scale.py --run-size 10).
+    "queued_runs": (
+        lambda c: run_store.queued_runs(c),
+        "ix_runs_unsettled_state",
+    ),
+    "latest_scheduled_time": (
+        lambda c: run_store.latest_logical_times(c, ["d"]),
+        "ix_runs_definition_id_logical_time",
     ),
     "instances_of_a_moved_run": (
         lambda c: run_store.instances_brief(c, "r"),

@@ -492,7 +492,7 @@ def fire_schedules(ledger: Ledger, now: datetime) -> int:
             for row in rows
             if row.schedule
         ]
-        latest = run_store.latest_logical_times(connection)
+        latest = run_store.latest_logical_times(connection, [row.id for row, _ in scheduled])
         skipped = backfill_store.latest_skipped_times(connection)
     for row, definition in scheduled:
         if definition.schedule is None:
