@@ -33,17 +33,16 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import httpx
-import psycopg
-from psycopg import sql
 
-POSTGRES_DSN = "host=127.0.0.1 user=postgres dbname=postgres connect_timeout=3"
+from bench import scheduler as scheduler_bench
+from bench.scheduler import _chain_yaml as chain_yaml
+
 START_SECONDS = 60.0
 
 
@@ -140,18 +139,6 @@ def _veritask() -> str:
     return str(Path(sys.executable).with_name("veritask"))
 
 
-def _fanout_yaml(name: str, tasks: int) -> str:
-    lines = [f"name: {name}", "concurrency: allow", "tasks:"]
-    lines += [f"  t{n:05d}: {{run: 'true'}}" for n in range(tasks)]
-    return "\n".join(lines) + "\n"
-
-
-def _chain_yaml(name: str, tasks: int) -> str:
-    lines = [f"name: {name}", "concurrency: allow", "tasks:", "  c000: {run: 'true'}"]
-    lines += [f"  c{n:03d}: {{run: 'true', after: [c{n - 1:03d}]}}" for n in range(1, tasks)]
-    return "\n".join(lines) + "\n"
-
-
 def _run(up: Up, yaml: str) -> tuple[str, float, float, list[dict[str, object]]]:
     """Apply, trigger and wait as a user does: the run id, the wall clock (epoch) when the
     trigger command started, how long ``trigger --wait`` took, and the run's history."""
@@ -183,8 +170,12 @@ def _successes(events: list[dict[str, object]]) -> dict[str, float]:
 def measure(database: str, url: str, home: Path, args: argparse.Namespace) -> UserFigures:
     up = Up(home, url, args.slots)
     try:
-        _run(up, _fanout_yaml("warmup", 20))  # imports, the supervisor, the page cache
-        run_id, started_wall, waited, events = _run(up, _fanout_yaml("fanout", args.tasks))
+        _run(
+            up, scheduler_bench._fanout_yaml("warmup", 20)
+        )  # imports, the supervisor, the page cache
+        run_id, started_wall, waited, events = _run(
+            up, scheduler_bench._fanout_yaml("fanout", args.tasks)
+        )
         success = _successes(events)
         if len(success) != args.tasks:
             raise RuntimeError(f"{len(success)} of {args.tasks} instances SUCCESS in {run_id}")
@@ -192,7 +183,7 @@ def measure(database: str, url: str, home: Path, args: argparse.Namespace) -> Us
         created = up.api.get(f"/runs/{run_id}/summary").raise_for_status().json()["created_at"]
         trigger_s = datetime.fromisoformat(created).timestamp() - started_wall
 
-        chain_id, _, _, chain_events = _run(up, _chain_yaml("chain", args.chain))
+        chain_id, _, _, chain_events = _run(up, chain_yaml("chain", args.chain))
         detail = up.api.get(f"/runs/{chain_id}").raise_for_status().json()
         keys = {i["id"]: i["task"] for i in detail["instances"]}
         done = {keys[i]: t for i, t in _successes(chain_events).items()}
@@ -211,40 +202,8 @@ def measure(database: str, url: str, home: Path, args: argparse.Namespace) -> Us
         waited,
         trigger_s,
         statistics.median(hops) * 1000,
-        _percentile(hops, 0.99) * 1000,
+        scheduler_bench._percentile(hops, 0.99) * 1000,
     )
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-@contextlib.contextmanager
-def _databases(only: str | None, root: Path) -> Iterator[list[tuple[str, str]]]:
-    found: list[tuple[str, str]] = []
-    pg_name: str | None = None
-    if only in (None, "sqlite"):
-        found.append(("sqlite", f"sqlite:///{root / 'sqlite' / 'veritask.db'}"))
-    if only in (None, "postgres"):
-        try:
-            pg_name = f"vt_bench_up_{uuid.uuid4().hex[:8]}"
-            with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
-                admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(pg_name)))
-            found.append(("postgres", f"postgresql+psycopg://postgres@127.0.0.1:5432/{pg_name}"))
-        except psycopg.OperationalError as exc:
-            print(f"PostgreSQL skipped: {exc}")
-            pg_name = None
-    try:
-        yield found
-    finally:
-        if pg_name is not None:
-            with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
-                admin.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                        sql.Identifier(pg_name)
-                    )
-                )
 
 
 _INTERNAL = re.compile(
@@ -280,13 +239,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     user: dict[str, list[UserFigures]] = {}
     internal: dict[str, list[tuple[float, float]]] = {}
     for round_no in range(args.rounds):
-        with tempfile.TemporaryDirectory(prefix="veritask-bench-up-") as tmp:
-            root = Path(tmp)
-            (root / "sqlite").mkdir()
-            with _databases(args.only, root) as databases:
-                for database, url in databases:
-                    measured = measure(database, url, root / f"home-{database}", args)
-                    user.setdefault(database, []).append(measured)
+        with (
+            tempfile.TemporaryDirectory(prefix="veritask-bench-up-") as tmp,
+            scheduler_bench._databases(argparse.Namespace(only=args.only, dir=None)) as found,
+        ):
+            for database, url in found:
+                measured = measure(database, url, Path(tmp) / f"home-{database}", args)
+                user.setdefault(database, []).append(measured)
         for database, pair in _internal(args).items():
             internal.setdefault(database, []).append(pair)
         print(f"round {round_no + 1} of {args.rounds} done", file=sys.stderr)
