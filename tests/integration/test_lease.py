@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from veritask.ledger import schema
-from veritask.services import runtime
+from veritask.ledger import errors, schema
+from veritask.services import operations, runtime
 from veritask.services.errors import SchedulerRefused
 from veritask.services.platform import Platform
 from veritask.services.runtime import SchedulerRuntime
@@ -68,5 +68,30 @@ def test_retention_is_on_by_default_and_can_be_turned_off(
     platform = Platform.open(database_url, tmp_path)
     try:
         assert SchedulerRuntime(platform, commit_base_url=None).retention == expected
+    finally:
+        platform.close()
+
+
+def test_a_failed_retention_purge_is_tried_again_an_hour_later_not_every_pass(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(runtime.RETENTION_VARIABLE, raising=False)
+    tries: list[bool] = []
+
+    def refused(*_: object, **__: object) -> None:
+        tries.append(True)
+        raise errors.LedgerError("the purge permit does not match the enrolled one")
+
+    monkeypatch.setattr(operations, "purge", refused)
+    platform = Platform.open(database_url, tmp_path)
+    try:
+        keeper = SchedulerRuntime(platform, commit_base_url=None)
+        keeper._purge_when_due()
+        keeper._purge_when_due()  # the next housekeeping pass, seconds later
+        assert len(tries) == 1
+        assert keeper._purge_failed_at is not None
+        keeper._purge_failed_at -= runtime.PURGE_RETRY
+        keeper._purge_when_due()
+        assert len(tries) == 2
     finally:
         platform.close()

@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Final
 
@@ -20,6 +20,7 @@ import httpx
 
 from veritask.definitions import durations
 from veritask.execution import engines, local, port
+from veritask.ledger import errors, permits
 from veritask.scheduling import collector
 from veritask.scheduling.lease import SchedulerAlreadyRunning, SchedulerLease
 from veritask.scheduling.scheduler import Scheduler
@@ -47,6 +48,8 @@ RETENTION_OFF: Final = "off"
 DELETED_RETENTION_VARIABLE: Final = "VERITASK_DELETED_RETENTION"
 HOUSEKEEPING_ACTOR: Final = "housekeeping"
 PURGE_EVERY: Final = timedelta(days=1)
+#: How long after a failed purge the housekeeping tries again.
+PURGE_RETRY: Final = timedelta(hours=1)
 
 
 class SchedulerRuntime:
@@ -72,6 +75,7 @@ class SchedulerRuntime:
         self.webhooks = alert_delivery.WebhookSettings.from_environment()
         self.retention = _retention_from_environment()
         self.deleted_retention = _deleted_retention_from_environment()
+        self._purge_failed_at: datetime | None = None
 
     @property
     def home(self) -> Path:
@@ -195,16 +199,34 @@ class SchedulerRuntime:
     def _purge_when_due(self) -> None:
         if self.retention is None:
             return
-        last = operations.last_purge_at(self.platform, actor=HOUSEKEEPING_ACTOR)
-        if last is not None and self.platform.now() - last < PURGE_EVERY:
+        now = self.platform.now()
+        if self._purge_failed_at is not None and now - self._purge_failed_at < PURGE_RETRY:
             return
-        operations.purge(
-            self.platform,
-            older_than=self.retention,
-            dry_run=False,
-            actor=HOUSEKEEPING_ACTOR,
-            live_definitions=True,
-        )
+        last = operations.last_purge_at(self.platform, actor=HOUSEKEEPING_ACTOR)
+        if last is not None and now - last < PURGE_EVERY:
+            return
+        try:
+            operations.purge(
+                self.platform,
+                older_than=self.retention,
+                dry_run=False,
+                actor=HOUSEKEEPING_ACTOR,
+                live_definitions=True,
+            )
+        except errors.LedgerError as exc:
+            # Most often a scheduler host whose permit is not the one the database enrolled:
+            # said once an hour, not at every housekeeping pass.
+            self._purge_failed_at = now
+            log.warning(
+                "the retention purge failed (%s); trying again in %s. On PostgreSQL every "
+                "scheduler host needs the enrolled %s, or %s=off on all but one",
+                exc,
+                PURGE_RETRY,
+                permits.PERMIT_ENV,
+                RETENTION_VARIABLE,
+            )
+            return
+        self._purge_failed_at = None
 
 
 def _retention_from_environment() -> timedelta | None:
