@@ -242,24 +242,6 @@ def purge_permitted(
         flag.held = False
 
 
-def upsert_adding(
-    connection: Connection,
-    table: sa.Table,
-    values: Mapping[str, object],
-    *,
-    key_columns: Sequence[str],
-    add_column: str,
-    set_columns: Sequence[str] = (),
-) -> None:
-    """INSERT the row, or on a key conflict add its ``add_column`` to the stored one (and
-    overwrite ``set_columns``): a counter that concurrent writers increment without a lost
-    update."""
-    insert = _dialect_insert(connection, table).values(dict(values))
-    updates = {add_column: table.c[add_column] + insert.excluded[add_column]}
-    updates.update({column: insert.excluded[column] for column in set_columns})
-    connection.execute(insert.on_conflict_do_update(index_elements=list(key_columns), set_=updates))
-
-
 def upsert_adding_many(
     connection: Connection,
     table: sa.Table,
@@ -269,8 +251,10 @@ def upsert_adding_many(
     add_column: str,
     set_columns: Sequence[str] = (),
 ) -> None:
-    """:func:`upsert_adding` for many rows in one round trip (``executemany``) of one statement
-    built once per table and dialect: the rows must all name the same columns."""
+    """INSERT each row, or on a key conflict add its ``add_column`` to the stored one (and
+    overwrite ``set_columns``): counters that concurrent writers increment without a lost
+    update. One round trip (``executemany``) of one statement built once per table and
+    dialect; the rows must all name the same columns."""
     if not rows:
         return
     key = (connection.dialect.name, table.name, tuple(key_columns), add_column, tuple(set_columns))

@@ -79,14 +79,7 @@ def flush(engine: Engine, tally: Tally, now: datetime) -> int:
 
 
 def add(connection: Connection, name: str, labels: str, amount: float, now: datetime) -> None:
-    dialects.upsert_adding(
-        connection,
-        schema.metric_values,
-        {"name": name, "labels": labels, "value": amount, "updated_at": now},
-        key_columns=("name", "labels"),
-        add_column="value",
-        set_columns=("updated_at",),
-    )
+    add_many(connection, {(name, labels): amount}, now)
 
 
 def add_many(

@@ -190,25 +190,6 @@ def attempts_of(connection: Connection, instance_id: str) -> list[AttemptRow]:
     return [AttemptRow.from_row(row) for row in connection.execute(statement)]
 
 
-def attempts_by_instance(
-    connection: Connection, instance_ids: Iterable[str]
-) -> dict[str, list[AttemptRow]]:
-    """Every attempt row of these instances, in one query (an instance without any: [])."""
-    ids = list(instance_ids)
-    found: dict[str, list[AttemptRow]] = {instance_id: [] for instance_id in ids}
-    if not ids:
-        return found
-    statement = (
-        sa.select(schema.attempts)
-        .where(_attempts.instance_id.in_(ids))
-        .order_by(_attempts.instance_id, _attempts.attempt_no)
-    )
-    for row in connection.execute(statement):
-        attempt = AttemptRow.from_row(row)
-        found[attempt.instance_id].append(attempt)
-    return found
-
-
 def attempts_of_run(connection: Connection, run_id: str) -> dict[str, list[AttemptRow]]:
     """Every attempt row of the run's instances by instance, first to last: one indexed
     join, where a list of thousands of instance ids would be a statement of thousands of
