@@ -353,3 +353,54 @@ def test_cursor_decoding_refuses_garbage() -> None:
         pagination.Cursor.decode("not-a-cursor")
     cursor = pagination.Cursor(created_at=T0, id="r1")
     assert pagination.Cursor.decode(cursor.encode()) == cursor
+
+
+def test_the_monitor_reads_only_running_attempts_whose_due_time_came(engine: Engine) -> None:
+    with engine.begin() as connection:
+        run_id = builders.a_run(connection, builders.a_definition(connection), key="r")
+        ids = {}
+        for key, instance_state, attempt_state, due in [
+            ("due", I.RUNNING, A.RUNNING, T0 - timedelta(seconds=1)),
+            ("due_now", I.RUNNING, A.RUNNING, T0),
+            ("ahead", I.RUNNING, A.RUNNING, T0 + timedelta(minutes=10)),
+            ("queued", I.QUEUED, A.QUEUED, T0 - timedelta(hours=1)),
+            ("lost", I.LOST, A.LOST, T0 - timedelta(hours=1)),
+        ]:
+            instance_id = ids[key] = builders.an_instance(
+                connection, run_id, key, state=instance_state
+            )
+            _open_attempt(connection, instance_id, 1, attempt_state, None)
+            _set_instance(connection, instance_id, epoch=1)
+            connection.execute(
+                schema.attempts.update()
+                .where(schema.attempts.c.instance_id == instance_id)
+                .values(monitor_due_at=due)
+            )
+        # A retried instance: its earlier, running-looking attempt is not its current one.
+        retried = ids["retried"] = builders.an_instance(
+            connection, run_id, "retried", state=I.RUNNING
+        )
+        _open_attempt(connection, retried, 1, A.RUNNING, None)
+        _open_attempt(connection, retried, 2, A.RUNNING, None)
+        _set_instance(connection, retried, epoch=2)
+        connection.execute(
+            schema.attempts.update()
+            .where(schema.attempts.c.instance_id == retried)
+            .values(monitor_due_at=sa.case((schema.attempts.c.attempt_no == 1, T0), else_=None))
+        )
+
+    with dialects.read_transaction(engine) as connection:
+        start = queries.MONITOR_START
+        due = queries.monitor_due_page(connection, now=T0, after=start, limit=10)
+        first = queries.monitor_due_page(connection, now=T0, after=start, limit=1)
+        (cursor,) = first
+        assert cursor.monitor_due_at is not None
+        rest = queries.monitor_due_page(
+            connection, now=T0, after=(cursor.monitor_due_at, cursor.id), limit=10
+        )
+
+    # By due time: the cancelled-looking and queued ones are not there, nor an earlier attempt.
+    assert [row.id for row in due] == [ids["due"], ids["due_now"]]
+    assert [row.id for row in first + rest] == [row.id for row in due]
+    assert all(row.attempt_state is A.RUNNING and row.epoch == 1 for row in due)
+    assert due[0].monitor_due_at == T0 - timedelta(seconds=1)

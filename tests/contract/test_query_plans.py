@@ -54,7 +54,7 @@ def _plan(connection: Connection, read: Callable[[Connection], object]) -> str:
 
 
 #: The instances the monitor and the reconciler sweep (scheduling/sweeps.py).
-_MONITORED = [states.InstanceState.RUNNING, states.InstanceState.LOST]
+_MONITORED = [states.InstanceState.LOST]
 _RECONCILED = [
     states.InstanceState.LOST,
     states.InstanceState.CANCELLING,
@@ -101,9 +101,15 @@ READS: dict[str, tuple[Callable[[Connection], object], Indexes]] = {
     ),
     # The sweeps (scheduling/sweeps.py): the monitor's and the reconciler's pages, and the
     # retries that came due long ago.
-    "monitor_sweep": (
+    "monitor_lost_sweep": (
         lambda c: queries.sweep_page(c, _MONITORED, after="", limit=100),
         "ix_task_instances_active_state",
+    ),
+    "monitor_due": (
+        lambda c: queries.monitor_due_page(
+            c, now=builders.T0, after=queries.MONITOR_START, limit=100
+        ),
+        "ix_attempts_monitor_due",
     ),
     "reconciler_sweep": (
         lambda c: queries.sweep_page(c, _RECONCILED, after="", limit=100),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from veritask.core import alert_messages, judge, new_events, reasons
 from veritask.core.events import Event
@@ -143,6 +143,20 @@ def lease_expiry(attempt: AttemptView, policy: TaskPolicy) -> datetime | None:
     if not renewed:
         return None
     return max(renewed) + policy.lease
+
+
+#: The monitor's due time of a running attempt whose lease nobody has renewed yet: at once.
+DUE_AT_ONCE = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def monitor_due(attempt: AttemptView, policy: TaskPolicy) -> datetime | None:
+    """When the monitor must look at a running attempt again: its lease's end or its timeout,
+    whichever comes first (None for an attempt that is not running)."""
+    if attempt.state is not AttemptState.RUNNING:
+        return None
+    due = lease_expiry(attempt, policy) or DUE_AT_ONCE
+    deadline = timeout_deadline(attempt, policy)
+    return due if deadline is None else min(due, deadline)
 
 
 def timeout_deadline(attempt: AttemptView, policy: TaskPolicy) -> datetime | None:

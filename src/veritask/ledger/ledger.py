@@ -355,6 +355,7 @@ class Ledger:
                 )
                 .values(
                     lease_expires_at=row["lease_expires_at"],
+                    monitor_due_at=row["monitor_due_at"],
                     last_heartbeat_at=row["last_heartbeat_at"],
                 )
             )

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Final, NamedTuple
+from datetime import UTC, datetime
+from typing import Any, Final, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -268,6 +268,8 @@ class SweepRow:
     lease_expires_at: datetime | None
     queued_at: datetime | None
     started_at: datetime | None
+    #: When the monitor must look at the attempt again (``decide.monitor_due``), if running.
+    monitor_due_at: datetime | None
 
 
 class LateRetry(NamedTuple):
@@ -280,19 +282,21 @@ class LateRetry(NamedTuple):
 
 
 # Built once: every sweep (each second) reads its instances page by page with these.
+_SWEEP_COLUMNS = (
+    _instances.id,
+    _instances.run_id,
+    _instances.epoch,
+    _instances.state,
+    statements.POLICY_TEXT,
+    _instances.updated_observed_at,
+    _attempts.state.label("attempt_state"),
+    _attempts.lease_expires_at,
+    _attempts.queued_at,
+    _attempts.started_at,
+    _attempts.monitor_due_at,
+)
 _SWEEP_PAGE_SELECT = (
-    sa.select(
-        _instances.id,
-        _instances.run_id,
-        _instances.epoch,
-        _instances.state,
-        statements.POLICY_TEXT,
-        _instances.updated_observed_at,
-        _attempts.state.label("attempt_state"),
-        _attempts.lease_expires_at,
-        _attempts.queued_at,
-        _attempts.started_at,
-    )
+    sa.select(*_SWEEP_COLUMNS)
     .select_from(
         schema.task_instances.outerjoin(
             schema.attempts,
@@ -306,6 +310,30 @@ _SWEEP_PAGE_SELECT = (
         _instances.id > sa.bindparam("after"),
     )
     .order_by(_instances.id)
+    .limit(sa.bindparam("limit", type_=sa.Integer))
+)
+# The running attempts whose lease or timeout may have run out, by the partial index of the
+# running ones (``ix_attempts_monitor_due``), each with its instance if it is the current one.
+_due_type = _attempts.monitor_due_at.type
+_MONITOR_DUE_SELECT = (
+    sa.select(*_SWEEP_COLUMNS)
+    .select_from(
+        schema.attempts.join(
+            schema.task_instances,
+            sa.and_(
+                _instances.id == _attempts.instance_id, _instances.epoch == _attempts.attempt_no
+            ),
+        )
+    )
+    .where(
+        _attempts.state == states.AttemptState.RUNNING.value,
+        _attempts.monitor_due_at <= sa.bindparam("now", type_=_due_type),
+        sa.tuple_(_attempts.monitor_due_at, _attempts.instance_id)
+        > sa.tuple_(
+            sa.bindparam("after_due", type_=_due_type), sa.bindparam("after_id", type_=sa.String)
+        ),
+    )
+    .order_by(_attempts.monitor_due_at, _attempts.instance_id)
     .limit(sa.bindparam("limit", type_=sa.Integer))
 )
 _LATE_RETRIES_SELECT = (
@@ -330,21 +358,45 @@ def sweep_page(
         _SWEEP_PAGE_SELECT,
         {"states": [state.value for state in instance_states], "after": after, "limit": limit},
     )
-    return [
-        SweepRow(
-            row.id,
-            row.run_id,
-            row.epoch,
-            states.InstanceState(row.state),
-            row.policy,
-            row.updated_observed_at,
-            states.AttemptState(row.attempt_state) if row.attempt_state else None,
-            row.lease_expires_at,
-            row.queued_at,
-            row.started_at,
-        )
-        for row in rows
-    ]
+    return [_sweep_row(row) for row in rows]
+
+
+def _sweep_row(row: sa.Row[Any]) -> SweepRow:
+    return SweepRow(
+        row.id,
+        row.run_id,
+        row.epoch,
+        states.InstanceState(row.state),
+        row.policy,
+        row.updated_observed_at,
+        states.AttemptState(row.attempt_state) if row.attempt_state else None,
+        row.lease_expires_at,
+        row.queued_at,
+        row.started_at,
+        row.monitor_due_at,
+    )
+
+
+#: Before every due time: the first page of the monitor's read.
+MONITOR_START: Final = (datetime(1970, 1, 1, tzinfo=UTC), "")
+
+
+def monitor_due_page(
+    connection: Connection, *, now: datetime, after: tuple[datetime, str], limit: int
+) -> list[SweepRow]:
+    """Up to ``limit`` instances whose current attempt is RUNNING with a cached due time (the
+    first of its lease's end and its timeout) of ``now`` or earlier, in order of (due time,
+    instance id), after ``after``: the last row's pair, or ``MONITOR_START``.
+
+    The instance's state is not asked, so that the planners find these few by the attempts'
+    index whatever they know of the instances: the caller skips the instances that are not
+    RUNNING (one being cancelled keeps its attempt RUNNING until the engine confirms).
+    """
+    rows = connection.execute(
+        _MONITOR_DUE_SELECT,
+        {"now": now, "after_due": after[0], "after_id": after[1], "limit": limit},
+    )
+    return [_sweep_row(row) for row in rows]
 
 
 def late_retries(connection: Connection, *, before: datetime, limit: int) -> list[LateRetry]:

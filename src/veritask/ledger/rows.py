@@ -112,6 +112,8 @@ class AttemptRow(_FromRow):
     worker: str | None
     token_hash: str | None
     lease_expires_at: datetime | None
+    monitor_due_at: datetime | None
+    """When the monitor must look at the running attempt again (a cache, like the lease)."""
     last_heartbeat_at: datetime | None
     queued_at: datetime | None
     started_at: datetime | None

@@ -83,6 +83,7 @@ TERMINAL_INSTANCE_PREDICATE: Final = (
 )
 DUE_RETRY_PREDICATE: Final = f"state = '{states.InstanceState.UP_FOR_RETRY}'"
 LEASED_ATTEMPT_PREDICATE: Final = _one_of("state", LEASED_ATTEMPT_STATES)
+RUNNING_ATTEMPT_PREDICATE: Final = f"state = '{states.AttemptState.RUNNING}'"
 UNRESOLVED_ALERT_PREDICATE: Final = f"status <> '{vocabulary.AlertStatus.RESOLVED}'"
 PENDING_DELIVERY_PREDICATE: Final = f"delivery_state = '{vocabulary.DeliveryState.PENDING}'"
 DEFINITION_EVENT_PREDICATE: Final = f"subject_type = '{vocabulary.SubjectType.DEFINITION}'"
@@ -244,6 +245,9 @@ attempts = sa.Table(
     # Only the hash: the token itself is given to the worker and never stored.
     sa.Column("token_hash", sa.String(128), nullable=True),
     _time("lease_expires_at"),
+    # When the monitor must next look at a running attempt: the first of its lease's end and
+    # its timeout, cached like the lease (never later than the truth; 0013).
+    _time("monitor_due_at"),
     _time("last_heartbeat_at"),
     _time("queued_at"),
     _time("started_at"),
@@ -272,6 +276,14 @@ attempts = sa.Table(
         "lease_expires_at",
         postgresql_where=sa.text(LEASED_ATTEMPT_PREDICATE),
         sqlite_where=sa.text(LEASED_ATTEMPT_PREDICATE),
+    ),
+    # The monitor reads only the running attempts that may be due (scheduling/sweeps.py).
+    sa.Index(
+        "ix_attempts_monitor_due",
+        "monitor_due_at",
+        "instance_id",
+        postgresql_where=sa.text(RUNNING_ATTEMPT_PREDICATE),
+        sqlite_where=sa.text(RUNNING_ATTEMPT_PREDICATE),
     ),
     # The reconciler maps an engine's answer back to its attempt.
     sa.Index("ix_attempts_executor_external_id", "executor", "external_id"),

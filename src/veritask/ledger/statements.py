@@ -192,6 +192,7 @@ def attempt_row(instance_id: str, view: AttemptView, policy: TaskPolicy) -> dict
         "worker": view.worker,
         "token_hash": view.token_hash,
         "lease_expires_at": decide.lease_expiry(view, policy) if view.is_active else None,
+        "monitor_due_at": decide.monitor_due(view, policy),
         "last_heartbeat_at": view.last_report_at,
         "queued_at": view.queued_at,
         "started_at": view.started_at,

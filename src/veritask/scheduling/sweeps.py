@@ -11,6 +11,7 @@ sweep.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
@@ -44,10 +45,12 @@ _RECONCILED_STATES = (
     InstanceState.QUEUED,
 )
 _EVERYTHING = (*_RECONCILED_STATES, InstanceState.RUNNING)
-#: What the monitor reads: a lease runs only while the task runs, and a timeout counts from the
-#: task's start, so a QUEUED instance is never due (the reconciler follows it, ``queued_check``).
-#: A backlog of thousands waiting in a broker is not read again every second.
-_MONITORED = (InstanceState.RUNNING, InstanceState.LOST)
+#: What the monitor reads besides the running attempts that may be due: a lease runs only
+#: while the task runs, and a timeout counts from the task's start, so a QUEUED instance is
+#: never due (the reconciler follows it, ``queued_check``). A backlog of thousands waiting in a
+#: broker is not read again every second, nor are thousands of running tasks whose leases and
+#: timeouts are still ahead (``monitor_due_at``).
+_MONITORED_TOO = (InstanceState.LOST,)
 _STILL_RUNNING = (EngineState.PENDING, EngineState.RUNNING)
 #: The attempts whose reports an executor that reports for its engine may take up.
 _RESUMABLE = (AttemptState.QUEUED, AttemptState.RUNNING, AttemptState.LOST)
@@ -81,7 +84,7 @@ class Sweeper:
         """Expired leases become LOST; attempts past their timeout are asked to stop."""
         done = 0
         contexts = _Contexts(context_for)
-        for row in self._rows(_MONITORED):
+        for row in itertools.chain(self._due_rows(now), self._rows(_MONITORED_TOO)):
             if not self._monitor_due(row, now):
                 continue
             try:
@@ -583,6 +586,21 @@ class Sweeper:
                 version = result.version
             recorded += 1
         return recorded
+
+    def _due_rows(self, now: datetime) -> Iterator[queries.SweepRow]:
+        """The RUNNING instances whose attempt's lease or timeout may have run out."""
+        after = queries.MONITOR_START
+        while True:
+            with dialects.read_transaction(self.ledger.engine) as connection:
+                page = queries.monitor_due_page(
+                    connection, now=now, after=after, limit=self.settings.batch
+                )
+            yield from (row for row in page if row.state is InstanceState.RUNNING)
+            if len(page) < self.settings.batch:
+                return
+            last = page[-1]
+            assert last.monitor_due_at is not None  # the page is read by it
+            after = (last.monitor_due_at, last.id)
 
     def _rows(self, wanted: Iterable[InstanceState]) -> Iterator[queries.SweepRow]:
         """The instances in these states with their current attempt's row, page by page."""
