@@ -153,6 +153,37 @@ def instances_brief(connection: Connection, run_id: str) -> list[InstanceBrief]:
 
 _STATES = {state.value: state for state in InstanceState}
 
+#: What a run's instances are, in sum: per state, how many and the sum of their attempt
+#: numbers. A task that moves, retries or is added changes it.
+StatesDigest = frozenset[tuple[str, int, int]]
+
+
+def digest_of(briefs: Iterable[InstanceBrief]) -> StatesDigest:
+    """The digest of instances already read, as ``states_digests`` computes it."""
+    counts: dict[str, list[int]] = {}
+    for brief in briefs:
+        tally = counts.setdefault(brief.state.value, [0, 0])
+        tally[0] += 1
+        tally[1] += brief.epoch
+    return frozenset((state, count, epochs) for state, (count, epochs) in counts.items())
+
+
+_SELECT_DIGESTS = (
+    sa.select(_t.run_id, _t.state, sa.func.count(), sa.func.sum(_t.epoch))
+    .where(_t.run_id.in_(sa.bindparam("run_ids", expanding=True)))
+    .group_by(_t.run_id, _t.state)
+)
+
+
+def states_digests(connection: Connection, run_ids: Sequence[str]) -> dict[str, StatesDigest]:
+    """Each run's digest, computed by the database without sending its instances."""
+    tallies: dict[str, set[tuple[str, int, int]]] = {run_id: set() for run_id in run_ids}
+    for run_id, state, count, epochs in connection.execute(
+        _SELECT_DIGESTS, {"run_ids": list(run_ids)}
+    ):
+        tallies[run_id].add((state, int(count), int(epochs or 0)))
+    return {run_id: frozenset(tally) for run_id, tally in tallies.items()}
+
 
 # -- what triggers, queues and dependencies read -----------------------------------------------
 

@@ -99,6 +99,10 @@ class Advanced:
     stops_due: bool = False
     #: Some of its tasks wait for a pool's slots.
     pool_waiting: bool = False
+    #: The states of its instances as read, for a big run that only its instances' moves
+    #: can move (no pool, no other pipeline, no cancel): while they stay, re-reading the run
+    #: on a full scan would decide nothing new (``Scheduler``).
+    digest: run_store.StatesDigest | None = None
 
 
 class Definitions:
@@ -195,6 +199,14 @@ class RunAdvancer:
             self._settle_publication(
                 run, context, execution, publishing, states, now, report, advanced
             )
+        if (
+            len(briefs) >= self.settings.digest_from
+            and run.execution_state is RunExecutionState.RUNNING
+            and gate is None
+            and not definition.wait_for
+            and not advanced.pool_waiting
+        ):
+            advanced.digest = run_store.digest_of(briefs)
         return advanced
 
     def _dependency_gate(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import heapq
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -28,8 +27,8 @@ from veritask.core import alert_messages, judge
 from veritask.core.events import Event, EventKind
 from veritask.core.states import InstanceState
 from veritask.definitions.model import WAIT_EXECUTOR, Definition
-from veritask.execution import port, transports, waits
-from veritask.ledger import active_runs, alerts, dialects, errors
+from veritask.execution import outbox_watch, port, transports, waits
+from veritask.ledger import active_runs, alerts, dialects, errors, run_store
 from veritask.ledger.active_runs import ActiveRun
 from veritask.ledger.ledger import Applied, Ledger
 from veritask.ledger.vocabulary import AlertCategory
@@ -69,6 +68,9 @@ _ROUTES_LIMIT = 200_000
 _DISCOVER_EVERY_SECONDS = 0.02
 #: How often the idle loop looks at the outbox while it waits.
 _IDLE_POLL_SECONDS = 0.001
+#: A big run whose instances' states did not move since it was read is skipped by the full
+#: scan (the database sums its states instead), but read anyway after this long.
+_DIGEST_TRUSTED_SECONDS = 30.0
 
 
 class Scheduler:
@@ -89,6 +91,7 @@ class Scheduler:
         self.settings = settings or Settings()
         self.outbox = outbox
         outbox.mkdir(parents=True, exist_ok=True)
+        self._outbox_watch = outbox_watch.OutboxWatch(outbox)
         # Every scheduler checks waits, with no setting: the checker lives in this process.
         self._own_waits: waits.WaitExecutor | None = None
         if WAIT_EXECUTOR not in executors:
@@ -130,6 +133,8 @@ class Scheduler:
         self._unended: dict[str, set[str]] = {}
         #: Runs with tasks waiting for a pool: any attempt that ends may have freed a slot.
         self._pool_waiting: set[str] = set()
+        #: Big runs' instance states when last advanced, and when (``_unchanged_runs``).
+        self._digests: dict[str, tuple[run_store.StatesDigest, float]] = {}
         self._rescan = True
         self._loaded_at = float("-inf")
         self._newest_run: datetime | None = None
@@ -185,6 +190,7 @@ class Scheduler:
         self._record_answers(TickReport())
         if self._own_waits is not None:
             self._own_waits.close()
+        self._outbox_watch.close()
 
     def _recover_until_done(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -208,7 +214,7 @@ class Scheduler:
             if self._wake.is_set():
                 return
             # Reports held back for a submission in flight wait for its answer (the wake).
-            if not self._held_back and _has_entries(self.outbox):
+            if not self._held_back and self._outbox_watch.news():
                 return
             self._wake.wait(_IDLE_POLL_SECONDS)
             waited += _IDLE_POLL_SECONDS
@@ -239,11 +245,16 @@ class Scheduler:
         # A tick of reports only has nothing to read the runs for yet.
         reading = full or self._dirty or self._discovery_due()
         runs = self._load_runs(full) if reading else self._runs
-        targets = list(runs.values()) if full else [runs[r] for r in self._dirty if r in runs]
-        self._dirty.clear()
         if full:
-            self._timers = []
-            self._settling.clear()
+            unchanged = self._unchanged_runs(runs)
+            targets = [run for run in runs.values() if run.id not in unchanged]
+            # Every run read now sets its timers again; the ones left keep theirs.
+            self._timers = [timer for timer in self._timers if timer[1] in unchanged]
+            heapq.heapify(self._timers)
+            self._settling &= unchanged
+        else:
+            targets = [runs[r] for r in self._dirty if r in runs]
+        self._dirty.clear()
         for run in targets:
             try:
                 self._remember(self.advancer.advance(run, now, report))
@@ -278,6 +289,27 @@ class Scheduler:
         """
         return time.monotonic() - self._loaded_at >= _DISCOVER_EVERY_SECONDS
 
+    def _unchanged_runs(self, runs: Mapping[str, ActiveRun]) -> set[str]:
+        """The big runs a full scan need not read: no news, and their instances' states are
+        what they were when they were last advanced (digests the database computes).
+
+        A full scan is the safety net for what this process did not see: another process's
+        report, a missed wake-up. Re-reading a run of ten thousand waits each second to find
+        it unchanged cost most of an otherwise idle scheduler.
+        """
+        self._digests = {r: d for r, d in self._digests.items() if r in runs}
+        trusted_since = time.monotonic() - _DIGEST_TRUSTED_SECONDS
+        candidates = [
+            run_id
+            for run_id, (_, at) in self._digests.items()
+            if at >= trusted_since and run_id not in self._dirty
+        ]
+        if not candidates:
+            return set()
+        with dialects.read_transaction(self.ledger.engine) as connection:
+            now = run_store.states_digests(connection, candidates)
+        return {run_id for run_id in candidates if now[run_id] == self._digests[run_id][0]}
+
     def _remember(self, advanced: Advanced) -> None:
         if len(self._routes) > _ROUTES_LIMIT:
             self._routes.clear()
@@ -290,6 +322,10 @@ class Scheduler:
             self._unended[advanced.run_id] = advanced.unended_ids
         else:
             self._unended.pop(advanced.run_id, None)
+        if advanced.digest is not None:
+            self._digests[advanced.run_id] = (advanced.digest, time.monotonic())
+        else:
+            self._digests.pop(advanced.run_id, None)
         if advanced.pool_waiting:
             self._pool_waiting.add(advanced.run_id)
         else:
@@ -365,7 +401,8 @@ class Scheduler:
         answered = {(a.instance_id, a.attempt_no) for a in answers}
         reports: list[tuple[Path, Event]] = []
         self._held_back = False
-        for path, payload in transports.drain_outbox(self.outbox):
+        listed = transports.drain_outbox(self.outbox) if self._outbox_watch.take() else ()
+        for path, payload in listed:
             try:
                 event = intake.to_event(payload)
             except intake.MalformedReport as exc:
@@ -379,7 +416,13 @@ class Scheduler:
                 self._held_back = True
                 continue
             reports.append((path, event))
-        return self._intake(answers, reports)
+        if self._held_back:
+            self._outbox_watch.keep()
+        try:
+            return self._intake(answers, reports)
+        except BaseException:
+            self._outbox_watch.keep()  # the reports not recorded stay in the outbox
+            raise
 
     def _intake(self, answers: list[Event], reports: list[tuple[Path, Event]]) -> int:
         """Record answers and reports together, in batches, each instance's in one batch.
@@ -519,11 +562,3 @@ class Scheduler:
             run_id=run_id,
             evidence={},
         )
-
-
-def _has_entries(directory: Path) -> bool:
-    try:
-        with os.scandir(directory) as entries:
-            return any(True for _ in entries)
-    except FileNotFoundError:
-        return False

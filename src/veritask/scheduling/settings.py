@@ -48,6 +48,9 @@ class Settings:
     #: How many events one transaction records at most, and how many instances a sweep reads
     #: per page.
     batch: int = 500
+    #: A run of at least this many instances whose states have not moved since it was last
+    #: read is skipped by the full scan (the database sums its states instead of sending them).
+    digest_from: int = 500
 
     def __post_init__(self) -> None:
         for name in (
@@ -70,5 +73,7 @@ class Settings:
             raise ValueError(f"cancel_window: must be positive, got {self.cancel_window}")
         if self.gather_from < 1:
             raise ValueError(f"gather_from: must be 1 or more, got {self.gather_from}")
+        if self.digest_from < 1:
+            raise ValueError(f"digest_from: must be 1 or more, got {self.digest_from}")
         if self.batch < 1:
             raise ValueError(f"batch: must be 1 or more, got {self.batch}")
