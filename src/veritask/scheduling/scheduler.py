@@ -117,8 +117,10 @@ class Scheduler:
         self.membership = membership
         #: This scheduler's share of the runs (docs/scheduling.md, section 6).
         self.share = sharing.Share(membership.me if membership is not None else "")
-        # Reports of other schedulers' runs in a shared outbox: when each was first seen.
+        # Reports of other schedulers' runs in a shared outbox: when each was first seen;
+        # and the outbox's mtime when the last drain that left some of them began.
         self._foreign: dict[tuple[str, int, int], float] = {}
+        self._outbox_mtime: int | None = None
         self.definitions = Definitions(ledger)
         self.advancer = RunAdvancer(
             ledger,
@@ -220,10 +222,21 @@ class Scheduler:
             if self._wake.is_set():
                 return
             # Reports held back for a submission in flight wait for its answer (the wake).
-            if not self._held_back and _has_entries(self.outbox):
+            if not self._held_back and self._outbox_news():
                 return
             self._wake.wait(_IDLE_POLL_SECONDS)
             waited += _IDLE_POLL_SECONDS
+
+    def _outbox_news(self) -> bool:
+        """Whether the outbox may hold a report to record now. Reports left there for other
+        schedulers do not count: a new file changes the directory's mtime (so does one
+        another scheduler took), and any left past their grace are taken by the next tick."""
+        if self._outbox_mtime is None:
+            return _has_entries(self.outbox)
+        try:
+            return os.stat(self.outbox).st_mtime_ns != self._outbox_mtime
+        except FileNotFoundError:
+            return False
 
     def recover(self) -> int:
         """At start: every active instance of this scheduler's share is reconciled with its
@@ -411,7 +424,12 @@ class Scheduler:
         answered = {(a.instance_id, a.attempt_no) for a in answers}
         reports: list[tuple[Path, Event]] = []
         self._held_back = False
-        takes = None if self.share.solo else self._takes()
+        takes = None
+        mtime = self._outbox_mtime = None
+        if not self.share.solo:
+            with contextlib.suppress(FileNotFoundError):
+                mtime = os.stat(self.outbox).st_mtime_ns
+            takes = self._takes()
         for path, payload in transports.drain_outbox(self.outbox, takes=takes):
             try:
                 event = intake.to_event(payload)
@@ -426,6 +444,8 @@ class Scheduler:
                 self._held_back = True
                 continue
             reports.append((path, event))
+        if self._foreign:
+            self._outbox_mtime = mtime  # some were left for their owners
         return self._intake(answers, reports)
 
     def _takes(self) -> Callable[[tuple[str, int, int]], bool]:
@@ -443,8 +463,11 @@ class Scheduler:
             run_id = self._routes.get(key[0])
             if run_id is not None and self.share.owns(run_id):
                 return True
-            first = self._foreign[key] = seen.get(key, now)
-            return now - first >= _FOREIGN_GRACE_SECONDS
+            first = seen.get(key, now)
+            if now - first >= _FOREIGN_GRACE_SECONDS:
+                return True
+            self._foreign[key] = first
+            return False
 
         return takes
 
