@@ -43,6 +43,8 @@ from veritask.scheduling import triggers
 START_SECONDS = 60.0
 DEADLINE_SECONDS = 300.0
 SECRET = "bench-schedulers-secret-0123456789"
+#: How long the schedulers' CPU is read while they have nothing to do.
+IDLE_SECONDS = 3.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class Figures:
     engine_cpu_ms: float
     #: The machine's cores busy over the measurement (1.0: every core all the time).
     busy: float
+    #: What one scheduler process spends with nothing to do, as a share of one core.
+    idle_share: float
 
 
 def _ticks(pid: int) -> float:
@@ -163,6 +167,12 @@ def measure(count: int, url: str, args: argparse.Namespace) -> Figures:
             with _schedulers(count, home, url, args.slots) as processes:
                 # Warm up: imports, the supervisor's workers, the page cache, every scheduler.
                 _wait_settled(ledger, _trigger(ledger, "warmup", 2 * count))
+                idle_before = [_ticks(p.pid) for p in processes]
+                time.sleep(IDLE_SECONDS)
+                idle = [
+                    (_ticks(p.pid) - b) / IDLE_SECONDS
+                    for p, b in zip(processes, idle_before, strict=True)
+                ]
                 mine_before = [_ticks(p.pid) for p in processes]
                 pg_before = scheduler_bench._cpu_seconds_of_tree(postmaster)
                 engine_before = scheduler_bench._cpu_seconds_of_tree(supervisor)
@@ -187,6 +197,7 @@ def measure(count: int, url: str, args: argparse.Namespace) -> Figures:
         pg / tasks * 1000,
         eng / tasks * 1000,
         (busy_after - busy_before) / (total_after - total_before),
+        statistics.mean(idle),
     )
 
 
@@ -237,6 +248,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"engine and tasks {eng:5.2f} ms; total {sched + pg + eng:5.2f} ms "
             f"(the cores can do {1000 * (os.cpu_count() or 1) / (sched + pg + eng):.0f} tasks/s "
             f"at that cost); cores busy {busy:.0%}"
+        )
+        idle = statistics.median(f.idle_share for f in figures)
+        print(
+            f"  a scheduler process with nothing to do: {idle:.0%} of a core, "
+            f"{idle * 1000 / rates[count]:.2f} ms per task at this rate, each"
         )
 
     def ratio(field: str) -> float:
