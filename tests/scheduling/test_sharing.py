@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -56,36 +57,64 @@ def assert_each_ran_once(db: Ledgers, marker: Path, run_ids: Sequence[str], task
     assert set(ran) == seen
 
 
-Shared = Callable[[int], list[tuple[Harness, SchedulerLease]]]
+class Shared:
+    """In-process schedulers on one database and one home, each registered as a scheduler
+    process is (its lease: a row in ``schedulers``, beaten every second while it stays),
+    each with its membership."""
+
+    def __init__(self, url: str, home: Path) -> None:
+        self.url = url
+        self.home = home
+        self.db = Ledger(dialects.create_engine(url))
+        self.made: list[tuple[Harness, SchedulerLease]] = []
+        self._beating: set[str] = set()
+        self._stop = threading.Event()
+        self._beater = threading.Thread(target=self._beat, daemon=True)
+        self._beater.start()
+
+    def make(self, count: int) -> list[tuple[Harness, SchedulerLease]]:
+        leases = [SchedulerLease(self.db) for _ in range(count)]
+        for lease in leases:
+            lease.acquire()
+            self._beating.add(lease.id)
+        for lease in leases:
+            membership = sharing.membership_for(self.db, lease.id)
+            if membership is not None:
+                membership.read_every = 0.05
+            self.made.append((Harness(self.url, self.home, membership=membership), lease))
+        return list(self.made)
+
+    def leave(self, lease: SchedulerLease) -> None:
+        """The scheduler of ``lease`` stops and removes its row (as one does on SIGTERM)."""
+        self._beating.discard(lease.id)
+        lease.release()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(1.0):
+            for _, lease in list(self.made):
+                if lease.id in self._beating:
+                    lease.beat()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._beater.join(timeout=10)
+        try:
+            for harness, lease in self.made:
+                try:
+                    harness.close()
+                finally:
+                    lease.release()
+        finally:
+            self.db.engine.dispose()
 
 
 @pytest.fixture
 def shared(database_url: str, tmp_path: Path) -> Iterator[Shared]:
-    """``count`` in-process schedulers on one database and one home, each registered as a
-    scheduler process is (its lease: a row in ``schedulers``), each with its membership."""
-    made: list[tuple[Harness, SchedulerLease]] = []
-    db = Ledger(dialects.create_engine(database_url))
-
-    def make(count: int) -> list[tuple[Harness, SchedulerLease]]:
-        leases = [SchedulerLease(db) for _ in range(count)]
-        for lease in leases:
-            lease.acquire()
-        for lease in leases:
-            membership = sharing.membership_for(db, lease.id)
-            if membership is not None:
-                membership.read_every = 0.05
-            made.append((Harness(database_url, tmp_path / "home", membership=membership), lease))
-        return list(made)
-
-    yield make
+    made = Shared(database_url, tmp_path / "home")
     try:
-        for harness, lease in made:
-            try:
-                harness.close()
-            finally:
-                lease.release()
+        yield made
     finally:
-        db.engine.dispose()
+        made.close()
 
 
 def _spy_advances(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> set[str]:
@@ -128,7 +157,7 @@ def test_two_schedulers_each_advance_their_share_and_together_finish_every_run(
     shared: Shared, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     marker = tmp_path / "marker"
-    (first, first_lease), (second, second_lease) = shared(2)
+    (first, first_lease), (second, second_lease) = shared.make(2)
     members = tuple(sorted((first_lease.id, second_lease.id)))
     assert first.scheduler.share.members == second.scheduler.share.members == members
     first.apply(fanout("spread", marker, 20))
@@ -159,7 +188,7 @@ def test_the_runs_of_a_scheduler_that_leaves_are_taken_over(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     marker = tmp_path / "marker"
-    (staying, _), (other, leaving) = shared(2)
+    (staying, _), (other, leaving) = shared.make(2)
     staying.apply(fanout("handed", marker, 5))
     shares = [staying.scheduler.share, other.scheduler.share]
     run_ids = _trigger_split(staying, "handed", shares, at_least=4, each=2)
@@ -179,7 +208,7 @@ def test_the_runs_of_a_scheduler_that_leaves_are_taken_over(
 
     # It leaves (as its heartbeat going stale would say): its runs move here.
     caplog.set_level(logging.INFO, logger="veritask.scheduling.scheduler")
-    leaving.release()
+    shared.leave(leaving)
     wait_for(
         lambda: all(staying.run(r)[0] is RunExecutionState.SUCCESS for r in run_ids),
         what="the runs taken over",
@@ -197,7 +226,7 @@ def test_alone_a_scheduler_moves_every_run(
     """SQLite has no membership to read (one scheduler only); on PostgreSQL a scheduler with
     no other alive owns every run."""
     marker = tmp_path / "marker"
-    ((alone, _),) = shared(1)
+    ((alone, _),) = shared.make(1)
     assert (alone.scheduler.membership is None) is (database_kind == SQLITE)
     assert alone.scheduler.share.solo
     alone.apply(fanout("alone", marker, 5))
