@@ -21,12 +21,12 @@ from tests.conftest import SQLITE
 from tests.scheduling.harness import Harness, Ledgers, wait_for
 from tests.scheduling.workload import executions, marked
 from veritask.core.states import InstanceState, RunExecutionState
-from veritask.ledger import dialects
+from veritask.ledger import dialects, scheduler_lease
 from veritask.ledger.active_runs import ActiveRun
 from veritask.ledger.ledger import Ledger
 from veritask.scheduling import sharing
 from veritask.scheduling.advance import Advanced, TickReport
-from veritask.scheduling.lease import SchedulerLease
+from veritask.scheduling.lease import STALE_AFTER, SchedulerLease
 
 pytestmark = pytest.mark.slow
 
@@ -237,3 +237,23 @@ def test_alone_a_scheduler_moves_every_run(
         step=_tick_all([alone]),
     )
     assert_each_ran_once(alone, marker, run_ids, 5)
+
+
+def test_a_scheduler_forgotten_while_silent_registers_again_at_its_beat(
+    database_url: str,
+) -> None:
+    """A scheduler paused past ``STALE_AFTER`` has its row removed by the next one to start;
+    at its next beat it registers again, so that the others count it in their share again."""
+    ledger = Ledger(dialects.create_engine(database_url))
+    lease = SchedulerLease(ledger)
+    lease.acquire()
+    try:
+        with ledger.engine.begin() as connection:
+            scheduler_lease.forget_scheduler(connection, lease.id)
+        lease.beat()
+        with dialects.read_transaction(ledger.engine) as connection:
+            live = scheduler_lease.live_scheduler_ids(connection, ledger.clock() - STALE_AFTER)
+        assert live == [lease.id]
+    finally:
+        lease.release()
+        ledger.engine.dispose()
