@@ -34,15 +34,17 @@ fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest tests/unit -k property -p no:timeout
 	VERITASK_API_FUZZ_EXAMPLES=150 $(BIN)/pytest tests/integration/test_openapi_fuzz.py -p no:timeout
 
-# Figures for the ledger (its speed and its bytes per task), the executor, the scheduler and
-# `veritask up`, the web UI's render of a 1,000-instance run, 10,000 open waits and a 1,000-task
-# Python pipeline's compile and apply, each beside its baseline or target; never by the tests.
+# Figures for the ledger (its speed and its bytes per task), the executor, the scheduler (and
+# two schedulers beside one on PostgreSQL), `veritask up`, the web UI's render of a
+# 1,000-instance run, 10,000 open waits and a 1,000-task Python pipeline's compile and apply,
+# each beside its baseline or target; never by the tests.
 # The scale curve runs here at 0 and 100,000 finished instances; the full curve is
 # `python -m bench.scale --sizes 0,100000,1000000` (about 10 GB of SQLite).
 bench: $(STAMP)
 	$(BIN)/python -m bench.ledger
 	$(BIN)/python -m bench.executor
 	$(BIN)/python -m bench.scheduler
+	$(BIN)/python -m bench.schedulers
 	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.ledger_size
 	$(BIN)/python -m bench.up

@@ -29,7 +29,7 @@ from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
 from veritask.execution import layout, local, port, procfs, records
 from veritask.ledger import dialects, schema
 from veritask.ledger.ledger import Ledger, utc_now
-from veritask.scheduling import triggers
+from veritask.scheduling import sharing, triggers
 from veritask.scheduling.scheduler import Scheduler
 from veritask.scheduling.settings import Settings
 from veritask.scheduling.tokens import AttemptTokens
@@ -248,8 +248,10 @@ class Harness(Ledgers):
         settings: Settings = FAST,
         clock: Callable[[], datetime] = utc_now,
         others: Mapping[str, port.Executor] | None = None,
+        membership: sharing.Membership | None = None,
     ) -> None:
-        """``others``: executors beside the local one, by the name a task chooses them by."""
+        """``others``: executors beside the local one, by the name a task chooses them by;
+        ``membership``: who shares the runs with this scheduler (several on PostgreSQL)."""
         super().__init__(dialects.create_engine(url), clock=clock)
         self.url = url
         self.home = home
@@ -262,6 +264,7 @@ class Harness(Ledgers):
             tokens=AttemptTokens(SECRET.encode()),
             outbox=home / "outbox",
             settings=settings,
+            membership=membership,
         )
         self.scheduler.recover()
 

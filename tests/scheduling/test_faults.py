@@ -50,7 +50,7 @@ from veritask.core.states import PROCESSES_ENDED, InstanceState, RunExecutionSta
 from veritask.execution import layout, local, port, procfs, records
 from veritask.execution.worker import is_worked_on
 from veritask.ledger import dialects, schema
-from veritask.scheduling import triggers
+from veritask.scheduling import sharing, triggers
 
 I = InstanceState  # noqa: E741
 R = RunExecutionState
@@ -448,11 +448,93 @@ def test_two_schedulers_share_postgres_and_one_dies_mid_flight(
         db.engine.dispose()
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_kind", ["postgres"], indirect=True)
+def test_the_share_of_a_scheduler_killed_mid_fan_out_is_taken_over(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Two scheduler processes, one home (one executor, one outbox), divide a fan-out spread
+    over eight runs (docs/scheduling.md, section 6). One is killed with SIGKILL while its
+    attempts run: its workers keep reporting into the shared outbox, which the survivor
+    records; once its heartbeat is stale the survivor owns its runs and finishes them.
+    Every task runs once, and no instance runs two attempts or succeeds twice."""
+    home = tmp_path / "home"
+    marker = tmp_path / "marker"
+    db = Ledgers(dialects.create_engine(database_url))
+    tasks = "\n".join(
+        f"  t{index:02d}: {{run: {json.dumps(marked(marker, 'sleep 0.3'))}}}" for index in range(12)
+    )
+    triggers.apply_definition(db.ledger, f"name: spread\nconcurrency: allow\ntasks:\n{tasks}\n")
+    logs = [tmp_path / "first.log", tmp_path / "second.log"]
+    try:
+        with scheduler_processes() as started:
+            first, second = (start_scheduler(started, home, database_url, log) for log in logs)
+            wait_for(
+                lambda: sorted(_scheduler_pids(db)) == sorted([first.pid, second.pid]),
+                what="both schedulers",
+            )
+            wait_for(
+                lambda: all("sharing work with 2 schedulers" in log.read_text() for log in logs),
+                what="both to share the work",
+            )
+            ids = _scheduler_ids(db)
+            run_ids: list[str] = []
+            killed_runs: list[str] = []
+            # At least eight runs, and three of them the first one's (it dies) and the second's.
+            while len(run_ids) < 8 or not 3 <= len(killed_runs) <= len(run_ids) - 3:
+                run_ids.append(
+                    triggers.trigger(
+                        db.ledger, name="spread", kind=TriggerKind.MANUAL, actor="operator:test"
+                    ).run_id
+                )
+                if sharing.owner(run_ids[-1], ids.values()) == ids[first.pid]:
+                    killed_runs.append(run_ids[-1])
+            wait_for(lambda: _count_attempts(db) >= 16, what="work in flight", interval=0.02)
+            first.kill()  # mid-fan-out: its attempts queued and running, its runs unfinished
+            first.wait(timeout=10)
+            killed_at = time.monotonic()
+            unfinished = [r for r in killed_runs if db.run(r)[0] in _ACTIVE]
+            wait_for(
+                lambda: all(db.run(r)[0] not in _ACTIVE for r in run_ids),
+                timeout=60,
+                what="every run to finish",
+                interval=0.1,
+            )
+            assert second.poll() is None, "the surviving scheduler must carry on"
+            # The dead one's runs waited for its heartbeat to go stale, then moved.
+            assert unfinished
+            assert time.monotonic() - killed_at >= 5
+        assert "sharing work with 1 schedulers" in logs[1].read_text()
+        ran = executions(marker)
+        for run_id in run_ids:
+            assert db.run(run_id)[0] is R.SUCCESS
+            for task, instance in db.instances(run_id).items():
+                assert instance.state is I.SUCCESS, (run_id, task)
+                attempts = db.attempts(instance.id)
+                assert [(n, state) for n, state, *_ in attempts] == [(1, "SUCCESS")], attempts
+                execution = ran[(instance.id, 1)]
+                assert (execution.starts, execution.ends) == (1, 1), (run_id, task)
+        assert len(ran) == len(run_ids) * 12
+        assert not [a for a in db.alerts() if a[0] == "platform"]
+        db.assert_snapshots_are_folds()
+    finally:
+        local.LocalExecutor(home=home).shutdown_supervisor()
+        kill_leftovers(layout.ExecutorHome(home / "executor"))
+        db.engine.dispose()
+
+
 _ACTIVE = (R.RUNNING, R.QUEUED, R.CANCELLING)
 
 
 def _wait_registered(db: Ledgers, process: subprocess.Popen[bytes]) -> None:
     wait_for(lambda: process.pid in _scheduler_pids(db), what=f"scheduler {process.pid} to start")
+
+
+def _scheduler_ids(db: Ledgers) -> dict[int, str]:
+    """The registered schedulers' ids by their process ids."""
+    s = schema.schedulers.c
+    with dialects.read_transaction(db.engine) as connection:
+        return {row.pid: row.id for row in connection.execute(sa.select(s.pid, s.id))}
 
 
 def _scheduler_pids(db: Ledgers) -> list[int]:

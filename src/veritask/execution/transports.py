@@ -11,7 +11,7 @@ import contextlib
 import http.client
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -215,18 +215,26 @@ def _parse_outbox_name(name: str) -> tuple[str, int, int] | None:
     return parts[0], int(parts[1]), int(parts[2])
 
 
-def drain_outbox(directory: Path) -> Iterator[tuple[Path, wire.WorkerEvent]]:
+def drain_outbox(
+    directory: Path, *, takes: Callable[[tuple[str, int, int]], bool] | None = None
+) -> Iterator[tuple[Path, wire.WorkerEvent]]:
     """The events waiting in an outbox, in (instance, attempt, seq) order.
 
     Record each event durably, then :func:`acknowledge` its path; an event not acknowledged is
     yielded again by the next drain (delivery is at least once: dedup by ``event_id``). A file
     that does not parse is renamed ``*.invalid`` so that it neither blocks nor vanishes.
+    ``takes``, given each file's (instance, attempt, seq), leaves the files it refuses unread
+    for another drainer of the same outbox (or a later drain).
     """
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
         return
-    waiting = sorted((key, name) for name in names if (key := _parse_outbox_name(name)) is not None)
+    waiting = sorted(
+        (key, name)
+        for name in names
+        if (key := _parse_outbox_name(name)) is not None and (takes is None or takes(key))
+    )
     for _, name in waiting:
         path = directory / name
         try:

@@ -56,10 +56,20 @@ def register_scheduler(
     )
 
 
-def beat(connection: Connection, scheduler_id: str, now: datetime) -> None:
-    """Record that the scheduler ``scheduler_id`` was alive at ``now``."""
-    connection.execute(
+def beat(connection: Connection, scheduler_id: str, now: datetime) -> bool:
+    """Record that the scheduler ``scheduler_id`` was alive at ``now``; False if it has no row
+    (another scheduler forgot it after it stayed silent too long)."""
+    result = connection.execute(
         _schedulers.update().where(_schedulers.c.id == scheduler_id).values(heartbeat_at=now)
+    )
+    return bool(result.rowcount)
+
+
+def live_scheduler_ids(connection: Connection, since: datetime) -> list[str]:
+    """The ids of the schedulers that beat at or after ``since``, in id order."""
+    s = _schedulers.c
+    return list(
+        connection.execute(sa.select(s.id).where(s.heartbeat_at >= since).order_by(s.id)).scalars()
     )
 
 

@@ -21,7 +21,7 @@ from veritask.execution import engines
 from veritask.execution.local import LocalExecutor
 from veritask.ledger import dialects, errors, migrate
 from veritask.ledger.ledger import Ledger
-from veritask.scheduling import collector
+from veritask.scheduling import collector, sharing
 from veritask.scheduling.lease import SchedulerAlreadyRunning, SchedulerLease
 from veritask.scheduling.scheduler import Scheduler
 from veritask.scheduling.settings import Settings
@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         outbox=home / "outbox",
         settings=settings,
         commit_base_url=args.commit_url,
+        membership=sharing.membership_for(ledger, lease.id),
     )
     collector.tune()
     log.info("scheduler %s started on %s (home %s)", lease.id, engine.url, home)

@@ -1,9 +1,10 @@
 """Which scheduler processes are alive, and the SQLite rule that only one may run.
 
 Each scheduler keeps a row in ``schedulers`` with a heartbeat. On PostgreSQL any number may
-run: decisions are compare-and-set and submissions idempotent, so they share the work
-without duplicating it. On SQLite one writer process is the supported setup (docs/scheduling.md,
-section 6): a second scheduler refuses to start, saying which process holds the database.
+run: the live rows say who shares the runs (``sharing``), and decisions are compare-and-set and
+submissions idempotent, so an overlap while they change is never a fault. On SQLite one
+writer process is the supported setup (docs/scheduling.md, section 6): a second scheduler
+refuses to start, saying which process holds the database.
 
 On SQLite the proof that a scheduler is alive is an exclusive ``flock`` on a file beside the
 database (``<database>.scheduler.lock``), held for the life of the process. The kernel drops it
@@ -81,8 +82,18 @@ class SchedulerLease:
             raise
 
     def beat(self) -> None:
+        now = self.ledger.clock()
         with self.ledger.engine.begin() as connection:
-            scheduler_lease.beat(connection, self.id, self.ledger.clock())
+            if not scheduler_lease.beat(connection, self.id, now):
+                # Silent past STALE_AFTER (a paused process), another scheduler forgot this
+                # one: register again, so that the others count it in their share again.
+                scheduler_lease.register_scheduler(
+                    connection,
+                    scheduler_id=self.id,
+                    host=socket.gethostname(),
+                    pid=os.getpid(),
+                    now=now,
+                )
 
     def release(self) -> None:
         try:

@@ -19,7 +19,7 @@ import heapq
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from veritask.core import alert_messages, judge
 from veritask.core.events import Event, EventKind
 from veritask.core.states import InstanceState
 from veritask.definitions.model import WAIT_EXECUTOR, Definition
-from veritask.execution import outbox_watch, port, transports, waits
+from veritask.execution import outbox_watch, port, transports, waits, wire
 from veritask.ledger import active_runs, alerts, dialects, errors, run_store
 from veritask.ledger.active_runs import ActiveRun
 from veritask.ledger.ledger import Applied, Ledger
@@ -38,6 +38,7 @@ from veritask.scheduling import (
     intake,
     overdue,
     publication_triggers,
+    sharing,
     sweeps,
     triggers,
 )
@@ -71,6 +72,10 @@ _IDLE_POLL_SECONDS = 0.001
 #: A big run whose instances' states did not move since it was read is skipped by the full
 #: scan (the database sums its states instead), but read anyway after this long.
 _DIGEST_TRUSTED_SECONDS = 30.0
+#: How long a report of another scheduler's run is left in a shared outbox for its owner,
+#: whose news it is, before this scheduler records it anyway (the owner may be dead). The
+#: outbox is listed at least once a second (``outbox_watch.LIST_ANYWAY_SECONDS``).
+_FOREIGN_GRACE_SECONDS = 1.0
 
 
 class Scheduler:
@@ -86,7 +91,10 @@ class Scheduler:
         settings: Settings | None = None,
         commit_base_url: str | None = None,
         submit_threads: int = 4,
+        membership: sharing.Membership | None = None,
     ) -> None:
+        """``membership``: who shares the runs with this scheduler (PostgreSQL); without it,
+        every run is this one's."""
         self.ledger = ledger
         self.settings = settings or Settings()
         self.outbox = outbox
@@ -110,6 +118,11 @@ class Scheduler:
             self.dispatcher, clock=ledger.clock, workers=submit_threads, wake=self._wake.set
         )
         self.sweeper = sweeps.Sweeper(ledger, self.dispatcher, self.settings, self.submissions)
+        self.membership = membership
+        #: This scheduler's share of the runs (docs/scheduling.md, section 6).
+        self.share = sharing.Share(membership.me if membership is not None else "")
+        # Reports of other schedulers' runs in a shared outbox: when each was first seen.
+        self._foreign: dict[tuple[str, int, int], float] = {}
         self.definitions = Definitions(ledger)
         self.advancer = RunAdvancer(
             ledger,
@@ -220,13 +233,47 @@ class Scheduler:
             waited += _IDLE_POLL_SECONDS
 
     def recover(self) -> int:
-        """At start: every active instance is reconciled with its engine (docs/scheduling.md, 5)."""
+        """At start: every active instance of this scheduler's share is reconciled with its
+        engine (docs/scheduling.md, 5)."""
         self._rescan = True
+        if self.membership is not None:
+            self._take_share(self.membership.read(self.clock()))
         return self.sweeper.reconcile(self.clock(), self.context_for, everything=True)
+
+    def _refresh_share(self, now: datetime) -> int:
+        """Read who is alive (every few seconds); take up the runs that became this one's.
+
+        A run whose owner left is recovered as a restart would: its instances are reconciled
+        with their engines at once (an attempt opened but never submitted by the dead one is
+        submitted now, not after ``submit_grace``), and the full scan of the next tick
+        advances it.
+        """
+        if self.membership is None or not self.membership.due():
+            return 0
+        before = self.share
+        after = self.membership.read(now)
+        if after.members == before.members:
+            return 0
+        self._take_share(after)
+        if not set(before.members) <= set(after.members):
+
+            def taken(run_id: str) -> bool:
+                return after.owns(run_id) and not before.owns(run_id)
+
+            return self.sweeper.reconcile(now, self.context_for, everything=True, runs=taken)
+        return 0
+
+    def _take_share(self, share: sharing.Share) -> None:
+        if share.members != self.share.members:
+            log.info("sharing work with %d schedulers: %s", len(share.members), share.describe())
+        self.share = share
+        self.sweeper.owns = share.owns
+        self._rescan = True  # runs newly owned are read (and advanced) at the next tick
 
     def tick(self) -> TickReport:
         report = TickReport()
         now = self.clock()
+        report.swept += self._refresh_share(now)
         full = self._due("full", now, self.settings.full_scan_every) or self._rescan
         self._rescan = False
         if self._due("schedules", now, self.settings.monitor_every):
@@ -401,7 +448,12 @@ class Scheduler:
         answered = {(a.instance_id, a.attempt_no) for a in answers}
         reports: list[tuple[Path, Event]] = []
         self._held_back = False
-        listed = transports.drain_outbox(self.outbox) if self._outbox_watch.take() else ()
+        listed: Iterable[tuple[Path, wire.WorkerEvent]] = ()
+        if self._outbox_watch.take():
+            # Reports left for other schedulers are not news until their grace is over: the
+            # outbox is listed again on the next arrival, or within a second anyway.
+            takes = None if self.share.solo else self._takes()
+            listed = transports.drain_outbox(self.outbox, takes=takes)
         for path, payload in listed:
             try:
                 event = intake.to_event(payload)
@@ -423,6 +475,29 @@ class Scheduler:
         except BaseException:
             self._outbox_watch.keep()  # the reports not recorded stay in the outbox
             raise
+
+    def _takes(self) -> Callable[[tuple[str, int, int]], bool]:
+        """Which reports of a shared outbox to record now: those of this scheduler's runs,
+        and any other left longer than ``_FOREIGN_GRACE_SECONDS`` (its owner is away).
+
+        Each scheduler records its own runs' reports, so the news reaches the scheduler that
+        acts on it; any scheduler records a report its owner leaves, so nothing waits for a
+        dead one (docs/scheduling.md, section 6).
+        """
+        now = time.monotonic()
+        seen, self._foreign = self._foreign, {}
+
+        def takes(key: tuple[str, int, int]) -> bool:
+            run_id = self._routes.get(key[0])
+            if run_id is not None and self.share.owns(run_id):
+                return True
+            first = seen.get(key, now)
+            if now - first >= _FOREIGN_GRACE_SECONDS:
+                return True
+            self._foreign[key] = first
+            return False
+
+        return takes
 
     def _intake(self, answers: list[Event], reports: list[tuple[Path, Event]]) -> int:
         """Record answers and reports together, in batches, each instance's in one batch.
@@ -492,7 +567,8 @@ class Scheduler:
                 # An attempt that ended freed its pool's slots: the runs waiting read at once.
                 self._dirty.update(self._pool_waiting)
             if run_id is None:
-                self._rescan = True
+                # Unknown here: a run this one has not read yet, or (sharing) another's.
+                self._rescan = self._rescan or self.share.solo
             elif result.state in _ACTIVE:
                 continue
             elif run_id in self._pool_waiting:
@@ -527,12 +603,14 @@ class Scheduler:
             loaded = active_runs.active_runs(connection, since=since, known=self._runs)
         runs: dict[str, ActiveRun] = {}
         for run in loaded:
+            if self._newest_run is None or run.created_at > self._newest_run:
+                self._newest_run = run.created_at
+            if not self.share.owns(run.id):
+                continue  # another scheduler's (section 6)
             previous = self._runs.get(run.id)
             if previous is None or previous.version != run.version:
                 self._dirty.add(run.id)  # new, or moved by someone else (a cancel request)
             runs[run.id] = run
-            if self._newest_run is None or run.created_at > self._newest_run:
-                self._newest_run = run.created_at
         if full and self._newest_run is None:
             self._newest_run = self.clock()
         self._runs = runs

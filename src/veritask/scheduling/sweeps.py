@@ -35,6 +35,11 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 ContextFor = Callable[[str], dispatch.RunContext]
+Owns = Callable[[str], bool]
+
+
+def _every_run(run_id: str) -> bool:
+    return True
 
 
 _RECONCILED_STATES = (
@@ -77,6 +82,9 @@ class Sweeper:
         # ledger keeps the evidence; this only says whom to ask (a restart's recovery asks all).
         self._absent: dict[str, str] = {}
         self._policies = statements.PolicyTexts()
+        #: Whose instances the sweeps decide: this scheduler's share of the runs
+        #: (``scheduling.sharing``; every run when it shares with nobody).
+        self.owns: Owns = _every_run
 
     # -- monitor ------------------------------------------------------------------------
 
@@ -197,19 +205,30 @@ class Sweeper:
 
     # -- reconciler ---------------------------------------------------------------------
 
-    def reconcile(self, now: datetime, context_for: ContextFor, *, everything: bool = False) -> int:
+    def reconcile(
+        self,
+        now: datetime,
+        context_for: ContextFor,
+        *,
+        everything: bool = False,
+        runs: Owns | None = None,
+    ) -> int:
         """Ask the engines about instances whose fate is unknown, stopping or stale.
 
         ``everything`` is the restart recovery (docs/scheduling.md, section 5): every active
         instance is compared with its engine at once, without waiting for grace periods.
+        ``runs`` narrows the sweep to some of this scheduler's runs (those it just took over).
         """
         done = 0
         contexts = _Contexts(context_for)
-        for row in self._rows(_EVERYTHING if everything else _RECONCILED_STATES):
+        for row in self._rows(_EVERYTHING if everything else _RECONCILED_STATES, runs=runs):
             if self._reconcile_due(row, now, everything):
                 done += self._reconcile_guarded(row.id, row.run_id, now, contexts, everything)
         if not everything:
             for instance_id, run_id in list(self._absent.items()):
+                if not self.owns(run_id):
+                    self._absent.pop(instance_id, None)  # its run's owner asks now
+                    continue
                 done += self._reconcile_guarded(
                     instance_id, run_id, now, contexts, everything, running_only=True
                 )
@@ -588,30 +607,37 @@ class Sweeper:
         return recorded
 
     def _due_rows(self, now: datetime) -> Iterator[queries.SweepRow]:
-        """The RUNNING instances whose attempt's lease or timeout may have run out."""
+        """The RUNNING instances of this scheduler's runs whose attempt's lease or timeout may
+        have run out."""
         after = queries.MONITOR_START
         while True:
             with dialects.read_transaction(self.ledger.engine) as connection:
                 page = queries.monitor_due_page(
                     connection, now=now, after=after, limit=self.settings.batch
                 )
-            yield from (row for row in page if row.state is InstanceState.RUNNING)
+            yield from (
+                row for row in page if row.state is InstanceState.RUNNING and self.owns(row.run_id)
+            )
             if len(page) < self.settings.batch:
                 return
             last = page[-1]
             assert last.monitor_due_at is not None  # the page is read by it
             after = (last.monitor_due_at, last.id)
 
-    def _rows(self, wanted: Iterable[InstanceState]) -> Iterator[queries.SweepRow]:
-        """The instances in these states with their current attempt's row, page by page."""
+    def _rows(
+        self, wanted: Iterable[InstanceState], *, runs: Owns | None = None
+    ) -> Iterator[queries.SweepRow]:
+        """The instances in these states with their current attempt's row, page by page;
+        only those of this scheduler's runs (``owns``, or ``runs``)."""
         instance_states = tuple(wanted)
+        owns = self.owns if runs is None else runs
         after = ""
         while True:
             with dialects.read_transaction(self.ledger.engine) as connection:
                 page = queries.sweep_page(
                     connection, instance_states, after=after, limit=self.settings.batch
                 )
-            yield from page
+            yield from (row for row in page if owns(row.run_id))
             if len(page) < self.settings.batch:
                 return
             after = page[-1].id

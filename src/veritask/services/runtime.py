@@ -21,7 +21,7 @@ import httpx
 from veritask.definitions import durations
 from veritask.execution import engines, local, port
 from veritask.ledger import errors, permits
-from veritask.scheduling import collector
+from veritask.scheduling import collector, sharing
 from veritask.scheduling.lease import SchedulerAlreadyRunning, SchedulerLease
 from veritask.scheduling.scheduler import Scheduler
 from veritask.scheduling.settings import Settings
@@ -103,6 +103,7 @@ class SchedulerRuntime:
             outbox=self.home / OUTBOX,
             settings=self.settings,
             commit_base_url=self.commit_base_url,
+            membership=sharing.membership_for(self.platform.ledger, lease.id),
         )
         # The scheduler adds the executors every scheduler has (the wait checker): deletions
         # clean up after those too.
