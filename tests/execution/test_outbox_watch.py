@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import sys
 from pathlib import Path
 
@@ -78,3 +79,22 @@ def test_without_inotify_the_outbox_is_looked_into(
     (outbox / "i.1.1.json").write_text("{}")
     assert watch.take()
     assert watch.take(), "a report still there is news until it is acknowledged"
+
+
+def test_a_wake_is_readable_until_cleared_and_closes_once() -> None:
+    wake = outbox_watch.Wake()
+    try:
+        assert not wake.is_set()
+        assert select.select([wake.fileno()], [], [], 0)[0] == []
+        wake.set()
+        wake.set()  # raised twice: still one thing to say
+        assert wake.is_set()
+        assert select.select([wake.fileno()], [], [], 0)[0] == [wake.fileno()]
+        wake.clear()
+        assert not wake.is_set()
+        assert select.select([wake.fileno()], [], [], 0)[0] == []
+    finally:
+        wake.close()
+    wake.close()
+    wake.set()  # after close: nothing written anywhere
+    assert not wake.is_set()

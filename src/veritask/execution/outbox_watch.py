@@ -12,6 +12,7 @@ directory is looked into as before.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import logging
@@ -43,6 +44,10 @@ class OutboxWatch:
     def watching(self) -> bool:
         """Whether inotify tells of new entries (else every look is a listing)."""
         return self._fd is not None
+
+    def fileno(self) -> int | None:
+        """A descriptor that turns readable when an entry arrives (``select``), if watching."""
+        return self._fd
 
     def news(self) -> bool:
         """Whether the outbox may hold reports not yet taken (does not forget it)."""
@@ -120,3 +125,38 @@ def _watch(directory: Path) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+class Wake:
+    """A flag another thread raises to end the loop's idle wait, which ``select`` can wait on
+    beside the outbox's watch (a pipe): the wait costs nothing until one of them speaks."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._raised = False
+        self._closed = False
+
+    def set(self) -> None:
+        if not self._raised and not self._closed:
+            self._raised = True
+            with contextlib.suppress(BlockingIOError):  # full: it is readable already
+                os.write(self._write, b"!")
+
+    def is_set(self) -> bool:
+        return self._raised
+
+    def clear(self) -> None:
+        self._raised = False
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._read, 4096):
+                pass
+
+    def fileno(self) -> int:
+        return self._read
+
+    def close(self) -> None:
+        """Once: a descriptor closed twice may by then be another file's."""
+        if not self._closed:
+            self._closed = True
+            os.close(self._read)
+            os.close(self._write)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import logging
+import select
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -67,7 +68,7 @@ _ROUTES_LIMIT = 200_000
 #: How soon a run created by another process (or moved by one: a cancel) is found when no
 #: run has news; a run with news is read at once.
 _DISCOVER_EVERY_SECONDS = 0.02
-#: How often the idle loop looks at the outbox while it waits.
+#: How often the idle loop looks at the outbox while it waits, where inotify cannot tell.
 _IDLE_POLL_SECONDS = 0.001
 #: A big run whose instances' states did not move since it was read is skipped by the full
 #: scan (the database sums its states instead), but read anyway after this long.
@@ -113,7 +114,7 @@ class Scheduler:
             outputs=ledger.current_outputs,
             map_items=ledger.map_items,
         )
-        self._wake = threading.Event()
+        self._wake = outbox_watch.Wake()
         self.submissions = Submissions(
             self.dispatcher, clock=ledger.clock, workers=submit_threads, wake=self._wake.set
         )
@@ -204,6 +205,7 @@ class Scheduler:
         if self._own_waits is not None:
             self._own_waits.close()
         self._outbox_watch.close()
+        self._wake.close()
 
     def _recover_until_done(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -220,17 +222,31 @@ class Scheduler:
                 return
 
     def _idle(self, stop: threading.Event) -> None:
-        """Sleep up to ``idle_sleep``, waking early for worker reports or engine answers."""
-        give_up = self.settings.idle_sleep.total_seconds()
-        waited = 0.0
-        while waited < give_up and not stop.is_set():
+        """Sleep up to ``idle_sleep``, waking early for worker reports or engine answers.
+
+        With inotify the wait is one ``select`` on the outbox's watch and the submissions'
+        wake; without it the outbox is looked into every millisecond.
+        """
+        give_up_at = time.monotonic() + self.settings.idle_sleep.total_seconds()
+        while not stop.is_set():
             if self._wake.is_set():
                 return
             # Reports held back for a submission in flight wait for its answer (the wake).
-            if not self._held_back and self._outbox_watch.news():
+            watching = not self._held_back
+            if watching and self._outbox_watch.news():
                 return
-            self._wake.wait(_IDLE_POLL_SECONDS)
-            waited += _IDLE_POLL_SECONDS
+            left = give_up_at - time.monotonic()
+            if left <= 0:
+                return
+            readable = [self._wake.fileno()]
+            outbox_fd = self._outbox_watch.fileno()
+            if not watching:
+                pass
+            elif outbox_fd is not None:
+                readable.append(outbox_fd)
+            else:
+                left = min(left, _IDLE_POLL_SECONDS)
+            select.select(readable, [], [], left)
 
     def recover(self) -> int:
         """At start: every active instance of this scheduler's share is reconciled with its
