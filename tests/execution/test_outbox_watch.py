@@ -98,3 +98,5 @@ def test_a_wake_is_readable_until_cleared_and_closes_once() -> None:
     wake.close()
     wake.set()  # after close: nothing written anywhere
     assert not wake.is_set()
+    wake.clear()  # nor read
+    assert wake.closed

@@ -39,6 +39,7 @@ class OutboxWatch:
         # The first look lists whatever is already there.
         self._news = True
         self._listed_at = float("-inf")
+        self._closed = False
 
     @property
     def watching(self) -> bool:
@@ -69,7 +70,13 @@ class OutboxWatch:
         """Reports were left behind (held back, or not recorded): list again next time."""
         self._news = True
 
+    @property
+    def closed(self) -> bool:
+        """Closed: it looks into the directory as without inotify (a new watch listens again)."""
+        return self._closed
+
     def close(self) -> None:
+        self._closed = True
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -147,12 +154,18 @@ class Wake:
 
     def clear(self) -> None:
         self._raised = False
+        if self._closed:
+            return
         with contextlib.suppress(BlockingIOError):
             while os.read(self._read, 4096):
                 pass
 
     def fileno(self) -> int:
         return self._read
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def close(self) -> None:
         """Once: a descriptor closed twice may by then be another file's."""

@@ -116,7 +116,10 @@ class Scheduler:
         )
         self._wake = outbox_watch.Wake()
         self.submissions = Submissions(
-            self.dispatcher, clock=ledger.clock, workers=submit_threads, wake=self._wake.set
+            self.dispatcher,
+            clock=ledger.clock,
+            workers=submit_threads,
+            wake=lambda: self._wake.set(),  # the wake of the loop running now
         )
         self.sweeper = sweeps.Sweeper(ledger, self.dispatcher, self.settings, self.submissions)
         self.membership = membership
@@ -169,6 +172,11 @@ class Scheduler:
 
     def run(self, stop: threading.Event) -> None:
         """Recover, then tick until ``stop`` is set; submissions in flight are recorded."""
+        # A loop stopped (closed) and started again listens anew.
+        if self._wake.closed:
+            self._wake = outbox_watch.Wake()
+        if self._outbox_watch.closed:
+            self._outbox_watch = outbox_watch.OutboxWatch(self.outbox)
         self.submissions.connect()
         self._recover_until_done(stop)
         try:
