@@ -24,7 +24,7 @@ from pathlib import Path
 
 from veritask.core.errors import VeritaskError
 from veritask.ledger import scheduler_lease
-from veritask.ledger.database import Engine
+from veritask.ledger.database import Connection, Engine
 from veritask.ledger.ledger import Ledger
 
 #: A scheduler whose heartbeat is older than this is considered dead (PostgreSQL).
@@ -70,13 +70,7 @@ class SchedulerLease:
                     scheduler_lease.forget_every_scheduler(connection)
                 else:
                     scheduler_lease.forget_schedulers_silent_since(connection, now - STALE_AFTER)
-                scheduler_lease.register_scheduler(
-                    connection,
-                    scheduler_id=self.id,
-                    host=socket.gethostname(),
-                    pid=os.getpid(),
-                    now=now,
-                )
+                self._register(connection, now)
         except BaseException:
             self._unlock()
             raise
@@ -87,13 +81,12 @@ class SchedulerLease:
             if not scheduler_lease.beat(connection, self.id, now):
                 # Silent past STALE_AFTER (a paused process), another scheduler forgot this
                 # one: register again, so that the others count it in their share again.
-                scheduler_lease.register_scheduler(
-                    connection,
-                    scheduler_id=self.id,
-                    host=socket.gethostname(),
-                    pid=os.getpid(),
-                    now=now,
-                )
+                self._register(connection, now)
+
+    def _register(self, connection: Connection, now: datetime) -> None:
+        scheduler_lease.register_scheduler(
+            connection, scheduler_id=self.id, host=socket.gethostname(), pid=os.getpid(), now=now
+        )
 
     def release(self) -> None:
         try:
