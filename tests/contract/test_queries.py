@@ -391,7 +391,7 @@ def test_the_monitor_reads_only_running_attempts_whose_due_time_came(engine: Eng
 
     with dialects.read_transaction(engine) as connection:
         start = queries.MONITOR_START
-        due = queries.monitor_due_page(connection, now=T0, after=start, limit=10)
+        page = queries.monitor_due_page(connection, now=T0, after=start, limit=10)
         first = queries.monitor_due_page(connection, now=T0, after=start, limit=1)
         (cursor,) = first
         assert cursor.monitor_due_at is not None
@@ -400,7 +400,7 @@ def test_the_monitor_reads_only_running_attempts_whose_due_time_came(engine: Eng
         )
 
     # By due time: the cancelled-looking and queued ones are not there, nor an earlier attempt.
-    assert [row.id for row in due] == [ids["due"], ids["due_now"]]
-    assert [row.id for row in first + rest] == [row.id for row in due]
-    assert all(row.attempt_state is A.RUNNING and row.epoch == 1 for row in due)
-    assert due[0].monitor_due_at == T0 - timedelta(seconds=1)
+    assert [row.id for row in page] == [ids["due"], ids["due_now"]]
+    assert [row.id for row in first + rest] == [row.id for row in page]
+    assert all(row.attempt_state is A.RUNNING and row.epoch == 1 for row in page)
+    assert page[0].monitor_due_at == T0 - timedelta(seconds=1)

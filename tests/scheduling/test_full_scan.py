@@ -21,7 +21,7 @@ from veritask.core.states import InstanceState, RunExecutionState
 from veritask.execution import transports
 from veritask.ledger import dialects, run_store
 from veritask.ledger.ledger import Ledger
-from veritask.scheduling import advance, intake
+from veritask.scheduling import intake
 
 I = InstanceState  # noqa: E741 - a short name for the states below
 
@@ -51,7 +51,7 @@ def count_reads(monkeypatch: pytest.MonkeyPatch, run_id: str) -> list[str]:
             reads.append(wanted)
         return read(connection, wanted)
 
-    monkeypatch.setattr(advance.run_store, "instances_brief", counted)
+    monkeypatch.setattr(run_store, "instances_brief", counted)
     return reads
 
 
