@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -430,12 +431,16 @@ class _KeptConnection:
     def __init__(self, connection: socket.socket) -> None:
         self.connection = connection
         self.pid = os.getpid()
+        # A finalizer holds the socket, not ``__del__``: when the executor is collected in a
+        # reference cycle, the socket might otherwise be finalized first and left open.
+        weakref.finalize(self, _let_go, connection, self.pid)
 
-    def __del__(self) -> None:
-        if self.pid == os.getpid():
-            self.connection.close()
-        else:
-            self.connection.detach()  # the parent's descriptor: leave it to the parent
+
+def _let_go(connection: socket.socket, pid: int) -> None:
+    if pid == os.getpid():
+        connection.close()
+    else:
+        connection.detach()  # the parent's descriptor: leave it to the parent
 
 
 class _Observer:
