@@ -5,15 +5,17 @@
 reporting to an outbox in a temporary directory as the scheduler's own would. After a warm-up
 of one check cycle (every wait's first check and its ``started`` report, paid once), the
 process's CPU time is measured over ``--cycles`` check cycles and printed as a fraction of one
-core, beside the target. The default window (7 cycles of 30 s) covers a wait's periodic record
-of its unchanged checks (``waits.RECORD_EVERY``), so the reports a steady wait writes are in it.
+core, beside the target. The default window is one period of a wait's record of its unchanged
+checks (``waits.RECORD_EVERY``, 30 cycles of 30 s), so it holds every report a steady wait
+writes in that period, each once.
 
 It also prints the reports written per second: what the scheduler's loop reads from the outbox
 and records for these waits.
 
 ``--scheduler`` measures the whole scheduler process instead (the loop, its ledger on SQLite,
 and the checker it holds): one run whose mapped wait task expands into ``--waits`` waits, the
-process's CPU over the same window, beside the idle scheduler's over as long before the run.
+process's CPU over the same window, beside the idle scheduler's over two minutes before the
+run.
 
     python -m bench.waits
     python -m bench.waits --waits 2000 --every 5 --cycles 3
@@ -23,6 +25,7 @@ process's CPU over the same window, beside the idle scheduler's over as long bef
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import tempfile
 import time
@@ -32,6 +35,7 @@ from pathlib import Path
 from bench.scheduler import _Loop
 from veritask.core.states import TriggerKind
 from veritask.definitions.model import WAIT_EXECUTOR
+from veritask.definitions.parse import WAIT_LEASE
 from veritask.execution import local, port, waits
 from veritask.ledger import dialects, migrate
 from veritask.ledger.ledger import Ledger
@@ -42,17 +46,26 @@ from veritask.scheduling.tokens import AttemptTokens
 
 #: The share of one core the checker may use for 10,000 waits checked every 30 s.
 TARGET = 0.05
-#: A wait's heartbeat interval as the scheduler gives it: a third of its 10-minute lease.
-BEAT = timedelta(minutes=10) / 3
+#: Seconds the idle scheduler is measured for: its cost is a steady rate.
+IDLE_WINDOW = 120.0
+#: A wait's heartbeat interval as the scheduler gives it: a third of its lease.
+BEAT = WAIT_LEASE / 3
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--waits", type=int, default=10_000)
     parser.add_argument("--every", type=float, default=30.0, help="seconds between checks")
-    parser.add_argument("--cycles", type=int, default=7, help="check cycles measured")
+    parser.add_argument(
+        "--cycles",
+        type=int,
+        default=None,
+        help="check cycles measured (default: one record period)",
+    )
     parser.add_argument("--scheduler", action="store_true", help="the whole scheduler process")
     args = parser.parse_args()
+    if args.cycles is None:
+        args.cycles = math.ceil(waits.RECORD_EVERY.total_seconds() / args.every)
     if args.scheduler:
         _with_scheduler(args)
         return
@@ -110,7 +123,7 @@ def _with_scheduler(args: argparse.Namespace) -> None:
         assert isinstance(checker, waits.WaitExecutor)
         try:
             with _Loop(scheduler, None):
-                idle = _cpu_share(window)
+                idle = _cpu_share(min(window, IDLE_WINDOW))
                 triggers.apply_definition(ledger, _mapped_waits(args.waits, args.every))
                 started = time.monotonic()
                 triggers.trigger(ledger, name="waits", kind=TriggerKind.MANUAL, actor="bench")

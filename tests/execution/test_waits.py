@@ -235,6 +235,48 @@ def test_heartbeats_keep_the_lease_while_nothing_changes(
     assert len(seen(outbox)) == 1  # one check in all that time
 
 
+def test_progress_and_heartbeats_are_handed_over_and_the_rest_written_to_the_outbox(
+    tmp_path: Path,
+) -> None:
+    handed: list[wire.WorkerEvent] = []
+    checker = waits.WaitExecutor(servers={}, hand_over=handed.append)
+    outbox, target = tmp_path / "outbox", tmp_path / "flag"
+    try:
+        checker.submit(spec=spec(outbox, path_wait(target), beat=timedelta(milliseconds=50)))
+        eventually(lambda: [e for e in handed if e["kind"] == "heartbeat"][2:])
+        target.write_text("")
+        eventually(lambda: completed(outbox))
+    finally:
+        checker.close()
+    assert [e["kind"] for e in reports(outbox)] == ["started", "completed"]
+    assert {e["kind"] for e in handed} == {"progress", "heartbeat"}
+    progress = [e["evidence"] for e in handed if e["kind"] == "progress"]
+    assert progress[0].get("seen") == f"no such file or directory {target}"
+    assert progress[-1].get("seen") == f"{target} exists (file of 0 bytes)"
+    # Numbered like the files, so that the ledger orders them among the started and completed.
+    numbers = [e["seq"] for e in reports(outbox)[:1] + handed + reports(outbox)[1:]]
+    assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)
+    assert all(e["attempt_token"] == "token-1" for e in handed)
+
+
+def test_a_closed_checker_lets_go_of_its_waits_and_resumes_them_when_asked(
+    tmp_path: Path, executor: waits.WaitExecutor
+) -> None:
+    outbox, target = tmp_path / "outbox", tmp_path / "flag"
+    submission = executor.submit(spec=spec(outbox, path_wait(target)))
+    eventually(lambda: seen(outbox))
+    executor.close()
+    assert executor.held() == 0
+    let_go = executor.describe(external_id=submission.external_id)
+    assert let_go.engine_state is port.EngineState.RUNNING and not let_go.details["held"]
+    # Closed is not dead: a loop started again resumes the wait on the same executor.
+    began = datetime.now(UTC)
+    assert executor.resume(spec=spec(outbox, path_wait(target, since=began)))
+    target.write_text("")
+    evidence = eventually(lambda: completed(outbox))
+    assert evidence["exit_code"] == 0
+
+
 def test_a_wait_past_its_expected_duration_is_told_once(tmp_path: Path) -> None:
     told: list[waits.Overdue] = []
     checker = waits.WaitExecutor(servers={}, overdue=told.append)

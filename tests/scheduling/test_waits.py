@@ -7,6 +7,7 @@ pool's slots, the alerts. A wait checks every second at the least, so each test 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,8 +15,9 @@ import pytest
 import sqlalchemy as sa
 
 from tests.scheduling.conftest import MakeHarness
-from tests.scheduling.harness import Harness
+from tests.scheduling.harness import Harness, wait_for
 from veritask.core.states import InstanceState, RunExecutionState
+from veritask.execution import wire
 from veritask.ledger import dialects, pools, schema
 from veritask.ledger.vocabulary import AlertCategory
 from veritask.scheduling import triggers
@@ -168,6 +170,33 @@ def test_a_restarted_scheduler_resumes_the_wait(make_harness: MakeHarness, tmp_p
     assert seen_after[-1] == f"{data}/d1/_SUCCESS exists (file of 0 bytes)"
     assert len(second.attempts(arrive)) == 1
     assert I.LOST.value not in second.instance_states_path(arrive)
+
+
+def test_a_waits_progress_goes_to_its_scheduler_in_memory_and_to_the_outbox_at_close(
+    make_harness: MakeHarness, tmp_path: Path
+) -> None:
+    first = make_harness()
+    first.apply(waiting_for(tmp_path / "data"))
+    run_id = first.trigger("arrivals")
+    first.until(harness_reports(first, run_id), what="the first check recorded")
+    arrive = first.instances(run_id)["arrive"].id
+    outbox = first.scheduler.outbox
+    # Not ticking from here: the file appears, and the check that sees it reports.
+    (tmp_path / "data" / "d1").mkdir(parents=True)
+    (tmp_path / "data" / "d1" / "_SUCCESS").write_text("")
+    wait_for(lambda: list(outbox.glob("*.json")), timeout=10, what="the completion's file")
+    time.sleep(0.1)
+    # The check's progress report is in the scheduler's memory, not in the outbox.
+    assert [wire.decode(p.read_bytes())["kind"] for p in outbox.glob("*.json")] == ["completed"]
+    first.scheduler.close()
+    # What was handed over and not recorded is left in the outbox, for the next scheduler.
+    left = [wire.decode(p.read_bytes())["kind"] for p in outbox.glob("*.json")]
+    assert sorted(left) == ["completed", "progress"]
+    second = make_harness()
+    assert second.finish(run_id)[0] is RunExecutionState.SUCCESS
+    seen = [r["seen"] for r in reports(second, arrive, "progress")]
+    assert seen[-1] == f"{tmp_path}/data/d1/_SUCCESS exists (file of 0 bytes)"
+    second.assert_snapshots_are_folds()
 
 
 def harness_reports(harness: Harness, run_id: str) -> Callable[[], bool]:

@@ -112,9 +112,11 @@ CONDITIONS = tuple(kind.value for kind in WaitKind)
 WAIT_TASK_FIELDS = (*CONDITIONS, "connection", "every", "timeout", "on_timeout", "expected")
 #: What a wait task may not say: the scheduler checks it, and it holds no slot.
 NOT_FOR_WAITS = ("run", "call", "sql", "connection", "pool", "pool_slots")
-#: The least lease of a wait's attempt unless the task sets its own: the scheduler that checks
-#: it reports for it, and a restart resumes it, so a heartbeat every few minutes is enough.
-WAIT_LEASE = timedelta(minutes=10)
+#: The least lease of a wait's attempt unless the task sets its own. The scheduler that checks
+#: it reports for it, and a restart or a takeover resumes it at once without waiting for the
+#: lease, which only ever catches a checker that stalled in a live scheduler: an hour keeps
+#: thousands of steady waits' beats few (one per 20 minutes each).
+WAIT_LEASE = timedelta(hours=1)
 
 
 #: The conditions a mapped wait may check: one cheap look per item.

@@ -206,6 +206,17 @@ def outbox_name(instance_id: str, attempt_no: int, seq: int) -> str:
     return f"{instance_id}.{attempt_no}.{seq:08d}.json"
 
 
+def post(directory: Path, event: wire.WorkerEvent) -> None:
+    """Write one event into an outbox as its only copy (a reporter with no spool of its own)."""
+    target = directory / outbox_name(event["instance_id"], event["attempt_no"], event["seq"])
+    try:
+        layout.write_atomically(target, wire.encode(event), durable=False)
+    except FileNotFoundError:
+        # The outbox itself is missing (the first event of a new home): made once.
+        directory.mkdir(parents=True, exist_ok=True)
+        layout.write_atomically(target, wire.encode(event), durable=False)
+
+
 def _parse_outbox_name(name: str) -> tuple[str, int, int] | None:
     if name.startswith(".") or not name.endswith(".json"):
         return None

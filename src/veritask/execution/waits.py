@@ -12,6 +12,11 @@ many checks saw the same — a heartbeat when no report was sent for ``heartbeat
 that the lease holds, and ``completed`` when the condition holds (its output is what was seen),
 or at the wait's timeout (failed, or skipped with ``skip_on_timeout``), or when cancelled.
 
+``started`` and ``completed`` are files in the outbox, which outlive this process. A scheduler
+that holds the executor takes ``progress`` and heartbeats in memory instead (``hand_over``):
+they are most of a steady wait's reports, a file each cost more than recording it, and one
+lost with the process is made again by the wait its successor resumes.
+
 What it holds lives in memory only: after a restart ``describe`` answers RUNNING for a wait it
 does not know, so that the reconciler hands its spec to ``resume`` and the checks go on, counting
 the timeout from the wait's first start (``WaitCondition.since``).
@@ -46,15 +51,19 @@ DEFAULT_CHECKERS = 4
 #: The longest one check may take (a GET, a query, a call), and never longer than ``every``.
 CHECK_LIMIT = timedelta(seconds=30)
 #: A check that saw what the last recorded one saw is recorded after this long anyway. Under
-#: a wait's usual heartbeat interval (a third of its 10-minute lease): any report holds the
+#: a wait's usual heartbeat interval (a third of its one-hour lease): any report holds the
 #: lease, so a steady wait sends these and no heartbeat at all.
-RECORD_EVERY = timedelta(minutes=3)
+RECORD_EVERY = timedelta(minutes=15)
 #: How many ended waits ``describe`` still answers for when nobody cleaned them up.
 ENDED_KEPT = 100_000
 #: The longest ``seen`` text kept in a report.
 SEEN_LIMIT = 500
 #: Path checks due together are handed to a checker thread this many at a time.
 _STATS_PER_TASK = 64
+#: The reports a ``hand_over`` takes in memory: none of them is the only proof of anything.
+_HANDED_KINDS = frozenset({"progress", "heartbeat"})
+#: How late a check may be so that the checks due within it are handed over together.
+_GATHER_SECONDS = 0.1
 log = logging.getLogger(__name__)
 
 
@@ -117,7 +126,8 @@ class WaitExecutor:
     ``servers`` maps a ``sql`` condition's connection name to its URL (None: read
     ``VERITASK_SQL_URL_<NAME>`` from the environment at each check); ``overdue`` is told
     once about each wait still checking past its ``expected`` duration (the scheduler raises
-    a ``dependency`` alert).
+    a ``dependency`` alert); ``hand_over``, when given, takes the progress reports and
+    heartbeats instead of the outbox (the scheduler that holds this executor records them).
     """
 
     def __init__(
@@ -125,11 +135,13 @@ class WaitExecutor:
         *,
         servers: Mapping[str, str] | None = None,
         overdue: Callable[[Overdue], None] | None = None,
+        hand_over: Callable[[wire.WorkerEvent], None] | None = None,
         checkers: int = DEFAULT_CHECKERS,
         clock: Callable[[], datetime] = wire.utc_now,
     ) -> None:
         self.servers = servers
         self.overdue = overdue
+        self.hand_over = hand_over
         self._clock = clock
         self._lock = threading.Condition(threading.Lock())
         self._waits: dict[str, _Wait] = {}
@@ -237,7 +249,11 @@ class WaitExecutor:
             return len(self._waits)
 
     def close(self) -> None:
-        """Stop checking (the waits stay open in the ledger; a successor resumes them)."""
+        """Stop checking and let go of every wait held (they stay open in the ledger).
+
+        Whoever recovers next, this executor included, finds them not held (``describe``) and
+        resumes them: a scheduler's loop stopped and started again checks its waits again.
+        """
         with self._lock:
             self._closing = True
             self._lock.notify_all()
@@ -246,6 +262,13 @@ class WaitExecutor:
             timer.join()
         if checkers is not None:
             checkers.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            for key in self._waits:
+                self._tokens.pop(key, None)
+            self._waits.clear()
+            self._heap.clear()
+            self._timer = self._checkers = None
+            self._closing = False
 
     # --- the heap ------------------------------------------------------------------------
 
@@ -273,9 +296,12 @@ class WaitExecutor:
             with self._lock:
                 while not self._closing:
                     now = time.monotonic()
-                    if self._heap and self._heap[0][0] <= now:
+                    # Waits fall due one by one; gathering those of a moment costs one wake
+                    # and one hand-over to a checker for many of them, not one each.
+                    wake_at = self._heap[0][0] + _GATHER_SECONDS if self._heap else None
+                    if wake_at is not None and wake_at <= now:
                         break
-                    self._lock.wait(self._heap[0][0] - now if self._heap else None)
+                    self._lock.wait(None if wake_at is None else wake_at - now)
                 if self._closing:
                     return
                 due: list[_Wait] = []
@@ -521,7 +547,23 @@ class WaitExecutor:
             wait.last_seq = seq
             # Any report holds the lease: the next heartbeat is due a full interval after it.
             wait.beat_due = time.monotonic() + wait.spec.heartbeat_interval.total_seconds()
-        wait.reporter.send(kind, evidence, seq=seq, event_time=now)
+        if self.hand_over is None or kind not in _HANDED_KINDS:
+            wait.reporter.send(kind, evidence, seq=seq, event_time=now)
+            return
+        spec = wait.spec
+        event = wire.make_event(
+            kind=kind,
+            instance_id=spec.instance_id,
+            attempt_no=spec.attempt_no,
+            attempt_token=spec.attempt_token,
+            seq=seq,
+            evidence=evidence,
+            event_time=now,
+        )
+        try:
+            self.hand_over(event)
+        except Exception:  # as a report that could not be delivered: the next one says more
+            log.exception("handing over a report of the wait %s failed", wait.key)
 
     # --- helpers ------------------------------------------------------------------------
 

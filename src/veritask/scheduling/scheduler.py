@@ -14,6 +14,7 @@ advanced (a worker report, a decision, a due retry), so that a tick reads just t
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import heapq
 import logging
@@ -79,6 +80,13 @@ _DIGEST_TRUSTED_SECONDS = 30.0
 _FOREIGN_GRACE_SECONDS = 1.0
 
 
+class _Handed:
+    """The source of a report handed over in memory: no file to let go once recorded."""
+
+
+_HANDED = _Handed()
+
+
 class Scheduler:
     """One scheduler process's loop over the shared ledger."""
 
@@ -103,8 +111,12 @@ class Scheduler:
         self._outbox_watch = outbox_watch.OutboxWatch(outbox)
         # Every scheduler checks waits, with no setting: the checker lives in this process.
         self._own_waits: waits.WaitExecutor | None = None
+        #: Its progress reports and heartbeats, handed over in memory (``_hand_over``).
+        self._handed: collections.deque[wire.WorkerEvent] = collections.deque()
         if WAIT_EXECUTOR not in executors:
-            self._own_waits = waits.WaitExecutor(overdue=overdue.alerter(ledger))
+            self._own_waits = waits.WaitExecutor(
+                overdue=overdue.alerter(ledger), hand_over=self._hand_over
+            )
             executors = {**executors, WAIT_EXECUTOR: self._own_waits}
         self.dispatcher = Dispatcher(
             executors=executors,
@@ -212,6 +224,7 @@ class Scheduler:
         self._record_answers(TickReport())
         if self._own_waits is not None:
             self._own_waits.close()
+        self._post_handed()
         self._outbox_watch.close()
         self._wake.close()
 
@@ -237,7 +250,7 @@ class Scheduler:
         """
         give_up_at = time.monotonic() + self.settings.idle_sleep.total_seconds()
         while not stop.is_set():
-            if self._wake.is_set():
+            if self._wake.is_set() or (self._handed and not self._held_back):
                 return
             # Reports held back for a submission in flight wait for its answer (the wake).
             watching = not self._held_back
@@ -466,12 +479,41 @@ class Scheduler:
         """Record the acknowledgements (or failures) of the submissions that came back."""
         report.submitted += self._intake(self.submissions.take(), [])
 
+    def _hand_over(self, report: wire.WorkerEvent) -> None:
+        """Take a report of a wait this process checks (a checker thread calls this)."""
+        first = not self._handed
+        self._handed.append(report)
+        if first:
+            self._wake.set()
+
+    def _post_handed(self) -> None:
+        """Leave the reports handed over and not recorded in the outbox, for whoever runs next."""
+        while self._handed:
+            report = self._handed.popleft()
+            try:
+                transports.post(self.outbox, report)
+            except OSError as exc:  # as a report that could not be delivered
+                log.warning("could not keep a report of %s: %s", report["instance_id"], exc)
+
     def drain_outbox(self) -> int:
         """Record the engines' answers and the local workers' reports; let the files go."""
         answers = self.submissions.take()
         answered = {(a.instance_id, a.attempt_no) for a in answers}
-        reports: list[tuple[Path, Event]] = []
+        reports: list[tuple[Path | _Handed, Event]] = []
         self._held_back = False
+        # Taken before the outbox is listed: a wait's files (its ``started``) were written
+        # before its reports in memory, so they are in the listing below.
+        handed = [self._handed.popleft() for _ in range(len(self._handed))]
+        taken: list[wire.WorkerEvent] = []
+        kept: list[wire.WorkerEvent] = []
+        for report in handed:
+            event = intake.to_event(report)
+            key = (event.instance_id, event.attempt_no)
+            if key not in answered and self.submissions.in_flight(*key):
+                kept.append(report)  # after its acknowledgement, as a file would be
+                continue
+            taken.append(report)
+            reports.append((_HANDED, event))
         listed: Iterable[tuple[Path, wire.WorkerEvent]] = ()
         if self._outbox_watch.take():
             # Reports left for other schedulers are not news until their grace is over: the
@@ -494,10 +536,14 @@ class Scheduler:
             reports.append((path, event))
         if self._held_back:
             self._outbox_watch.keep()
+        if kept:
+            self._held_back = True
+            self._handed.extendleft(reversed(kept))
         try:
             return self._intake(answers, reports)
         except BaseException:
             self._outbox_watch.keep()  # the reports not recorded stay in the outbox
+            self._handed.extendleft(reversed(taken))  # recorded twice at worst: one event id
             raise
 
     def _takes(self) -> Callable[[tuple[str, int, int]], bool]:
@@ -523,7 +569,7 @@ class Scheduler:
 
         return takes
 
-    def _intake(self, answers: list[Event], reports: list[tuple[Path, Event]]) -> int:
+    def _intake(self, answers: list[Event], reports: list[tuple[Path | _Handed, Event]]) -> int:
         """Record answers and reports together, in batches, each instance's in one batch.
 
         One batch per tick instead of one per source: the acknowledgement, ``started`` and
@@ -534,12 +580,12 @@ class Scheduler:
         if not answers and not reports:
             return 0
         self._wake.clear()
-        by_instance: dict[str, list[tuple[Path | None, Event]]] = {}
+        by_instance: dict[str, list[tuple[Path | _Handed | None, Event]]] = {}
         for answer in answers:
             by_instance.setdefault(answer.instance_id, []).append((None, answer))
         for path, event in reports:
             by_instance.setdefault(event.instance_id, []).append((path, event))
-        chunk: list[tuple[Path | None, Event]] = []
+        chunk: list[tuple[Path | _Handed | None, Event]] = []
         recorded = 0
         try:
             for instance_id in sorted(by_instance):
@@ -557,11 +603,12 @@ class Scheduler:
             raise
         return recorded
 
-    def _record_chunk(self, chunk: list[tuple[Path | None, Event]]) -> int:
+    def _record_chunk(self, chunk: list[tuple[Path | _Handed | None, Event]]) -> int:
+        """Record one batch; ``None`` marks an engine's answer, a path a report's file."""
         results = self.ledger.apply_batch([event for _, event in chunk])
         self.submissions.settle([event for path, event in chunk if path is None])
         for path, _ in chunk:
-            if path is not None:
+            if isinstance(path, Path):
                 transports.acknowledge(path)
         self._touch(
             (event, result)

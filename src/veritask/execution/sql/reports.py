@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from veritask.core import jsontypes
-from veritask.execution import layout, port, spool, transports, wire
+from veritask.execution import port, spool, transports, wire
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +78,7 @@ class Reporter:
         callback = self.spec.callback
         if isinstance(callback, port.OutboxCallback):
             # The event file is the only copy: the platform deletes it once recorded.
-            target = callback.directory / transports.outbox_name(
-                event["instance_id"], event["attempt_no"], event["seq"]
-            )
-            callback.directory.mkdir(parents=True, exist_ok=True)
-            layout.write_atomically(target, wire.encode(event), durable=False)
+            transports.post(callback.directory, event)
             return
         if self._transport is None:
             self._transport = transports.make_transport(self.spec)
