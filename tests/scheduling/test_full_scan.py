@@ -18,10 +18,10 @@ from sqlalchemy.engine import Connection
 from tests.scheduling.conftest import MakeHarness
 from tests.scheduling.harness import FAST, Harness
 from veritask.core.states import InstanceState, RunExecutionState
-from veritask.execution import transports
+from veritask.execution import transports, waits
 from veritask.ledger import dialects, run_store
 from veritask.ledger.ledger import Ledger
-from veritask.scheduling import intake
+from veritask.scheduling import intake, scheduler
 
 I = InstanceState  # noqa: E741 - a short name for the states below
 
@@ -73,6 +73,10 @@ def test_a_quiet_big_run_is_not_read_again_until_its_instances_move(
 ) -> None:
     data = tmp_path / "data"
     harness = make_harness(settings=EVERY_TICK_FULL)
+    # Every report in the outbox, none handed over in memory: the other process records them.
+    checker = harness.scheduler.dispatcher.executors["wait"]
+    assert isinstance(checker, waits.WaitExecutor)
+    checker.hand_over = None
     harness.apply(two_waits(data))
     run_id = harness.trigger("quiet")
     harness.until(
@@ -94,6 +98,12 @@ def test_a_quiet_big_run_is_not_read_again_until_its_instances_move(
     while harness.instances(run_id)["a"].state is not I.SUCCESS:
         recorded += record_elsewhere(harness)
     assert recorded > 0
+    # A digest found unchanged a moment ago stands for a few seconds: the news waits...
+    monkeypatch.setattr(scheduler, "_DIGEST_CHECK_SECONDS", 3600.0)
+    harness.tick()
+    assert reads == [], "a digest checked a moment ago was asked for again"
+    # ...until the digest is asked for again.
+    monkeypatch.setattr(scheduler, "_DIGEST_CHECK_SECONDS", 0.0)
     harness.tick()
     assert reads == [run_id], "the full scan did not see another process's news"
 

@@ -18,6 +18,7 @@ import collections
 import contextlib
 import heapq
 import logging
+import math
 import select
 import threading
 import time
@@ -74,6 +75,8 @@ _IDLE_POLL_SECONDS = 0.001
 #: A big run whose instances' states did not move since it was read is skipped by the full
 #: scan (the database sums its states instead), but read anyway after this long.
 _DIGEST_TRUSTED_SECONDS = 30.0
+#: How long a big run's digest found unchanged stands before the database is asked again.
+_DIGEST_CHECK_SECONDS = 5.0
 #: How long a report of another scheduler's run is left in a shared outbox for its owner,
 #: whose news it is, before this scheduler records it anyway (the owner may be dead). The
 #: outbox is listed at least once a second (``outbox_watch.LIST_ANYWAY_SECONDS``).
@@ -164,6 +167,8 @@ class Scheduler:
         self._pool_waiting: set[str] = set()
         #: Big runs' instance states when last advanced, and when (``_unchanged_runs``).
         self._digests: dict[str, tuple[run_store.StatesDigest, float]] = {}
+        #: When each big run's digest was last found unchanged by the database.
+        self._digests_checked: dict[str, float] = {}
         self._rescan = True
         self._loaded_at = float("-inf")
         self._newest_run: datetime | None = None
@@ -390,9 +395,27 @@ class Scheduler:
         ]
         if not candidates:
             return set()
+        # A digest checked a moment ago stands: what another process records in such a run
+        # is read within seconds, and one grouped query over ten thousand instances at every
+        # full scan cost more than all the waits' checks.
+        checked_since = time.monotonic() - _DIGEST_CHECK_SECONDS
+        self._digests_checked = {
+            r: at for r, at in self._digests_checked.items() if r in candidates
+        }
+        unchanged = {
+            r for r in candidates if self._digests_checked.get(r, -math.inf) >= checked_since
+        }
+        asked = [r for r in candidates if r not in unchanged]
+        if not asked:
+            return unchanged
         with dialects.read_transaction(self.ledger.engine) as connection:
-            now = run_store.states_digests(connection, candidates)
-        return {run_id for run_id in candidates if now[run_id] == self._digests[run_id][0]}
+            now = run_store.states_digests(connection, asked)
+        checked_at = time.monotonic()
+        for run_id in asked:
+            if now[run_id] == self._digests[run_id][0]:
+                unchanged.add(run_id)
+                self._digests_checked[run_id] = checked_at
+        return unchanged
 
     def _remember(self, advanced: Advanced) -> None:
         if len(self._routes) > _ROUTES_LIMIT:
