@@ -550,18 +550,8 @@ class WaitExecutor:
         if self.hand_over is None or kind not in _HANDED_KINDS:
             wait.reporter.send(kind, evidence, seq=seq, event_time=now)
             return
-        spec = wait.spec
-        event = wire.make_event(
-            kind=kind,
-            instance_id=spec.instance_id,
-            attempt_no=spec.attempt_no,
-            attempt_token=spec.attempt_token,
-            seq=seq,
-            evidence=evidence,
-            event_time=now,
-        )
         try:
-            self.hand_over(event)
+            self.hand_over(wait.reporter.event(kind, evidence, seq=seq, event_time=now))
         except Exception:  # as a report that could not be delivered: the next one says more
             log.exception("handing over a report of the wait %s failed", wait.key)
 

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import NamedTuple
 
 from veritask.core import alert_messages, judge
 from veritask.core.events import Event, EventKind
@@ -81,6 +82,15 @@ _DIGEST_CHECK_SECONDS = 5.0
 #: whose news it is, before this scheduler records it anyway (the owner may be dead). The
 #: outbox is listed at least once a second (``outbox_watch.LIST_ANYWAY_SECONDS``).
 _FOREIGN_GRACE_SECONDS = 1.0
+
+
+class _Digest(NamedTuple):
+    """A big run's instance states when it was last read, and when the database last said
+    they had not moved since."""
+
+    states: run_store.StatesDigest
+    read_at: float
+    checked_at: float = -math.inf
 
 
 class _Handed:
@@ -165,10 +175,8 @@ class Scheduler:
         self._unended: dict[str, set[str]] = {}
         #: Runs with tasks waiting for a pool: any attempt that ends may have freed a slot.
         self._pool_waiting: set[str] = set()
-        #: Big runs' instance states when last advanced, and when (``_unchanged_runs``).
-        self._digests: dict[str, tuple[run_store.StatesDigest, float]] = {}
-        #: When each big run's digest was last found unchanged by the database.
-        self._digests_checked: dict[str, float] = {}
+        #: Big runs' instance states when last advanced (``_unchanged_runs``).
+        self._digests: dict[str, _Digest] = {}
         self._rescan = True
         self._loaded_at = float("-inf")
         self._newest_run: datetime | None = None
@@ -388,33 +396,28 @@ class Scheduler:
         """
         self._digests = {r: d for r, d in self._digests.items() if r in runs}
         trusted_since = time.monotonic() - _DIGEST_TRUSTED_SECONDS
-        candidates = [
-            run_id
-            for run_id, (_, at) in self._digests.items()
-            if at >= trusted_since and run_id not in self._dirty
-        ]
-        if not candidates:
-            return set()
         # A digest checked a moment ago stands: what another process records in such a run
         # is read within seconds, and one grouped query over ten thousand instances at every
         # full scan cost more than all the waits' checks.
         checked_since = time.monotonic() - _DIGEST_CHECK_SECONDS
-        self._digests_checked = {
-            r: at for r, at in self._digests_checked.items() if r in candidates
-        }
-        unchanged = {
-            r for r in candidates if self._digests_checked.get(r, -math.inf) >= checked_since
-        }
-        asked = [r for r in candidates if r not in unchanged]
+        unchanged: set[str] = set()
+        asked: list[str] = []
+        for run_id, digest in self._digests.items():
+            if digest.read_at < trusted_since or run_id in self._dirty:
+                continue
+            if digest.checked_at >= checked_since:
+                unchanged.add(run_id)
+            else:
+                asked.append(run_id)
         if not asked:
             return unchanged
         with dialects.read_transaction(self.ledger.engine) as connection:
             now = run_store.states_digests(connection, asked)
         checked_at = time.monotonic()
         for run_id in asked:
-            if now[run_id] == self._digests[run_id][0]:
+            if now[run_id] == self._digests[run_id].states:
                 unchanged.add(run_id)
-                self._digests_checked[run_id] = checked_at
+                self._digests[run_id] = self._digests[run_id]._replace(checked_at=checked_at)
         return unchanged
 
     def _remember(self, advanced: Advanced) -> None:
@@ -430,7 +433,7 @@ class Scheduler:
         else:
             self._unended.pop(advanced.run_id, None)
         if advanced.digest is not None:
-            self._digests[advanced.run_id] = (advanced.digest, time.monotonic())
+            self._digests[advanced.run_id] = _Digest(advanced.digest, time.monotonic())
         else:
             self._digests.pop(advanced.run_id, None)
         if advanced.pool_waiting:
@@ -522,6 +525,13 @@ class Scheduler:
         """Record the engines' answers and the local workers' reports; let the files go."""
         answers = self.submissions.take()
         answered = {(a.instance_id, a.attempt_no) for a in answers}
+
+        def unanswered(event: Event) -> bool:
+            """Its submission's acknowledgement is not back yet: record that first (QUEUED
+            before RUNNING)."""
+            key = (event.instance_id, event.attempt_no)
+            return key not in answered and self.submissions.in_flight(*key)
+
         reports: list[tuple[Path | _Handed, Event]] = []
         self._held_back = False
         # Taken before the outbox is listed: a wait's files (its ``started``) were written
@@ -531,8 +541,7 @@ class Scheduler:
         kept: list[wire.WorkerEvent] = []
         for report in handed:
             event = intake.to_event(report)
-            key = (event.instance_id, event.attempt_no)
-            if key not in answered and self.submissions.in_flight(*key):
+            if unanswered(event):
                 kept.append(report)  # after its acknowledgement, as a file would be
                 continue
             taken.append(report)
@@ -551,9 +560,7 @@ class Scheduler:
                 with contextlib.suppress(FileNotFoundError):  # another scheduler took it
                     path.rename(path.with_name(path.name + ".invalid"))
                 continue
-            key = (event.instance_id, event.attempt_no)
-            if key not in answered and self.submissions.in_flight(*key):
-                # Its acknowledgement is not back yet: record that first (QUEUED before RUNNING).
+            if unanswered(event):
                 self._held_back = True
                 continue
             reports.append((path, event))

@@ -46,15 +46,16 @@ class Reporter:
         self.spec = spec
         self._transport: transports.Transport | None = None
 
-    def send(
+    def event(
         self,
         kind: wire.WorkerEventKind,
         evidence: wire.Evidence,
         *,
         seq: int,
         event_time: datetime,
-    ) -> None:
-        event = wire.make_event(
+    ) -> wire.WorkerEvent:
+        """The attempt's report, signed with its token."""
+        return wire.make_event(
             kind=kind,
             instance_id=self.spec.instance_id,
             attempt_no=self.spec.attempt_no,
@@ -63,6 +64,16 @@ class Reporter:
             evidence=evidence,
             event_time=event_time,
         )
+
+    def send(
+        self,
+        kind: wire.WorkerEventKind,
+        evidence: wire.Evidence,
+        *,
+        seq: int,
+        event_time: datetime,
+    ) -> None:
+        event = self.event(kind, evidence, seq=seq, event_time=event_time)
         try:
             self._deliver(event)
         except OSError as exc:
