@@ -379,6 +379,12 @@ OUTPUT_NOT_HERE = Phrase(
     "the value to a run or call task instead",
     name=Slot.CODE,
 )
+SQL_ONE_STATEMENT = Phrase(
+    "problem.sql_one_statement",
+    "holds more than one statement (a second one starts on line {line}); a sql task or wait "
+    "runs exactly one: split it into tasks",
+    line=Slot.NUMBER,
+)
 SQL_CANNOT_BIND = Phrase(
     "problem.sql_cannot_bind",
     "{name} cannot be bound in this statement: PostgreSQL binds values only in SELECT, "

@@ -252,6 +252,11 @@ def _check_shell(reader: Reader, path: str, text: str, raw: set[str], line: int 
 
 
 def _check_sql(reader: Reader, path: str, text: str, raw: set[str], line: int | None) -> None:
+    second = placeholders.second_statement(text)
+    if second is not None:
+        at = _line_at(line, text, second)
+        shown = text.count("\n", 0, second) + 1
+        reader.add(path, at, problems.SQL_ONE_STATEMENT.format(line=at or shown))
     bound = []
     for place in placeholders.sql_places(text):
         if place.name in raw or place.where is Where.COMMENT:
@@ -279,9 +284,13 @@ def _shown(name: str) -> str:
 def _at(line: int | None, text: str, place: placeholders.Place) -> int | None:
     """The line of the placeholder when the text is on the field's own line (a multi-line
     block starts on the next one)."""
+    return _line_at(line, text, place.start)
+
+
+def _line_at(line: int | None, text: str, offset: int) -> int | None:
     if line is None:
         return None
-    return line + placeholders.line_of(text, place) - 1 + (1 if "\n" in text.rstrip() else 0)
+    return line + text.count("\n", 0, offset) + (1 if "\n" in text.rstrip() else 0)
 
 
 def _tasks_written(tree: Value) -> dict[str, Value]:

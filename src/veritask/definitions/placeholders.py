@@ -112,6 +112,26 @@ def first_keyword(statement: str) -> str:
     return match.group(1).lower() if match else ""
 
 
+def second_statement(statement: str) -> int | None:
+    """Where a second statement starts (past a ``;`` outside quotes and comments), or None:
+    the server takes one statement per message, with its values bound apart."""
+    spans = _sql_spans(statement)
+    for match in re.finditer(";", statement):
+        if any(start <= match.start() < end for start, end, _ in spans):
+            continue
+        rest = match.end()
+        for start, end, where in spans:
+            if end <= rest:
+                continue
+            if statement[rest:start].strip(" \t\r\n;") or where is not Where.COMMENT:
+                break
+            rest = end
+        tail = statement[rest:]
+        if tail.strip(" \t\r\n;"):
+            return rest + len(tail) - len(tail.lstrip(" \t\r\n;"))
+    return None
+
+
 def _places(text: str, spans: list[tuple[int, int, Where]]) -> Iterator[Place]:
     for match in PLACEHOLDER.finditer(text):
         name = match.group(1)
