@@ -23,7 +23,7 @@ from typing import Final
 
 from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.core.states import PublicationState, RunExecutionState, TriggerKind
-from veritask.execution import local
+from veritask.execution import local, wait_http
 from veritask.ledger import dialects, migrate
 from veritask.pipelines import compile as pipelines
 from veritask.pipelines.api import Pipeline
@@ -215,6 +215,7 @@ def _run_once(
         tokens=AttemptTokens.from_home(platform.home),
         outbox=platform.home / "outbox",
         settings=SETTINGS,
+        wait_http_allow=wait_http.HttpAllow.from_environment(os.environ),
     )
     watcher = _Watcher(platform, triggered.run_id, echo)
     try:

@@ -187,6 +187,45 @@ tasks:
     assert set(d.tasks) == {"load", "copy"}
 
 
+def test_a_sql_task_or_wait_with_a_second_statement_is_refused_at_its_line() -> None:
+    found = problems_of(
+        """\
+name: q
+tasks:
+  load:
+    sql: |
+      INSERT INTO t VALUES (1); -- first
+      DELETE FROM t
+    connection: wh
+  ready:
+    wait: {sql: "SELECT 1; SELECT 2", connection: wh}
+"""
+    )
+    assert [(p.field, p.line) for p in found] == [
+        ("tasks.load.sql", 6),
+        ("tasks.ready.wait.sql", 9),
+    ]
+    assert "more than one statement" in found[0].message
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "INSERT INTO t VALUES (1);",
+        "INSERT INTO t VALUES (1); -- done",
+        "INSERT INTO t VALUES (1) -- no; second",
+        "INSERT INTO t VALUES ('a;b') /* ; */ ;;",
+        "DO $x$ BEGIN PERFORM 1; PERFORM 2; END $x$",
+    ],
+)
+def test_one_statement_with_semicolons_in_comments_quotes_or_at_its_end_is_accepted(
+    statement: str,
+) -> None:
+    text = f"name: q\ntasks:\n  load:\n    sql: {statement!r}\n    connection: wh\n"
+    d = parse_definition(text.replace("\\'", "''"))
+    assert d.tasks["load"].sql == statement.replace("\\'", "'")
+
+
 def test_trigger_values_are_checked_against_their_declarations() -> None:
     declared = parse_definition(LONG_FORM).parameters
     checked = parameters.check_values(

@@ -118,6 +118,62 @@ def test_a_bad_wait_is_refused_naming_its_field(task: str, field: str, words: st
     assert any(f == field and words in m for f, m in found), found
 
 
+WHERE_VALUES_GO = """\
+name: reach
+tasks:
+  host:
+    wait: {http: "https://{{ params.host }}/ready"}
+  port:
+    wait:
+      every: 1m
+      http: "https://partner.example:{{ params.port }}/ready"
+  scheme:
+    wait: {http: "http{{ params.s }}://partner.example/ready"}
+  name:
+    wait: {http: "https://partner.example/ready?{{ params.k }}=1"}
+  fragment:
+    wait: {http: "https://partner.example/ready#{{ ds }}"}
+  anywhere:
+    wait: {path: "{{ params.p }}"}
+  relative:
+    wait: {path: "data/{{ ds }}/_SUCCESS"}
+"""
+
+
+def test_a_placeholder_where_a_value_could_choose_the_host_or_the_directory_is_refused() -> None:
+    with pytest.raises(DefinitionError) as caught:
+        parse_definition(WHERE_VALUES_GO)
+    found = [(p.field, p.line, p.message.split(";")[0]) for p in caught.value.problems]
+    origin = "stands in the URL's scheme, host, port or fragment, which come from the definition"
+    assert found == [
+        ("tasks.host.wait.http", 4, "{{ params.host }} " + origin + " alone"),
+        ("tasks.port.wait.http", 8, "{{ params.port }} " + origin + " alone"),
+        (
+            "tasks.scheme.wait.http",
+            10,
+            "'http{{ params.s }}://partner.example/ready' is not an http:// or https:// URL",
+        ),
+        ("tasks.name.wait.http", 12, "{{ params.k }} stands in a query parameter's name"),
+        ("tasks.fragment.wait.http", 14, "{{ ds }} " + origin + " alone"),
+        ("tasks.anywhere.wait.path", 16, "{{ params.p }} stands under no fixed directory"),
+        ("tasks.relative.wait.path", 18, "{{ ds }} stands under no fixed directory"),
+    ]
+
+
+def test_a_value_in_a_path_segment_or_a_query_value_is_accepted() -> None:
+    d = parse_definition(
+        """\
+name: reach
+tasks:
+  served:
+    wait: {http: "https://partner.example/exports/day={{ ds }}/{{ params.t }}?at={{ ds }}&x=1"}
+  landed:
+    wait: {path: "/data/{{ params.t }}/part-{{ ds }}/_SUCCESS"}
+"""
+    )
+    assert set(d.tasks) == {"served", "landed"}
+
+
 def test_a_mapped_wait_checks_a_path_or_a_url_only() -> None:
     base = """\
 name: mapped

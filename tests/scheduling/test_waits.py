@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from tests.scheduling.conftest import MakeHarness
 from tests.scheduling.harness import Harness, wait_for
-from veritask.core.states import InstanceState, RunExecutionState
+from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
 from veritask.execution import wire
 from veritask.ledger import dialects, pools, schema
 from veritask.ledger.vocabulary import AlertCategory
@@ -70,7 +70,7 @@ def test_a_path_wait_succeeds_when_the_file_appears_and_records_what_it_saw(
     assert state is RunExecutionState.SUCCESS
     seen = [r["seen"] for r in reports(harness, arrive, "progress")]
     assert seen[0] == f"no such file or directory {data}/d1/_SUCCESS"
-    assert seen[-1] == f"{data}/d1/_SUCCESS exists (file of 0 bytes)"
+    assert seen[-1] == f"{data}/d1/_SUCCESS exists (file)"
     (completed,) = reports(harness, arrive, "completed")
     assert completed["output"] == {
         "seen": seen[-1],
@@ -167,7 +167,7 @@ def test_a_restarted_scheduler_resumes_the_wait(make_harness: MakeHarness, tmp_p
     # The second scheduler's checks saw the file; the attempt is the same one, resumed: it
     # was neither declared lost nor retried.
     seen_after = [r["seen"] for r in reports(second, arrive, "progress")]
-    assert seen_after[-1] == f"{data}/d1/_SUCCESS exists (file of 0 bytes)"
+    assert seen_after[-1] == f"{data}/d1/_SUCCESS exists (file)"
     assert len(second.attempts(arrive)) == 1
     assert I.LOST.value not in second.instance_states_path(arrive)
 
@@ -195,7 +195,7 @@ def test_a_waits_progress_goes_to_its_scheduler_in_memory_and_to_the_outbox_at_c
     second = make_harness()
     assert second.finish(run_id)[0] is RunExecutionState.SUCCESS
     seen = [r["seen"] for r in reports(second, arrive, "progress")]
-    assert seen[-1] == f"{tmp_path}/data/d1/_SUCCESS exists (file of 0 bytes)"
+    assert seen[-1] == f"{tmp_path}/data/d1/_SUCCESS exists (file)"
     second.assert_snapshots_are_folds()
 
 
@@ -250,9 +250,38 @@ tasks:
     assert harness.finish(run_id)[0] is RunExecutionState.SUCCESS
     outputs = [reports(harness, i, "completed")[0]["output"] for i, _ in mapped(harness, run_id)]
     assert [str(o["seen"]) for o in outputs if isinstance(o, dict)] == [
-        f"{tmp_path}/a exists (file of 0 bytes)",
+        f"{tmp_path}/a exists (file)",
         f"{tmp_path}/b exists (directory)",
     ]
+
+
+@pytest.mark.parametrize("day", ["../admin-token", "..", "d1/../../admin-token"])
+def test_a_parameter_cannot_point_a_path_wait_outside_its_directory(
+    harness: Harness, tmp_path: Path, day: str
+) -> None:
+    # What an operator must not learn: that a file beside the data exists, and its size.
+    (tmp_path / "admin-token").write_text("secret")
+    (tmp_path / "data" / "d1").mkdir(parents=True)
+    harness.apply(waiting_for(tmp_path / "data").replace("/_SUCCESS", ""))
+    run_id = triggers.trigger(
+        harness.ledger,
+        name="arrivals",
+        kind=TriggerKind.MANUAL,
+        actor="operator:test",
+        parameters={"day": day},
+    ).run_id
+    state, _ = harness.finish(run_id)
+    assert state is RunExecutionState.FAILED
+    arrive = harness.instances(run_id)["arrive"].id
+    assert reports(harness, arrive, "progress") == []  # never checked
+    e = schema.events.c
+    with dialects.read_transaction(harness.engine) as connection:
+        recorded = connection.execute(
+            sa.select(e.kind, e.evidence).where(e.instance_id == arrive)
+        ).all()
+    told = " ".join(str(evidence) for _, evidence in recorded)
+    assert "a wait's path takes a value as a name" in told or "never a step up" in told, told
+    assert "admin-token exists" not in told and "bytes" not in told
 
 
 def mapped(harness: Harness, run_id: str) -> list[tuple[str, InstanceState]]:

@@ -379,6 +379,31 @@ OUTPUT_NOT_HERE = Phrase(
     "the value to a run or call task instead",
     name=Slot.CODE,
 )
+WAIT_URL_PLACEHOLDER_IN_ORIGIN = Phrase(
+    "problem.wait_url_placeholder_in_origin",
+    "{name} stands in the URL's scheme, host, port or fragment, which come from the "
+    "definition alone; a value may fill only a path segment or a query value (?day=…)",
+    name=Slot.CODE,
+)
+WAIT_URL_PLACEHOLDER_IN_QUERY_NAME = Phrase(
+    "problem.wait_url_placeholder_in_query_name",
+    "{name} stands in a query parameter's name; a value may fill only the value, "
+    "after its = (?day=…)",
+    name=Slot.CODE,
+)
+WAIT_PATH_NO_ROOT = Phrase(
+    "problem.wait_path_no_root",
+    "{name} stands under no fixed directory; write the absolute directory the wait "
+    "looks in before the first placeholder (/data/orders/…/_SUCCESS): a value is only "
+    "ever a name under it",
+    name=Slot.CODE,
+)
+SQL_ONE_STATEMENT = Phrase(
+    "problem.sql_one_statement",
+    "holds more than one statement (a second one starts on line {line}); a sql task or wait "
+    "runs exactly one: split it into tasks",
+    line=Slot.NUMBER,
+)
 SQL_CANNOT_BIND = Phrase(
     "problem.sql_cannot_bind",
     "{name} cannot be bound in this statement: PostgreSQL binds values only in SELECT, "

@@ -137,6 +137,11 @@ def check_placeholders(
             known.check(reader, where, task.wait.target, line("wait"), sql=is_sql or None)
             if is_sql:
                 _check_sql(reader, where, task.wait.target, raw, line("wait"))
+            target_line = _wait_target_line(written.get(key), task.wait.kind) or line("wait")
+            if task.wait.kind == "http":
+                _check_wait_url(reader, where, task.wait.target, target_line)
+            elif task.wait.kind == "path":
+                _check_wait_path(reader, where, task.wait.target, target_line)
             _check_upstream(reader, where, task.wait.target, line("wait"), task)
         for name, value in task.with_.items():
             for text in placeholders.strings_in(value):
@@ -252,6 +257,11 @@ def _check_shell(reader: Reader, path: str, text: str, raw: set[str], line: int 
 
 
 def _check_sql(reader: Reader, path: str, text: str, raw: set[str], line: int | None) -> None:
+    second = placeholders.second_statement(text)
+    if second is not None:
+        at = _line_at(line, text, second)
+        shown = text.count("\n", 0, second) + 1
+        reader.add(path, at, problems.SQL_ONE_STATEMENT.format(line=at or shown))
     bound = []
     for place in placeholders.sql_places(text):
         if place.name in raw or place.where is Where.COMMENT:
@@ -272,6 +282,43 @@ def _check_sql(reader: Reader, path: str, text: str, raw: set[str], line: int | 
         )
 
 
+def _check_wait_url(reader: Reader, path: str, url: str, line: int | None) -> None:
+    """A value fills a path segment or a query value; the scheme, host and port are the
+    definition's alone (raw parameters too: a wait's URL is never pasted)."""
+    for match in placeholders.PLACEHOLDER.finditer(url):
+        if not placeholders.is_template_name(match.group(1)):
+            continue
+        part = placeholders.url_part(url, match.start())
+        if part in (placeholders.UrlPart.PATH, placeholders.UrlPart.QUERY_VALUE):
+            continue
+        phrase = (
+            problems.WAIT_URL_PLACEHOLDER_IN_QUERY_NAME
+            if part is placeholders.UrlPart.QUERY_NAME
+            else problems.WAIT_URL_PLACEHOLDER_IN_ORIGIN
+        )
+        reader.add(path, line, phrase.format(name=_shown(match.group(1))))
+
+
+def _check_wait_path(reader: Reader, path: str, text: str, line: int | None) -> None:
+    """A value is a name under the absolute directory written before the first placeholder."""
+    root = placeholders.path_root(text)
+    if root is not None and not root.startswith("/"):
+        first = next(
+            m
+            for m in placeholders.PLACEHOLDER.finditer(text)
+            if placeholders.is_template_name(m.group(1))
+        )
+        reader.add(path, line, problems.WAIT_PATH_NO_ROOT.format(name=_shown(first.group(1))))
+
+
+def _wait_target_line(task: Value | None, kind: str) -> int | None:
+    """The line of a wait's ``path:`` or ``http:`` (its block may span several)."""
+    wait = task.get("wait") if isinstance(task, Map) else None
+    if wait is None or not isinstance(wait.value, Map):
+        return None
+    return entry_line(wait.value.get(kind))
+
+
 def _shown(name: str) -> str:
     return "{{ " + name + " }}"
 
@@ -279,9 +326,13 @@ def _shown(name: str) -> str:
 def _at(line: int | None, text: str, place: placeholders.Place) -> int | None:
     """The line of the placeholder when the text is on the field's own line (a multi-line
     block starts on the next one)."""
+    return _line_at(line, text, place.start)
+
+
+def _line_at(line: int | None, text: str, offset: int) -> int | None:
     if line is None:
         return None
-    return line + placeholders.line_of(text, place) - 1 + (1 if "\n" in text.rstrip() else 0)
+    return line + text.count("\n", 0, offset) + (1 if "\n" in text.rstrip() else 0)
 
 
 def _tasks_written(tree: Value) -> dict[str, Value]:

@@ -112,6 +112,79 @@ def first_keyword(statement: str) -> str:
     return match.group(1).lower() if match else ""
 
 
+def second_statement(statement: str) -> int | None:
+    """Where a second statement starts (past a ``;`` outside quotes and comments), or None:
+    the server takes one statement per message, with its values bound apart."""
+    spans = _sql_spans(statement)
+    for match in re.finditer(";", statement):
+        if any(start <= match.start() < end for start, end, _ in spans):
+            continue
+        rest = match.end()
+        for start, end, where in spans:
+            if end <= rest:
+                continue
+            if statement[rest:start].strip(" \t\r\n;") or where is not Where.COMMENT:
+                break
+            rest = end
+        tail = statement[rest:]
+        if tail.strip(" \t\r\n;"):
+            return rest + len(tail) - len(tail.lstrip(" \t\r\n;"))
+    return None
+
+
+class UrlPart(StrEnum):
+    """Where in an ``http`` wait's URL a placeholder stands."""
+
+    ORIGIN = "origin"
+    """The scheme, user, host or port: the definition's alone."""
+    PATH = "path"
+    """Inside a path segment: the value is one percent-encoded segment's text."""
+    QUERY_NAME = "query name"
+    QUERY_VALUE = "query value"
+    """After a query parameter's ``=``: the value is percent-encoded."""
+    FRAGMENT = "fragment"
+
+
+def url_part(url: str, offset: int) -> UrlPart:
+    """The part of the URL at ``offset`` (a placeholder holds none of ``/?#&=``, so the
+    template's own characters tell)."""
+    scheme_end = url.find("://")
+    if scheme_end < 0 or offset < scheme_end + 3:
+        return UrlPart.ORIGIN
+    rest = scheme_end + 3
+    path_at = min((i for i in (url.find(c, rest) for c in "/?#") if i >= 0), default=len(url))
+    if offset < path_at:
+        return UrlPart.ORIGIN
+    hash_at = url.find("#", rest)
+    if 0 <= hash_at < offset:
+        return UrlPart.FRAGMENT
+    query_at = url.find("?", rest)
+    if query_at < 0 or offset < query_at or (0 <= hash_at < query_at):
+        return UrlPart.PATH
+    pair = max(url.rfind("&", query_at, offset), query_at) + 1
+    return UrlPart.QUERY_VALUE if "=" in url[pair:offset] else UrlPart.QUERY_NAME
+
+
+def url_path(url: str) -> tuple[int, int]:
+    """Where the URL's path starts and ends (both ``len(url)`` when it has none)."""
+    scheme_end = url.find("://")
+    rest = 0 if scheme_end < 0 else scheme_end + 3
+    ends = [i for i in (url.find("?", rest), url.find("#", rest)) if i >= 0]
+    end = min(ends, default=len(url))
+    start = url.find("/", rest, end)
+    return (end, end) if start < 0 else (start, end)
+
+
+def path_root(path: str) -> str | None:
+    """The directory a wait's path writes before its first placeholder (``/data/`` of
+    ``/data/{{ ds }}/_SUCCESS``); None when the path has no placeholder."""
+    first = next((m for m in PLACEHOLDER.finditer(path) if is_template_name(m.group(1))), None)
+    if first is None:
+        return None
+    before = path[: first.start()]
+    return before[: before.rfind("/") + 1]
+
+
 def _places(text: str, spans: list[tuple[int, int, Where]]) -> Iterator[Place]:
     for match in PLACEHOLDER.finditer(text):
         name = match.group(1)

@@ -32,17 +32,16 @@ import itertools
 import logging
 import os
 import socket
+import stat
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from veritask.core import jsontypes
-from veritask.execution import errors, port, secrets, wire
+from veritask.execution import errors, port, secrets, wait_http, wire
 from veritask.execution.sql import connections, reports
 
 EXTERNAL_ID_PREFIX = "wait:"
@@ -124,7 +123,9 @@ class WaitExecutor:
     """Checks ``WaitCondition`` attempts in this process (see the module docstring).
 
     ``servers`` maps a ``sql`` condition's connection name to its URL (None: read
-    ``VERITASK_SQL_URL_<NAME>`` from the environment at each check); ``overdue`` is told
+    ``VERITASK_SQL_URL_<NAME>`` from the environment at each check); ``http_allow`` names
+    the loopback, link-local or metadata hosts an ``http`` condition may reach (none unless
+    given: ``wait_http``); ``overdue`` is told
     once about each wait still checking past its ``expected`` duration (the scheduler raises
     a ``dependency`` alert); ``hand_over``, when given, takes the progress reports and
     heartbeats instead of the outbox (the scheduler that holds this executor records them).
@@ -134,12 +135,14 @@ class WaitExecutor:
         self,
         *,
         servers: Mapping[str, str] | None = None,
+        http_allow: wait_http.HttpAllow | None = None,
         overdue: Callable[[Overdue], None] | None = None,
         hand_over: Callable[[wire.WorkerEvent], None] | None = None,
         checkers: int = DEFAULT_CHECKERS,
         clock: Callable[[], datetime] = wire.utc_now,
     ) -> None:
         self.servers = servers
+        self.http_allow = http_allow or wait_http.HttpAllow()
         self.overdue = overdue
         self.hand_over = hand_over
         self._clock = clock
@@ -383,8 +386,12 @@ class WaitExecutor:
                 target=wait.task.target,
             )
             wait.reporter.send("started", evidence, seq=reports.STARTED_SEQ, event_time=wait.since)
+        refused: str | None = None
         try:
             held, seen = self._look(wait.task, wait.limit)
+        except wait_http.Refused as exc:  # the same URL is refused at every check
+            held, seen = False, f"refused: {exc}"
+            refused = f"the wait may not check this URL: {exc}"
         except Exception as exc:  # a condition's own failure is what it saw, not ours
             held, seen = False, f"the check failed: {type(exc).__name__}: {exc}"
         seen = seen[:SEEN_LIMIT]
@@ -399,6 +406,10 @@ class WaitExecutor:
             wait.told_slow = False
             if held:
                 ended = self._finish(wait, port.EngineState.SUCCEEDED, port.ErrorCategory.NONE, now)
+            elif refused is not None:
+                ended = self._finish(
+                    wait, port.EngineState.FAILED, port.ErrorCategory.TASK_ERROR, now
+                )
             elif now >= wait.deadline:
                 ended = self._timed_out(wait, now)
             else:
@@ -416,7 +427,7 @@ class WaitExecutor:
             self._tell_overdue(wait, seen)
         if ended is not None:
             output: jsontypes.JSONValue = {"seen": seen, "checks": wait.checks} if held else None
-            error = None if held else self._timeout_error(wait)
+            error = None if held else refused or self._timeout_error(wait)
             self._report_end(wait, ended, output=output, error=error)
 
     def _look(self, task: port.WaitCondition, limit: float) -> tuple[bool, str]:
@@ -424,7 +435,7 @@ class WaitExecutor:
             case port.Condition.PATH:
                 return _look_at_path(task.target)
             case port.Condition.HTTP:
-                return _look_at_url(task.target, limit)
+                return wait_http.look(task.target, limit, self.http_allow)
             case port.Condition.SQL:
                 return _look_in_database(self._url(str(task.connection)), task, limit)
             case port.Condition.CALL:
@@ -575,27 +586,16 @@ class WaitExecutor:
 
 
 def _look_at_path(path: str) -> tuple[bool, str]:
+    """Whether the path exists; what is seen says no more (no size, no other file: a path's
+    placeholders only ever name something under the directory the definition wrote)."""
     try:
         found = os.stat(path)
     except FileNotFoundError:
         return False, f"no such file or directory {path}"
     except OSError as exc:
         return False, f"cannot look at {path}: {exc.strerror or exc}"
-    what = "directory" if os.path.isdir(path) else f"file of {found.st_size} bytes"
+    what = "directory" if stat.S_ISDIR(found.st_mode) else "file"
     return True, f"{path} exists ({what})"
-
-
-def _look_at_url(url: str, limit: float) -> tuple[bool, str]:
-    request = urllib.request.Request(url, method="GET", headers={"User-Agent": "veritask-wait"})
-    try:
-        with urllib.request.urlopen(request, timeout=limit) as answer:
-            status = int(answer.status)
-    except urllib.error.HTTPError as exc:
-        status = exc.code
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return False, f"no answer from {url}: {reason}"
-    return 200 <= status < 300, f"HTTP {status} from {url}"
 
 
 def _look_in_database(url: str, task: port.WaitCondition, limit: float) -> tuple[bool, str]:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-from veritask.execution import engines
+from veritask.execution import engines, wait_http
 from veritask.execution.local import LocalExecutor
 from veritask.ledger import dialects, errors, migrate
 from veritask.ledger.ledger import Ledger
@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.cancel_window is None
             else timedelta(seconds=args.cancel_window),
         )
+        # Read once, here: the wait checker is handed it (``execution/wait_http``).
+        wait_http_allow = wait_http.HttpAllow.from_environment(os.environ)
     except ValueError as exc:
         parser.error(str(exc))
     # Installed first: a SIGTERM during start-up ends the process cleanly too.
@@ -118,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         settings=settings,
         commit_base_url=args.commit_url,
         membership=sharing.membership_for(ledger, lease.id),
+        wait_http_allow=wait_http_allow,
     )
     collector.tune()
     log.info("scheduler %s started on %s (home %s)", lease.id, engine.url, home)

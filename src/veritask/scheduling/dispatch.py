@@ -510,13 +510,19 @@ def _failed(opened: Opened, now: datetime, error: str, *, retryable: bool) -> Ev
 def _wait_condition(
     wait: WaitSpec, with_: Mapping[str, JSONValue], values: templates.Values
 ) -> port.WaitCondition:
-    """A wait's condition with the run's values in it: a path or a URL as text, a statement
-    with bound values, a callable's ``with`` as its keyword arguments."""
-    statement, bound = (
-        templates.render_sql(wait.target, values)
-        if wait.kind is WaitKind.SQL
-        else (templates.render(wait.target, values), ())
-    )
+    """A wait's condition with the run's values in it: a path's names under its directory, a
+    URL's encoded segments and query values, a statement with bound values, a callable's
+    ``with`` as its keyword arguments."""
+    bound: tuple[JSONValue, ...] = ()
+    match wait.kind:
+        case WaitKind.SQL:
+            statement, bound = templates.render_sql(wait.target, values)
+        case WaitKind.HTTP:
+            statement = templates.render_url(wait.target, values)
+        case WaitKind.PATH:
+            statement = templates.render_path(wait.target, values)
+        case _:
+            statement = templates.render(wait.target, values)
     return port.WaitCondition(
         condition=port.Condition(wait.kind.value),
         target=statement,

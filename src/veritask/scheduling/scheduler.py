@@ -31,7 +31,7 @@ from veritask.core import alert_messages, judge
 from veritask.core.events import Event, EventKind
 from veritask.core.states import InstanceState
 from veritask.definitions.model import WAIT_EXECUTOR, Definition
-from veritask.execution import outbox_watch, port, transports, waits, wire
+from veritask.execution import outbox_watch, port, transports, wait_http, waits, wire
 from veritask.ledger import active_runs, alerts, dialects, errors, run_store
 from veritask.ledger.active_runs import ActiveRun
 from veritask.ledger.ledger import Applied, Ledger
@@ -114,9 +114,11 @@ class Scheduler:
         commit_base_url: str | None = None,
         submit_threads: int = 4,
         membership: sharing.Membership | None = None,
+        wait_http_allow: wait_http.HttpAllow | None = None,
     ) -> None:
         """``membership``: who shares the runs with this scheduler (PostgreSQL); without it,
-        every run is this one's."""
+        every run is this one's. ``wait_http_allow``: the loopback, link-local or metadata
+        hosts its ``http`` waits may reach (``VERITASK_WAIT_HTTP_ALLOW``, read at start)."""
         self.ledger = ledger
         self.settings = settings or Settings()
         self.outbox = outbox
@@ -128,7 +130,9 @@ class Scheduler:
         self._handed: collections.deque[wire.WorkerEvent] = collections.deque()
         if WAIT_EXECUTOR not in executors:
             self._own_waits = waits.WaitExecutor(
-                overdue=overdue.alerter(ledger), hand_over=self._hand_over
+                http_allow=wait_http_allow,
+                overdue=overdue.alerter(ledger),
+                hand_over=self._hand_over,
             )
             executors = {**executors, WAIT_EXECUTOR: self._own_waits}
         self.dispatcher = Dispatcher(

@@ -8,6 +8,8 @@ No expressions are evaluated, and no value becomes code:
   that holds the value: the shell expands it as one word and never reads it as code;
 - in ``sql:``, a placeholder becomes ``$1``, ``$2``…: the statement is prepared and the values
   are its bound parameters;
+- in a wait's ``http`` URL, a value is percent-encoded into a path segment or a query value;
+  in its ``path``, a value is one name under the directory written before it;
 - in ``with:``, the values are text inside the callable's JSON arguments, except that a
   value that is one upstream output's placeholder and nothing else is that output itself (a
   list stays a list).
@@ -22,9 +24,10 @@ can change a command or a statement (docs/definitions.md).
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from urllib.parse import quote, unquote
 
 from veritask.core.jsontypes import JSONValue
 from veritask.definitions import placeholders
@@ -175,3 +178,90 @@ def render_sql(statement: str, values: Values) -> tuple[str, tuple[JSONValue, ..
     if numbers and placeholders.first_keyword(statement) not in placeholders.PREPARABLE:
         raise ValueError("values are bound only in SELECT, INSERT, UPDATE, DELETE, MERGE, VALUES")
     return "".join(pieces), tuple(values.values[name] for name in numbers)
+
+
+def render_url(url: str, values: Values) -> str:
+    """An ``http`` wait's URL with each placeholder's value percent-encoded in a path segment
+    or a query value: the value cannot add a segment, a parameter, a host or a fragment, and
+    no segment it fills may be ``.`` or ``..``. Raw parameters are encoded too.
+
+    Raises ValueError for a placeholder anywhere else (apply refuses those) or a value that
+    would make a segment ``.`` or ``..``.
+    """
+    rendered = _render_encoded(url, values, placeholders.url_part, _url_piece)
+    start, end = placeholders.url_path(url)
+    written_start, written_end = placeholders.url_path(rendered)
+    _check_segments(url[start:end], rendered[written_start:written_end], unquote)
+    return rendered
+
+
+def render_path(path: str, values: Values) -> str:
+    """A ``path`` wait's path with each value as a name inside one segment, under the
+    directory written before the first placeholder: a value holds no ``/`` and no segment it
+    fills is empty, ``.`` or ``..``. Raw parameters are held to it too.
+
+    Raises ValueError for a path whose placeholders stand under no absolute directory (apply
+    refuses it) and for a value that would leave that directory.
+    """
+    root = placeholders.path_root(path)
+    if root is None:
+        return path
+    if not root.startswith("/"):
+        raise ValueError("a wait's path starts with the absolute directory it looks under")
+    rendered = _render_encoded(path, values, lambda _text, _at: None, _path_piece)
+    _check_segments(path, rendered, lambda segment: segment)
+    return rendered
+
+
+def _render_encoded(
+    text: str,
+    values: Values,
+    part_at: Callable[[str, int], placeholders.UrlPart | None],
+    piece: Callable[[str, str, placeholders.UrlPart | None], str],
+) -> str:
+    pieces: list[str] = []
+    position = 0
+    for match in placeholders.PLACEHOLDER.finditer(text):
+        name = match.group(1)
+        if name not in values.values:
+            continue
+        pieces.append(text[position : match.start()])
+        pieces.append(piece(name, values.text(name), part_at(text, match.start())))
+        position = match.end()
+    pieces.append(text[position:])
+    return "".join(pieces)
+
+
+_URL_PARTS: dict[placeholders.UrlPart | None, str] = {
+    placeholders.UrlPart.ORIGIN: "scheme, host or port",
+    placeholders.UrlPart.QUERY_NAME: "query parameter name",
+}
+
+
+def _url_piece(name: str, value: str, part: placeholders.UrlPart | None) -> str:
+    if part not in (placeholders.UrlPart.PATH, placeholders.UrlPart.QUERY_VALUE):
+        raise ValueError(
+            f"{{{{ {name} }}}} stands in the URL's {_URL_PARTS.get(part, str(part))}: a value may "
+            "fill only a path segment or a query value"
+        )
+    return quote(value, safe="")
+
+
+def _path_piece(name: str, value: str, _part: placeholders.UrlPart | None) -> str:
+    if "/" in value or "\0" in value:
+        raise ValueError(
+            f"the value of {{{{ {name} }}}} holds '/' or NUL: a wait's path takes a value as "
+            "a name under the directory it looks in"
+        )
+    return value
+
+
+def _check_segments(written: str, rendered: str, decode: Callable[[str], str]) -> None:
+    """Each segment a value filled is a name: not empty, not ``.`` nor ``..``."""
+    for template, segment in zip(written.split("/"), rendered.split("/"), strict=True):
+        filled = placeholders.PLACEHOLDER.search(template) is not None
+        if filled and decode(segment) in ("", ".", ".."):
+            raise ValueError(
+                f"a value makes the segment {template!r} {segment!r}: a value fills a name, "
+                "never a step up or an empty one"
+            )

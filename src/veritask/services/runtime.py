@@ -19,7 +19,7 @@ from typing import Final
 import httpx
 
 from veritask.definitions import durations
-from veritask.execution import engines, local, port
+from veritask.execution import engines, local, port, wait_http
 from veritask.ledger import errors, permits
 from veritask.scheduling import collector, sharing
 from veritask.scheduling.lease import SchedulerAlreadyRunning, SchedulerLease
@@ -73,6 +73,7 @@ class SchedulerRuntime:
         self._scheduler: Scheduler | None = None
         self.executors: dict[str, port.Executor] = {}
         self.webhooks = alert_delivery.WebhookSettings.from_environment()
+        self.wait_http_allow = wait_http.HttpAllow.from_environment(os.environ)
         self.retention = _retention_from_environment()
         self.deleted_retention = _deleted_retention_from_environment()
         self._purge_failed_at: datetime | None = None
@@ -104,6 +105,7 @@ class SchedulerRuntime:
             settings=self.settings,
             commit_base_url=self.commit_base_url,
             membership=sharing.membership_for(self.platform.ledger, lease.id),
+            wait_http_allow=self.wait_http_allow,
         )
         # The scheduler adds the executors every scheduler has (the wait checker): deletions
         # clean up after those too.

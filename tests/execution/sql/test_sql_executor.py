@@ -142,3 +142,73 @@ def test_a_value_is_bound_as_data_never_run_as_sql(
         ("'; DROP TABLE x; --", "2024-01-31")
     ]
     assert warehouse_query(warehouse_url, "SELECT count(*) FROM x") == [(0,)]
+
+
+def test_a_value_stays_data_whatever_text_surrounds_its_placeholder(
+    executor: engine.SqlExecutor, warehouse_url: str
+) -> None:
+    # The admin's statement leaves a comment open after the placeholder: pasted into one
+    # script, the value would close it and run its own statements.
+    warehouse_query(warehouse_url, "CREATE TABLE victim (n int); INSERT INTO victim VALUES (7)")
+    warehouse_query(warehouse_url, "CREATE TABLE names (name text)")
+    value = "*/; DROP TABLE victim; --"
+    values = templates.context(run_id="run-1", logical_time=None, params={"name": value})
+    statement, bound = templates.render_sql(
+        "INSERT INTO names VALUES ({{ params.name }}) /* the open comment", values
+    )
+    attempt = replace(spec("unused"), task=port.SqlStatement(statement, "warehouse", bound))
+    external_id = ended(executor, executor.submit(spec=attempt).external_id).external_id
+    executor.wait_for_answers(10)  # the server's error is recorded once its answer is read
+    seen = executor.describe(external_id=external_id)
+    assert warehouse_query(warehouse_url, "SELECT n FROM victim") == [(7,)]
+    # The open comment is the admin's own syntax error, told as the server's, and nothing of
+    # the statement committed.
+    assert seen.engine_state is port.EngineState.FAILED
+    assert seen.details["error_sqlstate"] == "42601", seen.details
+    assert "comment" in str(seen.details["error_message"])
+    assert warehouse_query(warehouse_url, "SELECT count(*) FROM names") == [(0,)]
+
+
+def test_a_value_arrives_intact_beside_a_closed_comment(
+    executor: engine.SqlExecutor, warehouse_url: str
+) -> None:
+    warehouse_query(warehouse_url, "CREATE TABLE victim (n int); CREATE TABLE names (name text)")
+    value = "*/; DROP TABLE victim; -- ' \" $$ \\ é"
+    values = templates.context(run_id="run-1", logical_time=None, params={"name": value})
+    statement, bound = templates.render_sql(
+        "INSERT INTO names /* where */ VALUES ({{ params.name }}) /* closed */", values
+    )
+    attempt = replace(spec("unused"), task=port.SqlStatement(statement, "warehouse", bound))
+    seen = ended(executor, executor.submit(spec=attempt).external_id)
+    assert seen.engine_state is port.EngineState.SUCCEEDED, seen.details
+    assert warehouse_query(warehouse_url, "SELECT name FROM names") == [(value,)]
+    assert warehouse_query(warehouse_url, "SELECT count(*) FROM victim") == [(0,)]
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "INSERT INTO loaded VALUES (1) -- the last line is a comment",
+        "INSERT INTO loaded VALUES (1);",
+        "INSERT INTO loaded\n  VALUES (1) -- one\n-- two",
+    ],
+)
+def test_a_statement_that_ends_in_a_comment_runs(
+    executor: engine.SqlExecutor, warehouse_url: str, statement: str
+) -> None:
+    warehouse_query(warehouse_url, "CREATE TABLE loaded (n int)")
+    seen = ended(executor, executor.submit(spec=spec(statement)).external_id)
+    assert seen.engine_state is port.EngineState.SUCCEEDED, seen.details
+    assert warehouse_query(warehouse_url, "SELECT n FROM loaded") == [(1,)]
+
+
+def test_a_statement_the_server_cannot_parse_fails_with_its_cause(
+    executor: engine.SqlExecutor,
+) -> None:
+    external_id = ended(executor, executor.submit(spec=spec("SELEC 1")).external_id).external_id
+    executor.wait_for_answers(10)
+    seen = executor.describe(external_id=external_id)
+    assert seen.engine_state is port.EngineState.FAILED
+    assert seen.error_category is port.ErrorCategory.TASK_ERROR
+    assert seen.details["error_sqlstate"] == "42601"
+    assert "SELEC" in str(seen.details["error_message"])

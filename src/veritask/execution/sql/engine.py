@@ -37,6 +37,9 @@ from veritask.execution.sql import connections, markers, reports
 
 EXTERNAL_ID_PREFIX = "sql:"
 CONNECT_TIMEOUT_SECONDS = 5
+#: The longest the server may take to accept the script (it reads all but the few statements
+#: after the work before it starts the work).
+SEND_TIMEOUT_SECONDS = 30
 #: How often a watcher looks at the server before the statement starts (a start is reported
 #: this late at most), and after (an end is, when this process did not send the statement).
 WATCH_BEFORE_START_SECONDS = 0.1
@@ -200,7 +203,7 @@ class SqlExecutor:
             connect_timeout=CONNECT_TIMEOUT_SECONDS,
         )
         try:
-            runner.pgconn.send_query(script.encode())
+            _send_all(runner.pgconn, script)
         except BaseException:
             runner.close()
             raise
@@ -368,6 +371,25 @@ class SqlExecutor:
         return conn
 
 
+def _send_all(pgconn: pq.abc.PGconn, script: Sequence[markers.Step]) -> None:
+    """Send every statement of the script, each with its bound values, then the sync, and
+    wait until the server has them all: from then on it runs them whatever becomes of us."""
+    pgconn.enter_pipeline_mode()
+    for step in script:
+        pgconn.send_query_params(
+            step.query.encode(),
+            [None if value is None else value.encode() for value in step.values],
+            param_types=step.types or None,
+        )
+    pgconn.pipeline_sync()
+    deadline = time.monotonic() + SEND_TIMEOUT_SECONDS
+    while pgconn.flush():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise psycopg.OperationalError("the server took no more of the attempt's script")
+        select.select([], [pgconn.socket], [], left)
+
+
 class _Answer:
     """The answer to the script, read from the connection that sent it."""
 
@@ -385,6 +407,8 @@ class _Answer:
             while not pgconn.is_busy():
                 result = pgconn.get_result()
                 if result is None:
+                    continue  # the end of one statement's results; the next one's follow
+                if result.status == pq.ExecStatus.PIPELINE_SYNC:
                     self.close()
                     return True
                 if result.status == pq.ExecStatus.FATAL_ERROR and self.sqlstate is None:

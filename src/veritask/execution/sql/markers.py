@@ -122,6 +122,19 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class Step:
+    """One statement of an attempt's pipeline and its bound values, as text.
+
+    ``types`` are the values' type OIDs (0: the server takes the type the statement gives the
+    parameter, as for ``day = $1`` on a date column).
+    """
+
+    query: str
+    values: tuple[str | None, ...] = ()
+    types: tuple[int, ...] = ()
+
+
 def script(
     name: AttemptName,
     *,
@@ -130,94 +143,100 @@ def script(
     timeout: timedelta | None,
     grace: timedelta,
     parameters: Sequence[JSONValue] = (),
-) -> str:
-    """The whole attempt as one simple-protocol query string, run by one server process.
+) -> tuple[Step, ...]:
+    """The whole attempt as statements sent at once, in one pipeline, to one server process.
 
-    One string, so that the server runs it to the end even if the client that sent it dies:
-    the server only notices a lost client when it writes to it, and it writes nothing until
-    the string is done (``client_min_messages`` keeps notices from being sent mid-way).
+    Each statement is a message of its own (parse, bind, execute), with its values bound
+    apart from its text: whatever the admin's statement holds (an open ``/*``, a trailing
+    ``-- comment``), it cannot reach into the claim, the marker or another statement, and a
+    value is only ever a value. After an error the server skips the rest up to the final
+    sync, so the work's transaction rolls back with its marker.
 
-    A statement with ``$1``, ``$2``… is prepared, then executed with ``parameters``: the server
-    has parsed it before it sees a value, so no value can change what it does.
+    All at once, so that the server runs them to the end even if the client that sent them
+    dies: it reads the messages from its socket's buffer, and it writes nothing until the
+    sync (``client_min_messages`` keeps notices from being sent mid-way).
     """
-    key = sql.Literal(name.key)
-    values = sql.SQL(", ").join(
-        [
-            key,
-            sql.Literal(name.instance_id),
-            sql.Literal(name.attempt_no),
-            sql.Literal(name.application_name),
-            sql.Literal(token_digest(token)),
-            sql.SQL("pg_backend_pid()"),
-            sql.SQL("(SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())"),
-            sql.SQL("clock_timestamp()"),
-            sql.Literal(None if timeout is None else timeout.total_seconds()),
-            sql.Literal(grace.total_seconds()),
-        ]
+    key = name.key
+    claim = (
+        key,
+        name.instance_id,
+        str(name.attempt_no),
+        name.application_name,
+        token_digest(token),
+        None if timeout is None else repr(timeout.total_seconds()),
+        repr(grace.total_seconds()),
     )
     # The platform stops the statement at its timeout (cancel, then terminate after the grace
     # period); the server's own limit, later, stops it when no Veritask process is left to ask.
     backstop = None if timeout is None else timeout + grace
     timeout_ms = 0 if backstop is None else max(1, int(backstop.total_seconds() * 1000))
-    parts = [
-        sql.SQL("SET client_min_messages = error"),
-        sql.SQL("SET client_connection_check_interval = 0"),
+    return (
+        Step("SET client_min_messages = error"),
+        Step("SET client_connection_check_interval = 0"),
         # The claim, committed before the work: a second copy fails here, before any work.
-        sql.SQL("BEGIN"),
-        sql.SQL(
-            "INSERT INTO veritask.sql_attempts (attempt_key, instance_id, attempt_no, "
-            "application_name, token_digest, backend_pid, backend_start, started_at, "
-            "timeout_seconds, grace_seconds) VALUES ({})"
-        ).format(values),
-        sql.SQL(
-            "DO $veritask$ BEGIN IF EXISTS (SELECT 1 FROM veritask.sql_cancels "
-            "WHERE attempt_key = {}) THEN RAISE EXCEPTION 'cancelled before it started' "
-            "USING ERRCODE = 'query_canceled'; END IF; END $veritask$"
-        ).format(key),
-        sql.SQL("COMMIT"),
+        Step("BEGIN"),
+        Step(_CLAIM, claim, (0,) * len(claim)),
+        Step(
+            sql.SQL(
+                "DO $veritask$ BEGIN IF EXISTS (SELECT 1 FROM veritask.sql_cancels "
+                "WHERE attempt_key = {}) THEN RAISE EXCEPTION 'cancelled before it started' "
+                "USING ERRCODE = 'query_canceled'; END IF; END $veritask$"
+            )
+            .format(sql.Literal(key))
+            .as_string(None)
+        ),
+        Step("COMMIT"),
         # The work and its completion marker: one transaction, so one cannot be without the other.
-        sql.SQL("BEGIN"),
-        sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(timeout_ms)),
-        *_work(statement, parameters),
-        sql.SQL("SET LOCAL statement_timeout = 0"),
-        sql.SQL(
-            "INSERT INTO veritask.sql_completions (attempt_key, ended_at) "
-            "VALUES ({}, clock_timestamp())"
-        ).format(key),
-        sql.SQL("COMMIT"),
-    ]
-    return sql.SQL(";\n").join(parts).as_string(None) + ";"
+        Step("BEGIN"),
+        Step(_STATEMENT_TIMEOUT, (str(timeout_ms),), (0,)),
+        _work(statement, parameters),
+        Step(_STATEMENT_TIMEOUT, ("0",), (0,)),
+        Step(_COMPLETE, (key,), (0,)),
+        Step("COMMIT"),
+    )
 
 
-#: The name the work is prepared under, in the attempt's own session.
-_PREPARED = sql.Identifier("veritask_work")
+_CLAIM = (
+    "INSERT INTO veritask.sql_attempts (attempt_key, instance_id, attempt_no, "
+    "application_name, token_digest, backend_pid, backend_start, started_at, "
+    "timeout_seconds, grace_seconds) VALUES ($1, $2, $3, $4, $5, pg_backend_pid(), "
+    "(SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()), "
+    "clock_timestamp(), $6, $7)"
+)
+#: For the rest of the work's transaction (``SET LOCAL``).
+_STATEMENT_TIMEOUT = "SELECT set_config('statement_timeout', $1, true)"
+_COMPLETE = (
+    "INSERT INTO veritask.sql_completions (attempt_key, ended_at) VALUES ($1, clock_timestamp())"
+)
+#: The type OIDs a value says of itself (PostgreSQL's fixed catalogue numbers).
+_BOOLEAN, _BIGINT, _NUMERIC, _DOUBLE = 16, 20, 1700, 701
 
 
-def _work(statement: str, parameters: Sequence[JSONValue]) -> list[sql.Composable]:
-    text = sql.SQL(statement.strip().rstrip(";"))
-    if not parameters:
-        return [text]
-    types = sql.SQL(", ").join(sql.SQL(_bound_type(value)) for value in parameters)
-    values = sql.SQL(", ").join(sql.Literal(_bound_value(value)) for value in parameters)
-    return [
-        sql.SQL("PREPARE {} ({}) AS ").format(_PREPARED, types) + text,
-        sql.SQL("EXECUTE {} ({})").format(_PREPARED, values),
-    ]
+def _work(statement: str, parameters: Sequence[JSONValue]) -> Step:
+    """The admin's statement as written; its ``$1``, ``$2``… are bound to ``parameters``."""
+    return Step(
+        statement,
+        tuple(_bound_value(value) for value in parameters),
+        tuple(_bound_type(value) for value in parameters),
+    )
 
 
-def _bound_type(value: JSONValue) -> str:
-    """A number or a boolean says its type; text is ``unknown``, so the server takes the type
-    the statement gives the parameter (``day = $1`` on a date column: a date)."""
+def _bound_type(value: JSONValue) -> int:
+    """A number or a boolean says its type; text (and JSON) is left to the statement."""
     if isinstance(value, bool):
-        return "boolean"
+        return _BOOLEAN
     if isinstance(value, int):
-        return "bigint" if -(2**63) <= value < 2**63 else "numeric"
+        return _BIGINT if -(2**63) <= value < 2**63 else _NUMERIC
     if isinstance(value, float):
-        return "double precision"
-    return "unknown"
+        return _DOUBLE
+    return 0
 
 
-def _bound_value(value: JSONValue) -> str | int | float | bool | None:
-    if value is None or isinstance(value, str | int | float | bool):
+def _bound_value(value: JSONValue) -> str | None:
+    if value is None or isinstance(value, str):
         return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
     return json.dumps(value, ensure_ascii=False)
