@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from tests.integration.conftest import HELLO, PIPELINE, Api
 from veritask.services import definitions
@@ -82,6 +83,37 @@ def test_a_cycle_is_refused_naming_it(api: Api) -> None:
     [error] = response.json()["errors"]
     assert "cycle" in error["message"]
     assert error["line"] == 3
+
+
+def test_an_executor_no_engine_has_is_refused_with_field_and_line(api: Api) -> None:
+    source = "name: x\ntasks:\n  a:\n    run: 'true'\n    executor: kubernetes\n"
+    response = api.http.post("/api/v2/definitions", json={"source": source})
+    assert response.status_code == 422
+    [error] = response.json()["errors"]
+    assert (error["field"], error["line"]) == ("tasks.a.executor", 5)
+    assert error["message"].startswith("unknown executor 'kubernetes'")
+    assert "local, wait, sql, celery" in error["message"]
+    assert api.http.get("/api/v2/definitions/x").status_code == 404
+
+
+def test_an_executor_this_platform_does_not_configure_is_refused(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("VERITASK_CELERY_BROKER", raising=False)
+    source = "name: x\ntasks:\n  a: {run: 'true', executor: celery}\n  b: {run: 'true'}\n"
+    response = api.http.post("/api/v2/definitions", json={"source": source})
+    assert response.status_code == 422
+    assert response.json()["errors"] == [
+        {
+            "field": "tasks.a.executor",
+            "line": 3,
+            "message": "the executor 'celery' is not configured here: "
+            "set VERITASK_CELERY_BROKER where the scheduler runs",
+        }
+    ]
+    monkeypatch.setenv("VERITASK_CELERY_BROKER", "amqp://127.0.0.1:5672//")
+    applied = api.http.post("/api/v2/definitions", json={"source": source})
+    assert applied.status_code in (200, 201), applied.text
 
 
 def test_a_body_without_source_is_422(api: Api) -> None:

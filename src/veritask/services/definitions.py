@@ -11,7 +11,9 @@ event; :func:`advance_deletions` takes the next steps and is safe to call again 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+import os
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Final
@@ -23,7 +25,7 @@ from veritask.definitions import codec as definition_codec
 from veritask.definitions import model as definition_model
 from veritask.definitions import parse, schedule
 from veritask.definitions.errors import DefinitionError
-from veritask.execution import port
+from veritask.execution import engines, port
 from veritask.ledger import definitions as stored_definitions
 from veritask.ledger import dialects, queries, run_store
 from veritask.ledger.database import Connection
@@ -58,9 +60,13 @@ log = logging.getLogger(__name__)
 
 
 def apply_definition(platform: Platform, text: str, *, actor: str) -> views.AppliedDefinition:
-    """Validate the YAML or JSON ``text`` and save it as a version (same content, same version)."""
+    """Validate the YAML or JSON ``text`` and save it as a version (same content, same version).
+
+    Each task's executor must be one this platform has and that this process's environment
+    configures: the schedulers are started with the same settings."""
+    check = functools.partial(engines.executor_problem, environ=os.environ)
     try:
-        parsed = parse.parse_definition(text)
+        parsed = parse.parse_definition(text, executors=check)
         name = parsed.name
         # A YAML escape (``"\0"``) makes a NUL the request's text did not hold.
         where = next(nul_paths(definition_codec.definition_to_json(parsed), ""), None)
