@@ -37,6 +37,21 @@ def python_flow(word: str = "hello") -> None:
     shell("echo done", name="finish", after=[counted])
 """
 
+TYPED = """\
+from veritask import Param, pipeline, task
+
+
+@task
+def need_ints(x: int, y: int) -> None:
+    assert type(x) is int and type(y) is int, (x, y)
+    print(f"got {x!r} and {y!r}", flush=True)
+
+
+@pipeline(owner="qa", concurrency="allow")
+def typed_flow(x: int, y: int = Param(type="integer", default=4)) -> None:
+    need_ints(x, y)
+"""
+
 BROKEN = """\
 from veritask import pipeline, task
 
@@ -57,6 +72,7 @@ def served(database_url: str, tmp_path: Path) -> Iterator[tuple[Veritask, Path]]
     (pipes / "flows").mkdir(parents=True)
     (pipes / "flows" / "__init__.py").write_text("")
     (pipes / "flows" / "daily.py").write_text(MODULE)
+    (pipes / "flows" / "typed.py").write_text(TYPED)
     (pipes / "broken.py").write_text(BROKEN)
     examples = tmp_path / "no-examples"
     examples.mkdir()
@@ -108,3 +124,13 @@ def test_a_python_pipeline_is_applied_and_runs_to_success(
     assert states == {"count": "SUCCESS", "check": "SUCCESS", "finish": "SUCCESS"}
     logs = veritask.cli("logs", run_id)
     assert "hello x3" in logs.stdout
+
+    # Typed parameters: a bad value is refused at trigger, a good one reaches the task typed.
+    assert veritask.cli("apply", "-f", str(pipes / "flows" / "typed.py")).returncode == 0
+    bad = veritask.cli("trigger", "typed_flow", "--param", "x=abc")
+    assert bad.returncode == 2, bad.stdout + bad.stderr
+    assert "parameters.x: expected a whole number, got the string 'abc'" in bad.stderr
+    typed = veritask.cli("trigger", "typed_flow", "--param", "x=5", "--wait", "--timeout", "25")
+    typed_id = typed.stdout.split()[0]
+    assert typed.returncode == 0, typed.stdout + veritask.cli("logs", typed_id).stdout
+    assert "got 5 and 4" in veritask.cli("logs", typed_id).stdout

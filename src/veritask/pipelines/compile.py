@@ -288,7 +288,12 @@ class _Spec:
                             f"parameters.{name}",
                         )
                     )
-                result[name] = _plain(default)
+                kind = _TYPES.get(param.annotation)
+                # Annotated, it is declared of that type: a trigger's value is checked, and
+                # the task's function receives it as that type.
+                result[name] = (
+                    _plain(default) if kind is None else {"type": kind, "default": _plain(default)}
+                )
         return result
 
     def task(self, node: Node) -> JSONObject:
