@@ -66,6 +66,23 @@ def broken_flow() -> None:
 """
 
 
+LONELY = """\
+from veritask import pipeline, task
+
+
+@task
+def alone() -> None:
+    print("found", flush=True)
+
+
+@pipeline(owner="qa")
+def lonely_flow() -> None:
+    alone()
+"""
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
 @pytest.fixture
 def served(database_url: str, tmp_path: Path) -> Iterator[tuple[Veritask, Path]]:
     pipes = tmp_path / "pipes"
@@ -74,6 +91,8 @@ def served(database_url: str, tmp_path: Path) -> Iterator[tuple[Veritask, Path]]
     (pipes / "flows" / "daily.py").write_text(MODULE)
     (pipes / "flows" / "typed.py").write_text(TYPED)
     (pipes / "broken.py").write_text(BROKEN)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "lonely.py").write_text(LONELY)
     examples = tmp_path / "no-examples"
     examples.mkdir()
     # The worker imports the tasks' module: the folder above its package is on PYTHONPATH.
@@ -105,6 +124,14 @@ def test_a_python_pipeline_is_applied_and_runs_to_success(
     applied = veritask.cli("apply", "-f", str(pipes / "flows" / "daily.py"))
     assert applied.returncode == 0, applied.stderr
     assert applied.stdout.strip() == "python_flow: version 1 (created)"
+    assert "warning" not in applied.stderr  # the workers find flows.daily
+    # A module the workers cannot import is applied, with a warning naming the task and why.
+    lonely = veritask.cli("apply", "-f", str(pipes.parent / "elsewhere" / "lonely.py"))
+    assert lonely.returncode == 0, lonely.stderr
+    assert (
+        "warning: lonely_flow: tasks.alone.call: the local workers cannot import 'lonely'"
+        in lonely.stderr
+    )
     on_path = os.pathsep.join([str(pipes), os.environ.get("PYTHONPATH", "")])
     again = veritask.cli("apply", "-m", "flows.daily", "--json", PYTHONPATH=on_path)
     assert again.returncode == 0, again.stderr
@@ -134,3 +161,18 @@ def test_a_python_pipeline_is_applied_and_runs_to_success(
     typed_id = typed.stdout.split()[0]
     assert typed.returncode == 0, typed.stdout + veritask.cli("logs", typed_id).stdout
     assert "got 5 and 4" in veritask.cli("logs", typed_id).stdout
+
+
+def test_up_with_examples_runs_their_python_tasks(tmp_path: Path) -> None:
+    started = start_up(
+        tmp_path / "home", REPOSITORY / "examples", tmp_path / "up.log", PYTHONPATH=""
+    )
+    try:
+        # examples/progress.yaml calls jobs.progress:count_rows, in examples/jobs.
+        run = started.cli("trigger", "progress", "--wait", "--timeout", "25")
+        run_id = run.stdout.split()[0]
+        assert run.returncode == 0, run.stdout + started.cli("logs", run_id).stdout
+        assert "counted 20/20 rows" in started.cli("logs", run_id).stdout
+        assert "warning" not in started.output()
+    finally:
+        shut_down(started)

@@ -21,7 +21,13 @@ tasks:
 def test_apply_creates_a_version_and_the_same_content_returns_it(api: Api) -> None:
     first = api.http.post("/api/v2/definitions", json={"source": HELLO})
     assert first.status_code == 201
-    assert first.json() == {"name": "hello", "version": 1, "created": True, "lifecycle": "active"}
+    assert first.json() == {
+        "name": "hello",
+        "version": 1,
+        "created": True,
+        "lifecycle": "active",
+        "warnings": [],
+    }
     again = api.http.post("/api/v2/definitions", json={"source": HELLO})
     assert again.status_code == 200
     assert again.json()["created"] is False
@@ -221,7 +227,13 @@ def test_a_deleted_name_is_applied_again_as_a_new_definition(api: Api) -> None:
     applied = api.http.post("/api/v2/definitions", json={"source": HELLO})
 
     assert applied.status_code == 201, applied.text
-    assert applied.json() == {"name": "hello", "version": 1, "created": True, "lifecycle": "active"}
+    assert applied.json() == {
+        "name": "hello",
+        "version": 1,
+        "created": True,
+        "lifecycle": "active",
+        "warnings": [],
+    }
     shown = api.http.get("/api/v2/definitions/hello").json()
     assert (shown["lifecycle"], shown["current_version"]) == ("active", 1)
     new_run = api.trigger("hello")
