@@ -610,6 +610,20 @@ def test_a_definition_stored_as_json_is_printed_as_yaml() -> None:
     assert yaml_text(written) == written
 
 
+def test_an_executor_no_engine_has_is_refused_at_its_python_line(write: Write) -> None:
+    path = write(
+        "pods",
+        """\
+        from veritask import pipeline, shell
+
+        @pipeline(name="pods")
+        def pods() -> None:
+            shell("true", name="x", executor="kubernetes")
+        """,
+    )
+    assert f"{path}:5: tasks.x.executor: unknown executor 'kubernetes'" in str(refusal_of(path))
+
+
 def test_an_annotated_default_declares_its_type(write: Write) -> None:
     path = write(
         "annotated",

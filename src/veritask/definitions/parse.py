@@ -139,10 +139,12 @@ def parse_definition(text: str, *, executors: ExecutorCheck | None = None) -> De
     return _Reader(problems, executor_check=executors).build(tree)
 
 
-def definition_from_json(data: Mapping[str, JSONValue]) -> Definition:
+def definition_from_json(
+    data: Mapping[str, JSONValue], *, executors: ExecutorCheck | None = None
+) -> Definition:
     """Read the object written by :func:`definition_to_json` (problems carry no lines)."""
     tree, problems = source.from_json(dict(data))
-    return _Reader(problems).build(tree)
+    return _Reader(problems, executor_check=executors).build(tree)
 
 
 @dataclass

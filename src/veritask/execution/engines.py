@@ -40,11 +40,19 @@ def configured(environ: Mapping[str, str]) -> frozenset[str]:
     return frozenset(names)
 
 
+def unknown_problem(name: str) -> str | None:
+    """Why no task may name the executor ``name`` anywhere: no engine has it (or None)."""
+    if name in KNOWN:
+        return None
+    return problems.UNKNOWN_EXECUTOR.format(name=name, known=", ".join(KNOWN))
+
+
 def executor_problem(name: str, environ: Mapping[str, str]) -> str | None:
     """Why a task may not name the executor ``name`` here, or None when it may: a name no
     engine of this platform has, or an engine whose settings ``environ`` lacks."""
-    if name not in KNOWN:
-        return problems.UNKNOWN_EXECUTOR.format(name=name, known=", ".join(KNOWN))
+    unknown = unknown_problem(name)
+    if unknown is not None:
+        return unknown
     if name not in configured(environ):
         return problems.EXECUTOR_NOT_CONFIGURED.format(name=name, setting=SETTINGS[name])
     return None
