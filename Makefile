@@ -13,9 +13,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# The examples' Python tasks (examples/jobs) are importable by the tasks that `up` loads.
+# The examples are applied, and their Python tasks (examples/jobs) importable by the workers.
+# `make up PORT=9000` picks the port; ARGS passes more options (`ARGS="--slots 4"`).
 up: $(STAMP)
-	PYTHONPATH="$(CURDIR)/examples$${PYTHONPATH:+:$$PYTHONPATH}" $(BIN)/veritask up
+	$(BIN)/veritask up --examples "$(CURDIR)/examples" $(if $(PORT),--port $(PORT)) $(ARGS)
 
 test: $(STAMP) lint typecheck
 	$(BIN)/pytest

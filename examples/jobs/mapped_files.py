@@ -13,7 +13,7 @@ from veritask import pipeline, task
 @task
 def list_files(day: str, parts: int) -> list[str]:
     """The files of one day; the list is the task's output."""
-    return [f"/data/{day}/part-{n}.csv" for n in range(int(parts))]
+    return [f"/data/{day}/part-{n}.csv" for n in range(parts)]
 
 
 @task

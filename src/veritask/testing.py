@@ -23,7 +23,8 @@ from typing import Final
 
 from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.core.states import PublicationState, RunExecutionState, TriggerKind
-from veritask.execution import local, wait_http
+from veritask.definitions.model import WAIT_EXECUTOR
+from veritask.execution import local, port, wait_http
 from veritask.ledger import dialects, migrate
 from veritask.pipelines import compile as pipelines
 from veritask.pipelines.api import Pipeline
@@ -187,6 +188,17 @@ def _define_pools(platform: Platform, compiled: pipelines.Compiled) -> None:
             pools.set_pool(platform, name, slots=slots, actor=ACTOR)
 
 
+def _room_for(compiled: pipelines.Compiled) -> int:
+    """Slots for every task and publish step of the pipeline at once (at least the machine's
+    processors): a test run checks the pipeline, not this machine's limits. A mapped task
+    counts once; its instances share the slots beyond the others'."""
+    definition = compiled.definition
+    steps = 0
+    if definition.publish is not None:
+        steps = len(definition.publish.checks) + 1
+    return max(len(definition.tasks) + steps, os.cpu_count() or 1)
+
+
 def _run_once(
     platform: Platform,
     compiled: pipelines.Compiled,
@@ -208,7 +220,11 @@ def _run_once(
         parameters=dict(params or {}),
         logical_time=moment,
     )
-    executor = local.LocalExecutor(home=platform.home, idle_exit_after=timedelta(seconds=30))
+    executor = local.LocalExecutor(
+        home=platform.home,
+        slots=_room_for(compiled),
+        idle_exit_after=timedelta(seconds=30),
+    )
     scheduler = Scheduler(
         platform.ledger,
         executors={"local": executor},
@@ -217,7 +233,8 @@ def _run_once(
         settings=SETTINGS,
         wait_http_allow=wait_http.HttpAllow.from_environment(os.environ),
     )
-    watcher = _Watcher(platform, triggered.run_id, echo)
+    waits = scheduler.dispatcher.executors.get(WAIT_EXECUTOR)
+    watcher = _Watcher(platform, triggered.run_id, echo, waits=waits)
     try:
         scheduler.recover()
         try:
@@ -283,8 +300,11 @@ class _Watcher:
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     partial: dict[tuple[str, int], str] = field(default_factory=dict)
     text: dict[str, list[str]] = field(default_factory=dict)
+    waits: port.Executor | None = None
+    """The scheduler's wait checker: it is asked how many checks each open wait made."""
     run_state: str = ""
     publication: str = ""
+    checks: dict[str, int] = field(default_factory=dict)
 
     def look(self) -> views.RunDetail:
         detail = runs.get_run(self.platform, self.run_id)
@@ -295,6 +315,8 @@ class _Watcher:
             if self.states.get(name) != instance.state:
                 self.states[name] = instance.state
                 self.echo(f"[{name}] {instance.state}: {instance.reason}")
+            if instance.attempts:
+                self._checked(name, instance.attempts[-1])
         state = detail.run.execution_state
         if state != self.run_state:
             self.run_state = state
@@ -305,6 +327,21 @@ class _Watcher:
             reason = detail.run.publication_reason or ""
             self.echo(f"run {self.run_id} publication {publication}: {reason}".rstrip())
         return detail
+
+    def _checked(self, name: str, attempt: views.Attempt) -> None:
+        """A line for each check of an open wait: what it saw (the ledger records only
+        changes, so the checker is asked)."""
+        if self.waits is None or attempt.executor != WAIT_EXECUTOR or not attempt.external_id:
+            return
+        if attempt.state.is_terminal:
+            return
+        details = self.waits.describe(external_id=attempt.external_id).details
+        count = details.get("checks")
+        key = attempt.external_id
+        if not isinstance(count, int) or count <= self.checks.get(key, 0):
+            return
+        self.checks[key] = count
+        self.echo(f"[{name}] check {count}: {details.get('seen', '')}")
 
     def _read_log(self, instance: views.Instance, attempt_no: int, ended: bool) -> None:
         where = (instance.id, attempt_no)

@@ -32,6 +32,17 @@ def test_up_loaded_the_examples_and_keeps_url_and_token_in_home(veritask: Verita
     assert "broken" not in names
 
 
+def test_apply_refuses_an_executor_no_engine_has_naming_field_and_line(
+    veritask: Veritask, tmp_path: Path
+) -> None:
+    source = tmp_path / "pods.yaml"
+    source.write_text("name: pods\ntasks:\n  x:\n    run: 'true'\n    executor: kubernetes\n")
+    refused = veritask.cli("apply", "-f", str(source))
+    assert refused.returncode == 2, refused.stderr
+    assert "line 5: tasks.x.executor: unknown executor 'kubernetes'" in refused.stderr
+    assert veritask.cli("definition", "pods").returncode == 3
+
+
 def test_apply_then_trigger_wait_succeeds_with_exit_0(veritask: Veritask, tmp_path: Path) -> None:
     source = tmp_path / "echo.yaml"
     source.write_text("name: echoing\ntasks:\n  say:\n    run: echo applied and ran\n")

@@ -4,9 +4,11 @@ a temporary ledger with the real scheduler and the local executor; no server is 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,3 +130,59 @@ def test_a_module_of_two_pipelines_needs_a_name(pipes: Path, tmp_path: Path) -> 
     done = veritask_test(tmp_path, str(pipes / "verbflows" / "daily.py"))
     assert done.returncode == 2
     assert "greeting, falling; pick one with ::NAME" in done.stderr
+
+
+GATED = """\
+from veritask import pipeline, wait
+
+
+@pipeline(name="gated")
+def gated() -> None:
+    wait(name="gate", path={path!r}, every="1s")
+"""
+
+
+def test_an_unmet_wait_prints_each_check_and_gives_up_at_the_timeout(tmp_path: Path) -> None:
+    source = tmp_path / "gated.py"
+    source.write_text(GATED.format(path=str(tmp_path / "never-there")))
+    started = time.monotonic()
+    done = veritask_test(tmp_path, str(source), "--timeout", "4")
+    elapsed = time.monotonic() - started
+
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "still active after 4s" in done.stderr
+    checks = [line for line in done.stdout.splitlines() if line.startswith("[gate] check ")]
+    assert checks[:2] == [
+        f"[gate] check 1: no such file or directory {tmp_path / 'never-there'}",
+        f"[gate] check 2: no such file or directory {tmp_path / 'never-there'}",
+    ]
+    assert elapsed < 20, "given up at the timeout, not after the default 600 s"
+
+
+BARRIER = """\
+from veritask import pipeline, shell
+
+# Each task arrives, then waits until all have: it succeeds only if all run at once.
+ARRIVE = (
+    "touch {folder}/$VERITASK_INSTANCE_ID; "
+    "for i in $(seq 200); do [ $(ls {folder} | wc -l) -ge {count} ] && exit 0; sleep 0.05; done; "
+    "exit 1"
+)
+
+
+@pipeline(name="barrier")
+def barrier() -> None:
+    for n in range({count}):
+        shell(ARRIVE, name=f"arrive_{{n}}")
+"""
+
+
+def test_every_task_of_a_pipeline_runs_at_once_whatever_the_processors(tmp_path: Path) -> None:
+    count = (os.cpu_count() or 1) + 2
+    folder = tmp_path / "arrived"
+    folder.mkdir()
+    source = tmp_path / "barrier.py"
+    source.write_text(BARRIER.format(folder=folder, count=count))
+    done = veritask_test(tmp_path, str(source), "--timeout", "40")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(list(folder.iterdir())) == count

@@ -142,11 +142,44 @@ def test_doctor_reports_each_check_and_fails_without_a_scheduler(
 def test_doctor_fails_on_a_database_that_is_not_migrated(
     empty_database_url: str, tmp_path: Path
 ) -> None:
+    empty = dialects.database_file(empty_database_url)
+    if empty is not None:
+        empty.touch()  # an empty SQLite database is a file with no tables
     found = veritask("doctor", "--database-url", empty_database_url, "--json", home=tmp_path)
     assert found.returncode == 1
     checks = {c["name"]: c for c in json.loads(found.stdout)["checks"]}
     assert checks["database"]["status"] == "fail"
     assert "veritask db upgrade" in checks["database"]["detail"]
+
+
+def test_verify_and_doctor_never_create_a_ledger_and_name_the_one_they_open(
+    database_url: str, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    environment = {
+        key: value for key, value in os.environ.items() if not key.startswith("VERITASK_")
+    }
+    for verb in ("verify", "doctor"):
+        done = subprocess.run(
+            [sys.executable, "-m", "veritask.cli.main", verb],
+            capture_output=True,
+            text=True,
+            env=environment,
+            cwd=elsewhere,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 3, done.stdout + done.stderr
+        assert f"no Veritask database at {elsewhere / '.veritask' / 'veritask.db'}" in done.stderr
+        assert "db upgrade" in done.stderr
+        assert list(elsewhere.iterdir()) == [], "nothing is created"
+
+    shown = dialects.shown_url(database_url)
+    verified = veritask("verify", "--database-url", database_url, home=tmp_path)
+    assert verified.stdout.splitlines()[0] == f"database: {shown}"
+    doctor = veritask("doctor", "--database-url", database_url, "--json", home=tmp_path)
+    assert json.loads(doctor.stdout)["database"] == shown
 
 
 def test_purge_removes_old_history_of_deleted_definitions_only(

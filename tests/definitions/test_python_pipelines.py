@@ -89,7 +89,7 @@ def test_a_task_compiles_to_a_call_of_its_module_with_constants_and_parameters()
 name: daily_files
 owner: data
 schedule: {cron: "0 2 * * *", timezone: Asia/Shanghai}
-parameters: {prefix: /data/raw}
+parameters: {prefix: {type: string, default: /data/raw}}
 tasks:
   list_files:
     call: jobs.daily_files:list_files
@@ -608,6 +608,52 @@ def test_a_definition_stored_as_json_is_printed_as_yaml() -> None:
     assert yaml_text(source) == "name: hello\ntasks:\n  greet:\n    run: echo hi\n"
     written = "# kept as applied\nname: hello\n"
     assert yaml_text(written) == written
+
+
+def test_an_executor_no_engine_has_is_refused_at_its_python_line(write: Write) -> None:
+    path = write(
+        "pods",
+        """\
+        from veritask import pipeline, shell
+
+        @pipeline(name="pods")
+        def pods() -> None:
+            shell("true", name="x", executor="kubernetes")
+        """,
+    )
+    assert f"{path}:5: tasks.x.executor: unknown executor 'kubernetes'" in str(refusal_of(path))
+
+
+def test_an_annotated_default_declares_its_type(write: Write) -> None:
+    path = write(
+        "annotated",
+        """\
+        from veritask import pipeline, shell
+
+        @pipeline(name="annotated")
+        def annotated(rows: int = 3, ratio: float = 0.5, loose=2) -> None:
+            shell(f"echo {rows} {ratio} {loose}", name="say")
+        """,
+    )
+    [compiled] = pipelines.load_file(path)
+    assert compiled.spec["parameters"] == {
+        "rows": {"type": "integer", "default": 3},
+        "ratio": {"type": "number", "default": 0.5},
+        "loose": 2,
+    }
+    refused = write(
+        "mistyped",
+        """\
+        from veritask import pipeline, shell
+
+        @pipeline(name="mistyped")
+        def mistyped(rows: int = "many") -> None:
+            shell(f"echo {rows}", name="say")
+        """,
+    )
+    assert f"{refused}:3: parameters.rows.default: expected a whole number" in str(
+        refusal_of(refused)
+    )
 
 
 def test_an_output_is_a_template_variable_whatever_parameters_are_declared() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from tests.integration.conftest import HELLO, PIPELINE, Api
 from veritask.services import definitions
@@ -20,7 +21,13 @@ tasks:
 def test_apply_creates_a_version_and_the_same_content_returns_it(api: Api) -> None:
     first = api.http.post("/api/v2/definitions", json={"source": HELLO})
     assert first.status_code == 201
-    assert first.json() == {"name": "hello", "version": 1, "created": True, "lifecycle": "active"}
+    assert first.json() == {
+        "name": "hello",
+        "version": 1,
+        "created": True,
+        "lifecycle": "active",
+        "warnings": [],
+    }
     again = api.http.post("/api/v2/definitions", json={"source": HELLO})
     assert again.status_code == 200
     assert again.json()["created"] is False
@@ -82,6 +89,37 @@ def test_a_cycle_is_refused_naming_it(api: Api) -> None:
     [error] = response.json()["errors"]
     assert "cycle" in error["message"]
     assert error["line"] == 3
+
+
+def test_an_executor_no_engine_has_is_refused_with_field_and_line(api: Api) -> None:
+    source = "name: x\ntasks:\n  a:\n    run: 'true'\n    executor: kubernetes\n"
+    response = api.http.post("/api/v2/definitions", json={"source": source})
+    assert response.status_code == 422
+    [error] = response.json()["errors"]
+    assert (error["field"], error["line"]) == ("tasks.a.executor", 5)
+    assert error["message"].startswith("unknown executor 'kubernetes'")
+    assert "local, wait, sql, celery" in error["message"]
+    assert api.http.get("/api/v2/definitions/x").status_code == 404
+
+
+def test_an_executor_this_platform_does_not_configure_is_refused(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("VERITASK_CELERY_BROKER", raising=False)
+    source = "name: x\ntasks:\n  a: {run: 'true', executor: celery}\n  b: {run: 'true'}\n"
+    response = api.http.post("/api/v2/definitions", json={"source": source})
+    assert response.status_code == 422
+    assert response.json()["errors"] == [
+        {
+            "field": "tasks.a.executor",
+            "line": 3,
+            "message": "the executor 'celery' is not configured here: "
+            "set VERITASK_CELERY_BROKER where the scheduler runs",
+        }
+    ]
+    monkeypatch.setenv("VERITASK_CELERY_BROKER", "amqp://127.0.0.1:5672//")
+    applied = api.http.post("/api/v2/definitions", json={"source": source})
+    assert applied.status_code in (200, 201), applied.text
 
 
 def test_a_body_without_source_is_422(api: Api) -> None:
@@ -189,7 +227,13 @@ def test_a_deleted_name_is_applied_again_as_a_new_definition(api: Api) -> None:
     applied = api.http.post("/api/v2/definitions", json={"source": HELLO})
 
     assert applied.status_code == 201, applied.text
-    assert applied.json() == {"name": "hello", "version": 1, "created": True, "lifecycle": "active"}
+    assert applied.json() == {
+        "name": "hello",
+        "version": 1,
+        "created": True,
+        "lifecycle": "active",
+        "warnings": [],
+    }
     shown = api.http.get("/api/v2/definitions/hello").json()
     assert (shown["lifecycle"], shown["current_version"]) == ("active", 1)
     new_run = api.trigger("hello")

@@ -32,6 +32,7 @@ tasks:
     sql: "INSERT INTO t_{{ params.suffix }} SELECT {{ params.table }}, {{ params.rows }}, {{ ds }}"
     connection: warehouse
   call: {call: "jobs:main", with: {table: "{{ params.table }}"}}
+  count: {call: "jobs:count", with: {rows: "{{ params.rows }}", table: "{{ params.table }}"}}
 """
 
 
@@ -100,6 +101,26 @@ def test_a_statement_carries_placeholders_and_its_values_apart(tmp_path: Path) -
 def test_a_callable_gets_the_value_as_text_in_its_arguments(tmp_path: Path) -> None:
     spec = spec_of("call", {"table": PAYLOAD}, tmp_path)
     assert spec.task == port.PythonCallable("jobs:main", {"table": PAYLOAD})
+
+
+def test_a_callable_gets_a_typed_parameter_as_its_value_and_an_untyped_one_as_text() -> None:
+    values = templates.context(
+        run_id="r", logical_time=None, params={"rows": 10, "loose": 3}, typed=["rows"]
+    )
+    rendered = {
+        key: templates.render_json(value, values)
+        for key, value in {
+            "rows": "{{ params.rows }}",
+            "loose": "{{ params.loose }}",
+            "label": "rows={{ params.rows }}",
+        }.items()
+    }
+    assert rendered == {"rows": 10, "loose": "3", "label": "rows=10"}
+
+
+def test_the_dispatcher_passes_a_declared_integer_as_an_int(tmp_path: Path) -> None:
+    spec = spec_of("count", {"rows": 7}, tmp_path)
+    assert spec.task == port.PythonCallable("jobs:count", {"rows": 7, "table": "users"})
 
 
 def test_rendering_refuses_what_apply_refuses() -> None:

@@ -77,11 +77,20 @@ class ApplyDefinition(In):
     )
 
 
+class ApplyWarning(Out):
+    field: str
+    message: str
+
+
 class AppliedDefinition(Out):
     name: str
     version: int
     created: bool = Field(description="False when a version with the same content existed")
     lifecycle: DefinitionLifecycle
+    warnings: list[ApplyWarning] = Field(
+        default=[],
+        description="Accepted, but likely to fail: e.g. a call's module the workers cannot find",
+    )
 
 
 class Definition(Out):

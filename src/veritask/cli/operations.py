@@ -46,6 +46,15 @@ def _platform(database_url: str | None, *, migrated: bool = True) -> Iterator[Pl
     from veritask.services.platform import Platform
 
     url = database_url or dialects.default_database_url()
+    missing = dialects.database_file(url)
+    if missing is not None and not missing.is_file():
+        # Opening would create an empty file (and its folder): a ledger made by a check.
+        raise CliError(
+            EXIT_NOT_FOUND,
+            f"no Veritask database at {missing}: set VERITASK_HOME (or VERITASK_DATABASE_URL, "
+            "or --database-url) to the one `veritask up` uses, or create it with "
+            "`veritask db upgrade`",
+        )
     platform = Platform.open(url, client.home())
     try:
         if migrated:
@@ -68,6 +77,13 @@ def _platform(database_url: str | None, *, migrated: bool = True) -> Iterator[Pl
         platform.close()
 
 
+def _shown(platform: Platform) -> str:
+    """The database a verb opened, as a person reads it (no password)."""
+    from veritask.ledger import dialects
+
+    return dialects.shown_url(platform.engine.url)
+
+
 @click.command("verify")
 @DATABASE_OPTION
 @click.option(
@@ -84,9 +100,11 @@ def verify_command(database_url: str | None, repair: bool, as_json: bool) -> Non
 
     with _platform(database_url) as platform:
         report = operations.verify(platform, repair=repair, actor=_actor())
+        database = _shown(platform)
     if as_json:
         render.print_json(
             {
+                "database": database,
                 "ok": report.ok,
                 "instances": report.instances,
                 "runs": report.runs,
@@ -96,6 +114,7 @@ def verify_command(database_url: str | None, repair: bool, as_json: bool) -> Non
             }
         )
     else:
+        render.out.print(f"database: {database}")
         for line in (*report.mismatches, *report.violations):
             render.out.print(line)
         verdict = "all held" if report.ok else "NOT all held"
@@ -116,10 +135,14 @@ def doctor_command(database_url: str | None, as_json: bool) -> None:
 
     with _platform(database_url, migrated=False) as platform:
         checks = doctor.diagnose(platform)
+        database = _shown(platform)
     healthy = doctor.healthy(checks)
     if as_json:
-        render.print_json({"healthy": healthy, "checks": [c.as_json() for c in checks]})
+        render.print_json(
+            {"database": database, "healthy": healthy, "checks": [c.as_json() for c in checks]}
+        )
     else:
+        render.out.print(f"database: {database}")
         for check in checks:
             render.out.print(f"{check.status.value.upper():4}  {check.name}: {check.detail}")
     raise SystemExit(0 if healthy else EXIT_FAILED)

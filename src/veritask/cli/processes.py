@@ -120,6 +120,16 @@ def _announce(url: str, token: str, created: bool, home: Path) -> None:
     sys.stdout.flush()
 
 
+def _on_tasks_path(folder: Path) -> None:
+    """Put ``folder`` first on the PYTHONPATH that the local workers, started from this
+    process, give their tasks: its ``call:`` modules (examples/jobs) are importable."""
+    entries = [
+        str(folder.resolve()),
+        *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)),
+    ]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(entries))
+
+
 def _load_examples(platform: Platform, folder: Path) -> None:
     from veritask.services import definitions, errors
 
@@ -132,6 +142,8 @@ def _load_examples(platform: Platform, folder: Path) -> None:
             continue
         what = "new version" if applied.created else "unchanged"
         sys.stderr.write(f"example {path.name}: {applied.name} v{applied.version} ({what})\n")
+        for warning in applied.warnings:
+            sys.stderr.write(f"example {path.name}: warning: {warning.field}: {warning.message}\n")
 
 
 @click.command("up")
@@ -143,7 +155,8 @@ def _load_examples(platform: Platform, folder: Path) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("examples"),
     show_default=True,
-    help="Apply every *.yaml in this folder at start (if it exists).",
+    help="Apply every *.yaml in this folder at start (if it exists); its Python modules are "
+    "importable by the tasks (the folder goes on their PYTHONPATH).",
 )
 def up_command(port: int, host: str, slots: int | None, examples: Path) -> None:
     """Migrate, then run the API and the scheduler in this process until Ctrl-C."""
@@ -164,6 +177,8 @@ def up_command(port: int, host: str, slots: int | None, examples: Path) -> None:
     platform = Platform.open(database_url, home)
     sock = _bind(host, port)
     url = f"http://{host}:{sock.getsockname()[1]}"
+    if examples.is_dir():
+        _on_tasks_path(examples)
     runtime = SchedulerRuntime(platform, commit_base_url=url, slots=slots)
     try:
         runtime.start()

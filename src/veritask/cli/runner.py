@@ -20,6 +20,13 @@ from veritask.cli.verbs import _moment, _parameters
 @click.option("--param", "params", multiple=True, metavar="K=V", help="A run parameter.")
 @click.option("--logical-time", "logical_time", metavar="TIME", help="ISO 8601; default: now.")
 @click.option("--keep", is_flag=True, help="Keep the temporary VERITASK_HOME and print it.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="Seconds before an unfinished run is cancelled (exit 1).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the finished run as JSON.")
 def test_command(
     target: str | None,
@@ -27,6 +34,7 @@ def test_command(
     params: tuple[str, ...],
     logical_time: str | None,
     keep: bool,
+    timeout: float,
     as_json: bool,
 ) -> None:
     """Run one run of a pipeline locally; exit 0 when it succeeds, 1 when it fails."""
@@ -63,7 +71,12 @@ def test_command(
     echo = None if as_json else _print_line
     try:
         result = testing.run(
-            chosen[0], params=parameters, logical_time=moment, echo=echo, keep=keep
+            chosen[0],
+            params=parameters,
+            logical_time=moment,
+            echo=echo,
+            keep=keep,
+            timeout=timeout,
         )
     except PipelineError as exc:
         raise CliError(EXIT_USAGE, str(exc)) from None

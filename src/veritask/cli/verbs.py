@@ -65,6 +65,11 @@ def apply_command(path: Path | None, module: str | None, as_json: bool) -> None:
         sources = [sys.stdin.read() if str(path) == "-" else path.read_text()]
     with api_client() as api:
         answers = [api.post("/definitions", {"source": source}) for source in sources]
+    for applied in answers:
+        for warning in render.items(applied.get("warnings")):
+            render.err.print(
+                f"warning: {applied.get('name')}: {warning.get('field')}: {warning.get('message')}"
+            )
     if as_json:
         render.print_json(answers[0] if len(answers) == 1 else list[JSONValue](answers))
         return

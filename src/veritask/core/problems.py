@@ -212,6 +212,20 @@ WAIT_HAS_NO = Phrase(
     "a wait task has no {other}: the scheduler checks it, and it holds no slot",
     other=Slot.CODE,
 )
+UNKNOWN_EXECUTOR = Phrase(
+    "problem.unknown_executor",
+    "unknown executor {name!r}: no engine of this platform has that name; known: {known}",
+)
+EXECUTOR_NOT_CONFIGURED = Phrase(
+    "problem.executor_not_configured",
+    "the executor {name!r} is not configured here: set {setting} where the scheduler runs",
+)
+MODULE_NOT_FOUND_BY_WORKERS = Phrase(
+    "problem.module_not_found_by_workers",
+    "the local workers cannot import {module!r}: no folder on their PYTHONPATH ({path}) holds "
+    "it; start the scheduler with the folder above it on PYTHONPATH "
+    "(`veritask up --examples FOLDER` does it)",
+)
 WAIT_MAPPED = Phrase(
     "problem.wait_mapped", "a mapped wait checks a path or a URL only, not {kind}", kind=Slot.CODE
 )

@@ -110,6 +110,11 @@ def raw_names(parameters: Mapping[str, Parameter]) -> frozenset[str]:
     return frozenset(name for name, p in parameters.items() if p.raw)
 
 
+def typed_names(parameters: Mapping[str, Parameter]) -> frozenset[str]:
+    """The parameters declared with a ``type``: a trigger's value is checked and converted."""
+    return frozenset(name for name, p in parameters.items() if p.type is not None)
+
+
 class InvalidParameters(ValueError):
     """The values a trigger gave were refused; ``problems`` names each (``parameters.rows``)."""
 

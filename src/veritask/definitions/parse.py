@@ -8,7 +8,7 @@ collected in one pass: a refusal lists all of them, in line order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from functools import partial
@@ -123,19 +123,28 @@ WAIT_LEASE = timedelta(hours=1)
 _MAPPABLE = (WaitKind.PATH, WaitKind.HTTP)
 
 
-def parse_definition(text: str) -> Definition:
+#: Why a task may not name an executor here (a problem's message), or None when it may.
+ExecutorCheck = Callable[[str], str | None]
+
+
+def parse_definition(text: str, *, executors: ExecutorCheck | None = None) -> Definition:
     """Read a definition written in YAML or JSON; raise :class:`DefinitionError` listing every
-    problem with its field and line."""
+    problem with its field and line.
+
+    ``executors`` checks each task's executor (not a wait's): the platform that applies the
+    definition knows which engines it has, this module does not."""
     tree, problems = source.from_text(text)
     if tree is None:
         raise DefinitionError(problems)
-    return _Reader(problems).build(tree)
+    return _Reader(problems, executor_check=executors).build(tree)
 
 
-def definition_from_json(data: Mapping[str, JSONValue]) -> Definition:
+def definition_from_json(
+    data: Mapping[str, JSONValue], *, executors: ExecutorCheck | None = None
+) -> Definition:
     """Read the object written by :func:`definition_to_json` (problems carry no lines)."""
     tree, problems = source.from_json(dict(data))
-    return _Reader(problems).build(tree)
+    return _Reader(problems, executor_check=executors).build(tree)
 
 
 @dataclass
@@ -147,6 +156,7 @@ class _Edge:
 @dataclass
 class _Reader(Reader):
     edges: dict[str, list[_Edge]] = field(default_factory=dict)
+    executor_check: ExecutorCheck | None = None
 
     def build(self, tree: Value) -> Definition:
         definition = self.definition(tree)
@@ -327,6 +337,11 @@ class _Reader(Reader):
                 entry_line(f.get("executor")),
                 problems.WAIT_HAS_NO.format(other="executor"),
             )
+        if self.executor_check is not None and SLUG.fullmatch(executor) and "wait" not in f:
+            named = f.get("executor") or f.get("sql")  # sql: picks the sql executor
+            problem = self.executor_check(executor)
+            if problem is not None:
+                self.add(f"{path}.executor", entry_line(named) or line, problem)
         requires_commit = self.boolean(f.get("requires_commit"), f"{path}.requires_commit", False)
         base = replace(defaults, requires_commit=requires_commit)
         policy = self.policy(f, path, base, None)

@@ -10,12 +10,52 @@ these to their ``local`` executor, so a definition's ``executor:`` names one of 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final
 
+from veritask.core import problems
 from veritask.execution import port, task_env
 from veritask.execution.sql import connections
 
-SQL_EXECUTOR = "sql"
-CELERY_EXECUTOR = "celery"
+LOCAL_EXECUTOR: Final = "local"
+#: The scheduler process checks a ``wait:`` task's condition itself (``execution/waits.py``).
+WAIT_EXECUTOR: Final = "wait"
+SQL_EXECUTOR: Final = "sql"
+CELERY_EXECUTOR: Final = "celery"
+#: Every executor name an engine of this platform answers to, configured here or not.
+KNOWN: Final = (LOCAL_EXECUTOR, WAIT_EXECUTOR, SQL_EXECUTOR, CELERY_EXECUTOR)
+#: What the environment sets for an engine that needs settings (none for the others).
+SETTINGS: Final = {
+    SQL_EXECUTOR: f"{connections.ENV_PREFIX}<NAME>",
+    CELERY_EXECUTOR: "VERITASK_CELERY_BROKER",
+}
+
+
+def configured(environ: Mapping[str, str]) -> frozenset[str]:
+    """The executor names a scheduler started with ``environ`` serves (no engine is built)."""
+    names = {LOCAL_EXECUTOR, WAIT_EXECUTOR}
+    if connections.from_environment(environ):
+        names.add(SQL_EXECUTOR)
+    if environ.get(SETTINGS[CELERY_EXECUTOR]):
+        names.add(CELERY_EXECUTOR)
+    return frozenset(names)
+
+
+def unknown_problem(name: str) -> str | None:
+    """Why no task may name the executor ``name`` anywhere: no engine has it (or None)."""
+    if name in KNOWN:
+        return None
+    return problems.UNKNOWN_EXECUTOR.format(name=name, known=", ".join(KNOWN))
+
+
+def executor_problem(name: str, environ: Mapping[str, str]) -> str | None:
+    """Why a task may not name the executor ``name`` here, or None when it may: a name no
+    engine of this platform has, or an engine whose settings ``environ`` lacks."""
+    unknown = unknown_problem(name)
+    if unknown is not None:
+        return unknown
+    if name not in configured(environ):
+        return problems.EXECUTOR_NOT_CONFIGURED.format(name=name, setting=SETTINGS[name])
+    return None
 
 
 def from_environment(environ: Mapping[str, str]) -> dict[str, port.Executor]:

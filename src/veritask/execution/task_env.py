@@ -17,8 +17,11 @@ A pass-through name that is a platform setting (any ``VERITASK_*``) is refused.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from collections.abc import Mapping
+from importlib import machinery
 
 PASSTHROUGH_ENV = "VERITASK_TASK_ENV_PASSTHROUGH"
 BASE_NAMES = frozenset(
@@ -80,3 +83,17 @@ def build(
     """The task's whole environment; later layers win: inherited, declared (the spec's
     ``env``), resolved secrets, then the task's own ``VERITASK_*``."""
     return {**inherited(environ), **declared, **secrets, **own}
+
+
+def finds_module(module: str, environ: Mapping[str, str]) -> bool:
+    """Whether a ``call:`` task of a local worker started with ``environ`` finds ``module``'s
+    top package: on its ``PYTHONPATH`` or among this interpreter's own (site-packages).
+    Nothing is imported, so no code of the module runs."""
+    top = module.partition(".")[0]
+    if top in sys.builtin_module_names or top in sys.stdlib_module_names:
+        return True
+    given = [entry for entry in environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    mine = set(os.environ.get("PYTHONPATH", "").split(os.pathsep))
+    # sys.path[0] is this process's script folder or working folder, not the worker's.
+    own = [entry for entry in sys.path[1:] if entry and entry not in mine]
+    return machinery.PathFinder.find_spec(top, [*given, *own]) is not None

@@ -51,6 +51,22 @@ def default_database_url() -> str:
     return f"sqlite:///{default_home() / DATABASE_FILE}"
 
 
+def shown_url(url: str | sa.URL) -> str:
+    """The URL as a person may read it: the password hidden."""
+    return normalize_url(url).render_as_string(hide_password=True)
+
+
+def database_file(url: str | sa.URL) -> Path | None:
+    """The file a SQLite URL names (None for PostgreSQL, memory and ``file:`` URIs)."""
+    parsed = normalize_url(url)
+    name = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not name or name == ":memory:":
+        return None
+    if name.startswith("file:"):
+        return None
+    return Path(name).expanduser().resolve()
+
+
 def normalize_url(url: str | sa.URL) -> sa.URL:
     """Parse the URL and pin the drivers we ship: ``postgresql://`` means psycopg 3."""
     parsed = sa.make_url(url)

@@ -24,6 +24,7 @@ import yaml
 from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.definitions import parse, placeholders
 from veritask.definitions.model import Definition
+from veritask.execution import engines
 from veritask.pipelines.api import (
     Check,
     Cron,
@@ -86,7 +87,9 @@ def compile_pipeline(pipeline: Pipeline) -> Compiled:
     if graph.problems:
         raise PipelineError(graph.problems)
     try:
-        definition = parse.definition_from_json(spec)
+        # An executor no engine has is refused here, at its Python line; whether the server
+        # configures it is the server's to say.
+        definition = parse.definition_from_json(spec, executors=engines.unknown_problem)
     except parse.DefinitionError as exc:
         raise PipelineError(
             [Refusal(*_place(places, p.field, pipeline), p.message, p.field) for p in exc.problems]
@@ -288,7 +291,12 @@ class _Spec:
                             f"parameters.{name}",
                         )
                     )
-                result[name] = _plain(default)
+                kind = _TYPES.get(param.annotation)
+                # Annotated, it is declared of that type: a trigger's value is checked, and
+                # the task's function receives it as that type.
+                result[name] = (
+                    _plain(default) if kind is None else {"type": kind, "default": _plain(default)}
+                )
         return result
 
     def task(self, node: Node) -> JSONObject:

@@ -139,6 +139,7 @@ class Dispatcher:
             logical_time=run.logical_time,
             params={**parameters.defaults(declared_parameters), **run.parameters},
             raw=parameters.raw_names(declared_parameters),
+            typed=parameters.typed_names(declared_parameters),
             outputs={key: upstream.get(key) for key in task.reads_outputs},
             map_item=self._item(run, opened) if task.map_over is not None else None,
         )

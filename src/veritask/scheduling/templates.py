@@ -11,8 +11,9 @@ No expressions are evaluated, and no value becomes code:
 - in a wait's ``http`` URL, a value is percent-encoded into a path segment or a query value;
   in its ``path``, a value is one name under the directory written before it;
 - in ``with:``, the values are text inside the callable's JSON arguments, except that a
-  value that is one upstream output's placeholder and nothing else is that output itself (a
-  list stays a list).
+  value that is one placeholder and nothing else, of an upstream output, of the map item or
+  of a parameter declared with a ``type``, is that value itself (a list stays a list, an
+  ``integer`` parameter an int).
 
 ``{{ outputs.TASK }}`` stands for an upstream task's output (its JSON; a string output as its
 text); in ``run:`` its variable is ``VERITASK_OUTPUT_TASK``.
@@ -52,6 +53,8 @@ class Values:
 
     values: Mapping[str, JSONValue]
     raw: frozenset[str] = frozenset()
+    typed: frozenset[str] = frozenset()
+    """``params.NAME`` of the parameters declared with a type: checked, so kept as values."""
 
     def text(self, name: str) -> str:
         return text_of(self.values[name])
@@ -63,11 +66,12 @@ def context(
     logical_time: datetime | None,
     params: Mapping[str, JSONValue],
     raw: Collection[str] = (),
+    typed: Collection[str] = (),
     outputs: Mapping[str, JSONValue] | None = None,
     map_item: tuple[int, JSONValue] | None = None,
 ) -> Values:
-    """The values of a run; ``raw`` names the parameters declared raw; ``outputs`` are the
-    upstream outputs an attempt reads, by task key."""
+    """The values of a run; ``raw`` names the parameters declared raw, ``typed`` those
+    declared with a type; ``outputs`` are the upstream outputs an attempt reads, by task key."""
     values: dict[str, JSONValue] = {"run_id": run_id}
     if logical_time is not None:
         values["logical_time"] = logical_time.isoformat()
@@ -79,7 +83,11 @@ def context(
         values[f"{placeholders.OUTPUTS}{key}"] = value
     if map_item is not None:
         values["map.index"], values["map.item"] = map_item
-    return Values(values, frozenset(f"{PARAMS}{name}" for name in raw if name in params))
+    return Values(
+        values,
+        frozenset(f"{PARAMS}{name}" for name in raw if name in params),
+        frozenset(f"{PARAMS}{name}" for name in typed if name in params),
+    )
 
 
 def text_of(value: JSONValue) -> str:
@@ -107,8 +115,9 @@ def render(text: str, values: Values) -> str:
 def render_json(value: JSONValue, values: Values) -> JSONValue:
     if isinstance(value, str):
         whole = placeholders.PLACEHOLDER.fullmatch(value.strip())
-        if whole is not None and whole.group(1) in values.values and _whole_value(whole.group(1)):
-            return values.values[whole.group(1)]
+        name = whole.group(1) if whole is not None else None
+        if name is not None and name in values.values and _whole_value(name, values):
+            return values.values[name]
         return render(value, values)
     if isinstance(value, list):
         return [render_json(item, values) for item in value]
@@ -117,9 +126,9 @@ def render_json(value: JSONValue, values: Values) -> JSONValue:
     return value
 
 
-def _whole_value(name: str) -> bool:
+def _whole_value(name: str, values: Values) -> bool:
     """Names whose value a lone placeholder in ``with`` gives as itself, not as text."""
-    return placeholders.output_task(name) is not None or name == "map.item"
+    return placeholders.output_task(name) is not None or name == "map.item" or name in values.typed
 
 
 def render_shell(command: str, values: Values) -> tuple[str, dict[str, str]]:

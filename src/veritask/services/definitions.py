@@ -11,19 +11,21 @@ event; :func:`advance_deletions` takes the next steps and is safe to call again 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+import os
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Final
 
-from veritask.core import refusals
+from veritask.core import problems, refusals
 from veritask.core.jsontypes import JSONObject, JSONValue, nul_paths
 from veritask.core.states import DefinitionLifecycle, RunExecutionState
 from veritask.definitions import codec as definition_codec
 from veritask.definitions import model as definition_model
 from veritask.definitions import parse, schedule
 from veritask.definitions.errors import DefinitionError
-from veritask.execution import port
+from veritask.execution import engines, port, task_env
 from veritask.ledger import definitions as stored_definitions
 from veritask.ledger import dialects, queries, run_store
 from veritask.ledger.database import Connection
@@ -58,9 +60,13 @@ log = logging.getLogger(__name__)
 
 
 def apply_definition(platform: Platform, text: str, *, actor: str) -> views.AppliedDefinition:
-    """Validate the YAML or JSON ``text`` and save it as a version (same content, same version)."""
+    """Validate the YAML or JSON ``text`` and save it as a version (same content, same version).
+
+    Each task's executor must be one this platform has and that this process's environment
+    configures: the schedulers are started with the same settings."""
+    check = functools.partial(engines.executor_problem, environ=os.environ)
     try:
-        parsed = parse.parse_definition(text)
+        parsed = parse.parse_definition(text, executors=check)
         name = parsed.name
         # A YAML escape (``"\0"``) makes a NUL the request's text did not hold.
         where = next(nul_paths(definition_codec.definition_to_json(parsed), ""), None)
@@ -73,8 +79,35 @@ def apply_definition(platform: Platform, text: str, *, actor: str) -> views.Appl
     except triggers.Refused as exc:
         raise Conflict(str(exc), current_state=_lifecycle_of(platform, name)) from None
     return views.AppliedDefinition(
-        applied.name, applied.version, applied.created, DefinitionLifecycle.ACTIVE
+        applied.name,
+        applied.version,
+        applied.created,
+        DefinitionLifecycle.ACTIVE,
+        _import_warnings(parsed, os.environ),
     )
+
+
+def _import_warnings(
+    definition: definition_model.Definition, environ: Mapping[str, str]
+) -> tuple[views.ApplyWarning, ...]:
+    """A warning for each ``call:`` of a local task whose module the local workers, which
+    inherit this process's PYTHONPATH, would not find: the task would fail at each attempt."""
+    calls: list[tuple[str, str | None]] = [
+        (f"tasks.{key}.call", task.call)
+        for key, task in definition.tasks.items()
+        if task.call is not None and task.executor == engines.LOCAL_EXECUTOR
+    ]
+    if definition.publish is not None:
+        calls.extend((f"publish.checks.{c.name}.call", c.call) for c in definition.publish.checks)
+        calls.append(("publish.commit.call", definition.publish.commit.call))
+    path = environ.get("PYTHONPATH") or "empty"
+    found: list[views.ApplyWarning] = []
+    for field, call in calls:
+        module = (call or "").partition(":")[0]
+        if module and not task_env.finds_module(module, environ):
+            message = problems.MODULE_NOT_FOUND_BY_WORKERS.format(module=module, path=path)
+            found.append(views.ApplyWarning(field, message))
+    return tuple(found)
 
 
 def list_definitions(platform: Platform) -> list[views.Definition]:

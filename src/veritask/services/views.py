@@ -83,6 +83,14 @@ class DefinitionDetail:
 
 
 @dataclass(frozen=True)
+class ApplyWarning:
+    """Something an applied definition will likely trip on, though it was accepted."""
+
+    field: str
+    message: str
+
+
+@dataclass(frozen=True)
 class AppliedDefinition:
     """The outcome of an apply: the version that holds the content, and whether it is new."""
 
@@ -90,6 +98,7 @@ class AppliedDefinition:
     version: int
     created: bool
     lifecycle: DefinitionLifecycle
+    warnings: tuple[ApplyWarning, ...] = ()
 
 
 @dataclass(frozen=True)
