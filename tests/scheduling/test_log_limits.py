@@ -10,9 +10,11 @@ import pytest
 
 from tests.conftest import SQLITE
 from tests.scheduling.harness import Harness
+from tests.ui.conftest import served_ui
 from veritask.core.states import RunExecutionState
 from veritask.services import log_pages, logs
 from veritask.services.platform import Platform
+from veritask.services.tokens import TokenRole
 
 #: 10 KiB of output, then a line that says the task went on past the limit.
 TEN_KIB = "head -c 10240 /dev/zero | tr '\\\\0' x; echo; echo went on"
@@ -98,3 +100,16 @@ def test_a_100_mb_log_is_kept_whole_and_its_end_is_viewed_and_searched_quickly(
     assert found.hits == (100 * 1024 + 1,)
     assert viewed < 5.0, viewed
     assert searched < 5.0, searched
+
+    # The same through the log viewer's page, over HTTP.
+    with served_ui(harness.url, harness.home) as ui:
+        viewer = ui.signed_in(TokenRole.VIEWER).http
+        began = time.monotonic()
+        page = viewer.get(f"/ui/instances/{instance_id}/log?attempt=1")
+        hit = viewer.get(f"/ui/instances/{instance_id}/log?attempt=1&q=needle")
+        took = time.monotonic() - began
+    assert page.status_code == 200 and hit.status_code == 200
+    last_line = 100 * 1024 + 1
+    assert f'id="L{last_line}"' in page.text and "the needle at the end" in page.text
+    assert f'id="L{last_line}"' in hit.text
+    assert took < 10.0, took
