@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -129,3 +130,21 @@ def test_a_trigger_refused_by_an_outage_left_nothing_and_succeeds_after(served: 
     accepted = operator.post("/api/v2/definitions/pipeline/runs", json={"idempotency_key": "k"})
     assert accepted.status_code == 202, accepted.text
     assert len(runs.list_runs(served.platform, definition="pipeline").items) == 1
+
+
+def test_an_open_live_stream_ends_whole_when_the_database_goes(served: Ui) -> None:
+    """The stream ends as a stream ends (its last chunk sent), not cut off mid-answer; the
+    browser's reconnection then meets the 503."""
+    viewer = served.signed_in(TokenRole.VIEWER)
+    request = viewer.http.build_request("GET", "/ui/live?since=0")
+    stream = viewer.http.send(request, stream=True)
+    try:
+        assert stream.status_code == 200
+        with database_down(served):
+            began = time.monotonic()
+            for _ in stream.iter_text():  # raises if the server cut the answer off
+                assert time.monotonic() - began < 10, "the stream went on without its database"
+            assert time.monotonic() - began < 3
+            assert_unavailable(viewer.http.get("/ui/live?since=0"))
+    finally:
+        stream.close()

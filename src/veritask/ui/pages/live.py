@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Annotated, Final
@@ -27,6 +28,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from veritask.core.errors import VeritaskError
 from veritask.services import activity, alerts, sessions
 from veritask.services.platform import Platform
 from veritask.ui import context
@@ -38,6 +40,7 @@ STREAM_SECONDS: Final = 25.0
 #: How often a stream reads its session again (ended by another process, or expired).
 RECHECK_SECONDS: Final = 3.0
 RECONNECT_MILLISECONDS: Final = 1000
+log = logging.getLogger(__name__)
 
 
 @router.get("")
@@ -115,28 +118,51 @@ async def changes(
     or its session ends."""
     loop = asyncio.get_running_loop()
     ended = asyncio.Event()
+    timing = (poll_seconds, stream_seconds, recheck_seconds)
 
     def wake() -> None:
         loop.call_soon_threadsafe(ended.set)
 
     with sessions.watching(session.session_id, session.token_id, wake):
         yield f"retry: {RECONNECT_MILLISECONDS}\n\n"
-        seen = since
-        ends = loop.time() + stream_seconds
-        # Read at once: the session may have ended between the page's check and the watch.
-        recheck = loop.time()
-        while loop.time() < ends and not ended.is_set():
-            if await request.is_disconnected():
+        try:
+            async for message in _watch(measure, request, since, session, ended, timing):
+                yield message
+        except VeritaskError as exc:
+            if not exc.retryable:
+                raise
+            # The database went away: end the stream whole; the browser's reconnection gets
+            # the 503 (with Retry-After) until it is back.
+            log.warning("live stream ended: %s", exc)
+
+
+async def _watch(
+    measure: Callable[[], int],
+    request: Request,
+    since: int,
+    session: Signed,
+    ended: asyncio.Event,
+    timing: tuple[float, float, float],
+) -> AsyncIterator[str]:
+    """The stream's messages after its first, until its time is up or its session ends."""
+    poll_seconds, stream_seconds, recheck_seconds = timing
+    loop = asyncio.get_running_loop()
+    seen = since
+    ends = loop.time() + stream_seconds
+    # Read at once: the session may have ended between the page's check and the watch.
+    recheck = loop.time()
+    while loop.time() < ends and not ended.is_set():
+        if await request.is_disconnected():
+            return
+        if loop.time() >= recheck:
+            if not await run_in_threadpool(session.still_signed_in):
                 return
-            if loop.time() >= recheck:
-                if not await run_in_threadpool(session.still_signed_in):
-                    return
-                recheck = loop.time() + recheck_seconds
-            position = await run_in_threadpool(measure)
-            if position > seen:
-                seen = position
-                yield f"id: {position}\nevent: changed\ndata: {position}\n\n"
-            else:
-                yield ": idle\n\n"  # a comment keeps proxies from closing a quiet stream
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ended.wait(), timeout=poll_seconds)
+            recheck = loop.time() + recheck_seconds
+        position = await run_in_threadpool(measure)
+        if position > seen:
+            seen = position
+            yield f"id: {position}\nevent: changed\ndata: {position}\n\n"
+        else:
+            yield ": idle\n\n"  # a comment keeps proxies from closing a quiet stream
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ended.wait(), timeout=poll_seconds)
