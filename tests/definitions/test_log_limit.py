@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from veritask.core import sizes
 from veritask.definitions.codec import definition_to_json
 from veritask.definitions.errors import DefinitionError, Problem
-from veritask.definitions.parse import definition_from_json, parse_definition
+from veritask.definitions.parse import content_hash, definition_from_json, parse_definition
+from veritask.pipelines import compile as pipelines
 
 DEFINITION = """\
 name: big_logs
@@ -83,3 +87,24 @@ def test_sizes_read_binary_and_decimal_units() -> None:
     assert sizes.parse_size("100MB") == 100_000_000
     assert sizes.parse_size(2048) == 2048
     assert sizes.format_size(200 * 1024**2) == "200MiB"
+
+
+def test_a_python_pipeline_sets_the_same_limits_with_the_same_hash(tmp_path: Path) -> None:
+    path = tmp_path / "limited.py"
+    path.write_text(
+        "from veritask import Defaults, pipeline, shell\n"
+        "\n"
+        "@pipeline(name='big_logs', defaults=Defaults(log_limit='200MiB'))\n"
+        "def big_logs() -> None:\n"
+        "    shell('true', name='chatty')\n"
+        "    shell('true', name='chattier', log_limit='1GB')\n"
+        "    shell('true', name='quiet', log_limit=4096)\n"
+    )
+    try:
+        [compiled] = pipelines.load_file(path)
+    finally:
+        sys.modules.pop("limited", None)
+
+    written = parse_definition(DEFINITION)
+    assert compiled.definition == written
+    assert compiled.content_hash == content_hash(written)
