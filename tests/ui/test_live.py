@@ -82,3 +82,19 @@ def test_a_session_ended_by_another_process_ends_the_stream_within_the_recheck(
         assert took < live.RECHECK_SECONDS + AT_ONCE
     finally:
         stream.close()
+
+
+def test_signing_out_leaves_another_browsers_stream_open(served: Ui) -> None:
+    """Sign-out ends one session: a stream of the same token in another browser goes on."""
+    leaving, staying = served.signed_in(TokenRole.VIEWER), served.signed_in(TokenRole.VIEWER)
+    stream = open_stream(staying)
+    try:
+        assert leaving.http.post("/ui/sign-out", data={"csrf": leaving.csrf}).status_code == 303
+        began, went_on = time.monotonic(), False
+        for _ in stream.iter_text():  # an idle comment a second while it stays open
+            if time.monotonic() - began > AT_ONCE:
+                went_on = True
+                break
+        assert went_on
+    finally:
+        stream.close()
