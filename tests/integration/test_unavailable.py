@@ -22,7 +22,7 @@ import pytest
 from psycopg import sql
 
 from tests.conftest import SQLITE
-from tests.ui.conftest import PIPELINE, Ui, served_ui
+from tests.ui.conftest import PIPELINE, Ui, csrf_of, served_ui
 from veritask.services import runs
 from veritask.services.tokens import TokenRole
 
@@ -104,6 +104,18 @@ def test_every_route_answers_503_with_retry_after_while_the_database_is_down(
         assert_unavailable(
             viewer.http.post(
                 "/ui/definitions/pipeline/trigger", data={"csrf": viewer.csrf, "param.table": "x"}
+            )
+        )
+        worker = served.client()
+        worker.headers["Authorization"] = "Bearer an-attempt-token"
+        assert_unavailable(worker.post("/api/v2/callbacks/events", json={}))
+        visitor = served.client()
+        sign_in = visitor.get("/ui/sign-in")  # needs no database: a static form
+        assert sign_in.status_code == 200
+        assert_unavailable(
+            visitor.post(
+                "/ui/sign-in",
+                data={"csrf": csrf_of(sign_in.text), "token": served.tokens[TokenRole.VIEWER]},
             )
         )
         ready = api.get("/readyz")
