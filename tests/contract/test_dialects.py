@@ -14,6 +14,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from tests.conftest import PostgresServer
 from tests.contract import builders
 from veritask.ledger import dialects, errors, schema
 
@@ -149,6 +150,70 @@ def test_an_unreachable_database_is_unavailable_and_retryable() -> None:
     finally:
         engine.dispose()
     assert unavailable.value.retryable
+
+
+def test_a_full_sqlite_database_is_unavailable_not_a_bug(tmp_path: Path) -> None:
+    """SQLite's "database or disk is full" (here the file may not grow: its size is capped
+    at what it holds) is the platform's trouble, retryable; the API answers it 503."""
+    engine = dialects.create_engine(f"sqlite:///{tmp_path / 'full.db'}")
+
+    def no_room(dbapi_connection: DBAPIConnection, _: ConnectionPoolEntry) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA page_count")
+        row = cursor.fetchone()
+        assert row is not None
+        cursor.execute(f"PRAGMA max_page_count = {max(int(row[0]), 1)}")
+        cursor.close()
+
+    sa.event.listen(engine, "connect", no_room)
+    try:
+        with pytest.raises(errors.LedgerUnavailable) as full, engine.begin() as connection:
+            connection.execute(sa.text("CREATE TABLE filler (x TEXT)"))
+    finally:
+        engine.dispose()
+    assert full.value.retryable
+    assert "full" in str(full.value)
+
+
+@pytest.mark.postgres
+def test_a_dropped_postgres_database_is_unavailable(
+    postgres_server: PostgresServer,
+) -> None:
+    """A database that is gone (dropped while we ran) cannot be reached: retryable."""
+    name = postgres_server.create_database("vt_gone")
+    engine = dialects.create_engine(postgres_server.url_for(name))
+    try:
+        with engine.connect() as connection:
+            connection.execute(sa.select(1))
+        postgres_server.drop_database(name)
+        for _ in range(2):  # the pooled connection was ended; a new one finds no database
+            with pytest.raises(errors.LedgerUnavailable) as gone, engine.connect() as connection:
+                connection.execute(sa.select(1))
+            assert gone.value.retryable
+    finally:
+        engine.dispose()
+        postgres_server.drop_database(name)
+
+
+@pytest.mark.parametrize(
+    "driver_error",
+    [
+        psycopg.errors.DiskFull("could not extend file"),
+        psycopg.errors.AdminShutdown("terminating connection due to administrator command"),
+        psycopg.errors.TooManyConnections("sorry, too many clients already"),
+        psycopg.errors.InvalidCatalogName('database "gone" does not exist'),
+    ],
+)
+def test_postgres_trouble_of_the_server_is_unavailable(driver_error: psycopg.Error) -> None:
+    translated = errors.translate(sa.exc.OperationalError("SELECT 1", None, driver_error))
+    assert isinstance(translated, errors.LedgerUnavailable)
+    assert translated.retryable
+
+
+def test_a_postgres_bug_stays_a_plain_ledger_error() -> None:
+    driver_error = psycopg.errors.UndefinedColumn('column "nope" does not exist')
+    translated = errors.translate(sa.exc.ProgrammingError("SELECT nope", None, driver_error))
+    assert not translated.retryable
 
 
 def test_a_foreign_key_violation_is_an_integrity_violation(engine: Engine) -> None:

@@ -239,7 +239,8 @@ def _builds_an_event(call: ast.Call) -> bool:
 
 
 def _threading(func: ast.Attribute) -> bool:
-    return isinstance(func.value, ast.Name) and func.value.id == "threading"
+    # threading.Event and asyncio.Event are signals between threads or tasks, not events.
+    return isinstance(func.value, ast.Name) and func.value.id in ("threading", "asyncio")
 
 
 def test_no_module_builds_an_event_by_hand() -> None:

@@ -76,6 +76,12 @@ class AuthenticateFirst:
             )
             await response(scope, receive, send)
             return
+        except Exception as exc:
+            # The database down while checking the token is the platform's trouble: 503.
+            if not problems.is_platform_trouble(exc):
+                raise
+            await problems.unavailable(exc)(scope, receive, send)
+            return
         scope.setdefault("state", {}).update(state)
         await self.app(scope, receive, send)
 

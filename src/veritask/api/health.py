@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response, status
 
-from veritask.api import schemas
+from veritask.api import problems, schemas
 from veritask.api.security import PlatformDep
 from veritask.services import health
 
@@ -29,4 +29,5 @@ def readyz(platform: PlatformDep, response: Response) -> schemas.Readiness:
     found = health.readiness(platform)
     if not found.ready:
         response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+        response.headers["Retry-After"] = str(problems.RETRY_AFTER_SECONDS)
     return schemas.Readiness.model_validate(found)

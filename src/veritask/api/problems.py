@@ -7,6 +7,7 @@ down (503, retryable), and anything unexpected (500, logged, no internals in the
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Mapping
 from http import HTTPStatus
@@ -26,6 +27,9 @@ from veritask.services import errors
 log = logging.getLogger(__name__)
 
 MEDIA_TYPE: Final = "application/problem+json"
+#: What ``Retry-After`` asks of a client when the database is busy or unreachable.
+RETRY_AFTER_SECONDS: Final = 1
+_FULL_DISK: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
 TYPE_PREFIX: Final = "/problems/"
 
 
@@ -87,11 +91,30 @@ def _service_error(_: Request, exc: Exception) -> JSONResponse:
         case errors.SchedulerRefused():
             return problem(409, str(exc), kind="scheduler-refused")
         case VeritaskError() if exc.retryable:
-            return problem(
-                503, f"try again: {exc}", kind="unavailable", headers={"Retry-After": "1"}
-            )
+            return unavailable(exc)
         case _:
             return _unexpected(_, exc)
+
+
+def is_platform_trouble(exc: BaseException) -> bool:
+    """Whether ``exc`` is the platform's own trouble rather than the request's or a bug: the
+    database busy, unreachable or full (the ledger says so by ``retryable``), or a full disk.
+    """
+    if isinstance(exc, VeritaskError):
+        return exc.retryable
+    return isinstance(exc, OSError) and exc.errno in _FULL_DISK
+
+
+def unavailable(exc: BaseException) -> JSONResponse:
+    """503, retryable: the database (or the disk) cannot serve now; nothing was half-written,
+    since every change is one transaction that did not commit."""
+    log.warning("unavailable: %s", exc)
+    return problem(
+        503,
+        f"try again: {exc}",
+        kind="unavailable",
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
 
 
 def _validation_error(_: Request, exc: Exception) -> JSONResponse:
@@ -142,6 +165,9 @@ def _allowed_methods(request: Request) -> list[str]:
 
 
 def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+    # Also reached by errors raised outside the routes (a middleware, a stream's start).
+    if is_platform_trouble(exc):
+        return unavailable(exc)
     log.error("unexpected error", exc_info=exc)
     return problem(500, "an unexpected error; the server's log has the details", kind="internal")
 

@@ -10,16 +10,23 @@ fold's attempt views, never a row's create or update time:
 
 An interval whose end has not happened yet is open (``end`` None): a timeline draws it up to
 now, statistics leave it out.
+
+The two ends of a phase are often stamped by different clocks (the platform's, a worker's on
+another machine). A phase whose end is stamped before its start is never negative: it is
+clamped to zero, and where the platform learned of its end after its start (the order of
+``observed_at``) the stamps contradict what happened, so the phase carries the difference as
+``clock_skew`` (:func:`with_clock_skew`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from veritask.core.facts import InstanceFacts, Mark
 from veritask.core.fold import AttemptView, InstanceSnapshot
 
 
@@ -44,11 +51,18 @@ class PhaseInterval:
     attempt_no: int
     start: datetime
     end: datetime | None
+    clock_skew: timedelta | None = None
+    """How far the end's stamp was before the start's although the platform learned of the
+    end after the start: the clocks that stamped them disagree (the end is then the start)."""
 
     @property
     def duration(self) -> timedelta | None:
-        """None while the phase is still going on."""
-        return None if self.end is None else self.end - self.start
+        """None while the phase is still going on; never negative."""
+        return None if self.end is None else max(self.end - self.start, timedelta())
+
+    @property
+    def clock_skew_seconds(self) -> float | None:
+        return None if self.clock_skew is None else self.clock_skew.total_seconds()
 
 
 def instance_phases(snapshot: InstanceSnapshot) -> list[PhaseInterval]:
@@ -128,3 +142,49 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     if below == above:
         return ordered[below]
     return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
+
+
+def observed_phases(snapshot: InstanceSnapshot) -> list[PhaseInterval]:
+    """:func:`instance_phases`, none negative, each with its clock skew."""
+    return with_clock_skew(instance_phases(snapshot), snapshot.facts)
+
+
+def with_clock_skew(
+    intervals: Iterable[PhaseInterval], facts: InstanceFacts
+) -> list[PhaseInterval]:
+    """The intervals with every end stamped before its start moved to the start (zero long).
+
+    When the platform observed the end after the start, the stamps contradict the order in
+    which things happened: the difference is kept as ``clock_skew``. When it observed the end
+    first as well, the two reports raced (a worker's start before the engine's acknowledgement
+    was recorded): the phase was zero long, and no clock is blamed.
+    """
+    observed = _observed_at(facts)
+    found: list[PhaseInterval] = []
+    for interval in intervals:
+        if interval.end is None or interval.end >= interval.start:
+            found.append(interval)
+            continue
+        behind = interval.start - interval.end
+        start_seen, end_seen = observed.get(interval.start), observed.get(interval.end)
+        skewed = start_seen is not None and end_seen is not None and end_seen >= start_seen
+        found.append(replace(interval, end=interval.start, clock_skew=behind if skewed else None))
+    return found
+
+
+def _observed_at(facts: InstanceFacts) -> dict[datetime, datetime]:
+    """The earliest ``observed_at`` of the instance's recorded events, by their event time."""
+    marks: list[Mark] = [facts.created] if facts.created is not None else []
+    marks.extend(mark for _, mark in facts.decisions)
+    for attempt in facts.attempts:
+        for field in fields(attempt):
+            value = getattr(attempt, field.name)
+            if isinstance(value, Mark):
+                marks.append(value)
+        marks.extend(completion.mark for completion in attempt.completions)
+    found: dict[datetime, datetime] = {}
+    for mark in marks:
+        if mark.observed_at is not None:
+            known = found.get(mark.event_time)
+            found[mark.event_time] = min(known or mark.observed_at, mark.observed_at)
+    return found

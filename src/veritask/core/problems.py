@@ -101,6 +101,18 @@ NOT_A_SECRET_NAME = Phrase(
     "{name!r} is not a valid secret name: use letters, digits and '_', not starting with a digit",
 )
 
+# -- sizes (definitions.sizes) ---------------------------------------------------------------
+
+NOT_A_SIZE = Phrase(
+    "problem.not_a_size",
+    "{value!r} is not a size: write a number of bytes or a number with a unit, such as 512KiB, "
+    "200MiB, 2GiB or 100MB",
+)
+SIZE_OUT_OF_RANGE = Phrase(
+    "problem.size_out_of_range",
+    "{value!r} is out of range: a log limit is from {low} to {high}",
+)
+
 # -- durations (definitions.durations) -------------------------------------------------------
 
 DURATION_TOO_LONG = Phrase("problem.duration_too_long", "{value!r} is too long for a duration")

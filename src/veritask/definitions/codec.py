@@ -150,6 +150,8 @@ def _task(task: TaskSpec, priority: int) -> JSONObject:
         data["pool_slots"] = task.pool_slots
     if task.priority != priority:
         data["priority"] = task.priority
+    if task.log_limit is not None:
+        data["log_limit"] = task.log_limit
     if task.sql is not None:
         del data["with"]  # a sql task has no parameters of its own: the statement is all
     return data

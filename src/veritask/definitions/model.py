@@ -292,6 +292,9 @@ class TaskSpec:
     """Higher opens first when slots are scarce (the definition's unless the task sets one)."""
     wait: WaitSpec | None = None
     """A condition the scheduler checks instead of running anything (executor ``wait``)."""
+    log_limit: int | None = None
+    """The most bytes of output an attempt's log keeps (``log_limit``); None: the executor's
+    setting (``VERITASK_LOG_LIMIT``, docs/executors.md)."""
 
     def __post_init__(self) -> None:
         check_env(self.env, f"tasks.{self.key}.env")

@@ -98,7 +98,10 @@ TASK_FIELDS = (
     "pool_slots",
     "priority",
     "wait",
+    "log_limit",
 )
+#: What ``defaults:`` may hold: the policy, and what every task inherits beside it.
+DEFAULTS_FIELDS = (*POLICY_FIELDS, "log_limit")
 MAP_FIELDS = ("over", "max_map")
 #: The executor a task with ``sql`` uses unless it names another.
 SQL_EXECUTOR = "sql"
@@ -177,7 +180,7 @@ class _Reader(Reader):
         concurrency = self.choice(
             f.get("concurrency"), "concurrency", ConcurrencyPolicy, ConcurrencyPolicy.FORBID
         )
-        defaults_fields = self.fields_of(f.get("defaults"), "defaults", POLICY_FIELDS)
+        defaults_fields = self.fields_of(f.get("defaults"), "defaults", DEFAULTS_FIELDS)
         defaults = self.policy(defaults_fields, "defaults", TaskPolicy(), f.get("defaults"))
         parameters = declarations.read_parameters(self, f.get("parameters"))
         # Nobody gives a run a publication started a value either.
@@ -187,6 +190,14 @@ class _Reader(Reader):
         env = read_env(self, f.get("env"), "env")
         priority = self.integer(f.get("priority"), "priority", 0) or 0
         tasks = self.tasks(f.get("tasks"), defaults, queue, priority)
+        log_limit = self.log_limit(
+            (defaults_fields or {}).get("log_limit"), "defaults.log_limit", None
+        )
+        if log_limit is not None:  # a task's own wins
+            tasks = {
+                key: task if task.log_limit is not None else replace(task, log_limit=log_limit)
+                for key, task in tasks.items()
+            }
         publish = self.publish(f.get("publish"))
         wait_for = self.wait_for(f.get("wait_for"), name)
         on_published = trigger.read_trigger(self, f.get("trigger"), name)
@@ -353,6 +364,7 @@ class _Reader(Reader):
             self.add(
                 f"{path}.map", entry_line(f.get("map")), problems.WAIT_MAPPED.format(kind=wait.kind)
             )
+        log_limit = self.log_limit(f.get("log_limit"), f"{path}.log_limit", None)
         pool = self.slug(f.get("pool"), f"{path}.pool", "") or None
         pool_slots = self.integer(f.get("pool_slots"), f"{path}.pool_slots", 1, minimum=1) or 1
         task_priority = self.integer(f.get("priority"), f"{path}.priority", priority)
@@ -381,6 +393,7 @@ class _Reader(Reader):
                 pool_slots=pool_slots,
                 priority=priority if task_priority is None else task_priority,
                 wait=wait,
+                log_limit=log_limit,
             ),
             line,
             since,

@@ -10,7 +10,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import TypeVar
 
-from veritask.core import problems
+from veritask.core import problems, sizes
 from veritask.core.jsontypes import JSONValue
 from veritask.core.phrases import Phrase
 from veritask.definitions import durations, source
@@ -175,6 +175,17 @@ class Reader:
             self.add(path, value.line, problems.LONGER_THAN_ZERO.format())
             return default
         return parsed
+
+    def log_limit(self, entry: Entry | None, path: str, default: int | None) -> int | None:
+        """A log limit: ``200MiB``, ``1GB`` or a number of bytes (``definitions.sizes``)."""
+        if entry is None or is_null(entry):
+            return default
+        value = entry.value
+        try:
+            return sizes.parse_log_limit(value.value if isinstance(value, Scalar) else kind(value))
+        except sizes.InvalidSize as exc:
+            self.add(path, value.line, str(exc))
+            return default
 
     def choice(self, entry: Entry | None, path: str, enum: type[E], default: E) -> E:
         if entry is None or is_null(entry):

@@ -188,7 +188,12 @@ def _translate_driver_error(context: ExceptionContext) -> BaseException | None:
         context.sqlalchemy_exception, sa.exc.DBAPIError
     ):
         return None
-    return errors.translate(context.sqlalchemy_exception, is_disconnect=context.is_disconnect)
+    # No connection yet: the error came while connecting (SQLAlchemy's documented meaning).
+    return errors.translate(
+        context.sqlalchemy_exception,
+        is_disconnect=context.is_disconnect,
+        connecting=context.connection is None,
+    )
 
 
 @contextmanager

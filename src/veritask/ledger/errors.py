@@ -48,7 +48,8 @@ class LedgerBusy(LedgerError):
 
 
 class LedgerUnavailable(LedgerError):
-    """The database could not be reached."""
+    """The database could not be reached, or cannot store anything now (its disk is full,
+    its file is gone): the platform's own trouble, not the request's."""
 
     retryable = True
 
@@ -70,14 +71,32 @@ _SQLITE_CLASSES: Final[dict[str, type[LedgerError]]] = {
     "SQLITE_BUSY_TIMEOUT": LedgerBusy,
     "SQLITE_LOCKED": LedgerBusy,
     "SQLITE_CANTOPEN": LedgerUnavailable,
+    "SQLITE_FULL": LedgerUnavailable,  # "database or disk is full"
+    "SQLITE_NOTADB": LedgerUnavailable,  # the file was replaced by something else
 }
 
+#: SQLite's extended codes of these families are the storage's trouble: an I/O error, a file
+#: that cannot be opened, or written (its folder went read-only, it was moved away).
+_SQLITE_UNAVAILABLE_PREFIXES: Final = ("SQLITE_IOERR", "SQLITE_CANTOPEN", "SQLITE_READONLY")
 
-def translate(exc: sa.exc.DBAPIError, *, is_disconnect: bool = False) -> LedgerError:
-    """The LedgerError for a driver error; the caller raises it ``from`` the original."""
+#: PostgreSQL's SQLSTATE classes and codes that say the server cannot serve now, whatever was
+#: asked: insufficient resources (53: disk full, out of memory, too many connections), an
+#: operator's intervention (57P: shut down, terminated, cannot connect now), a system error
+#: (58: I/O), and a database that is gone (3D000, e.g. dropped).
+_POSTGRES_UNAVAILABLE_PREFIXES: Final = ("08", "53", "57P", "58", "3D000")
+
+
+def translate(
+    exc: sa.exc.DBAPIError, *, is_disconnect: bool = False, connecting: bool = False
+) -> LedgerError:
+    """The LedgerError for a driver error; the caller raises it ``from`` the original.
+
+    ``connecting``: the error came while opening a connection, before any statement of ours
+    ran; whatever the driver says then (no such database, access refused, no server), the
+    database cannot be reached."""
     driver_error = exc.orig
     message = str(driver_error).strip() or type(driver_error).__name__
-    if is_disconnect or exc.connection_invalidated:
+    if is_disconnect or connecting or exc.connection_invalidated:
         return LedgerUnavailable(message)
     return _classify(driver_error, message)(message)
 
@@ -91,7 +110,7 @@ def _classify(driver_error: BaseException | None, message: str) -> type[LedgerEr
             return _POSTGRES_CLASSES[sqlstate]
         if sqlstate.startswith("23"):
             return IntegrityViolation
-        if sqlstate.startswith("08"):
+        if sqlstate.startswith(_POSTGRES_UNAVAILABLE_PREFIXES):
             return LedgerUnavailable
         if isinstance(driver_error, psycopg.OperationalError) and not sqlstate:
             return LedgerUnavailable  # never reached the server
@@ -100,6 +119,8 @@ def _classify(driver_error: BaseException | None, message: str) -> type[LedgerEr
         name = getattr(driver_error, "sqlite_errorname", "")
         if name in _SQLITE_CLASSES:
             return _SQLITE_CLASSES[name]
+        if name.startswith(_SQLITE_UNAVAILABLE_PREFIXES):
+            return LedgerUnavailable
         if isinstance(driver_error, sqlite3.IntegrityError):
             return IntegrityViolation
         return LedgerError

@@ -118,6 +118,8 @@ class Secret:
 
 
 EnvValue = str | Secret
+#: A size as definitions write it: ``"200MiB"``, ``"2GiB"``, ``"100MB"`` or a number of bytes.
+Size = str | int
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,8 @@ class Defaults:
     evidence_window: Duration | None = None
     cancel_window: Duration | None = None
     on_unknown: OnUnknown | None = None
+    log_limit: Size | None = None
+    """How much output each task's log keeps: ``"200MiB"`` or bytes (``log_limit``)."""
 
 
 @dataclass(frozen=True)
@@ -276,6 +280,7 @@ class Options:
     pool: str | None = None
     pool_slots: int | None = None
     priority: int | None = None
+    log_limit: Size | None = None
 
     def over(self, other: Options) -> Options:
         """These options with the ones ``other`` sets on top (``after`` adds up)."""
@@ -452,6 +457,7 @@ class Task(Generic[P, R]):
         pool: str | None = None,
         pool_slots: int | None = None,
         priority: int | None = None,
+        log_limit: Size | None = None,
     ) -> Task[P, R]:
         """This task with fields set for one call: ``load.options(after=[files])(path)``;
         ``max_map`` bounds a ``.map`` (default 1,024 items)."""
@@ -476,6 +482,7 @@ class Task(Generic[P, R]):
             pool,
             pool_slots,
             priority,
+            log_limit,
         )
         return Task(self.function, self.defaults, self.extra.over(extra))
 
@@ -568,6 +575,7 @@ def task(
     pool: str | None = None,
     pool_slots: int | None = None,
     priority: int | None = None,
+    log_limit: Size | None = None,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
 
@@ -593,6 +601,7 @@ def task(
     pool: str | None = None,
     pool_slots: int | None = None,
     priority: int | None = None,
+    log_limit: Size | None = None,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Make a top-level function a task: ``@task`` or ``@task(retry=Retry(max_retries=3))``."""
     options = Options(
@@ -615,6 +624,7 @@ def task(
         pool=pool,
         pool_slots=pool_slots,
         priority=priority,
+        log_limit=log_limit,
     )
     frame = _caller()
 
@@ -649,6 +659,7 @@ def shell(
     pool: str | None = None,
     pool_slots: int | None = None,
     priority: int | None = None,
+    log_limit: Size | None = None,
 ) -> Result[None]:
     """A ``run:`` task (``/bin/sh -c``), inside a pipeline."""
     graph, frame = current_graph(f"shell task {name!r}")
@@ -672,6 +683,7 @@ def shell(
         pool=pool,
         pool_slots=pool_slots,
         priority=priority,
+        log_limit=log_limit,
     )
     node = Node(name, options, *_place(frame), run=command)
     return cast(Result[None], graph.add(node))

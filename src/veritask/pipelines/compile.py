@@ -225,7 +225,10 @@ class _Spec:
             spec["concurrency"] = str(f["concurrency"])
         defaults = f["defaults"]
         if isinstance(defaults, Defaults):
-            spec["defaults"] = _policy(defaults)
+            found = _policy(defaults)
+            if defaults.log_limit is not None:
+                found["log_limit"] = defaults.log_limit
+            spec["defaults"] = found
         parameters = self.parameters()
         if parameters:
             spec["parameters"] = parameters
@@ -352,6 +355,7 @@ class _Spec:
             "pool",
             "pool_slots",
             "priority",
+            "log_limit",
         ):
             value = getattr(o, key)
             if value is not None:

@@ -32,7 +32,7 @@ from veritask.definitions.model import (
     WaitSpec,
     task_env,
 )
-from veritask.execution import port
+from veritask.execution import log_limits, port
 from veritask.execution.errors import ExecutorError
 from veritask.scheduling import publication, templates
 from veritask.scheduling.tokens import AttemptTokens
@@ -194,6 +194,7 @@ class Dispatcher:
             timeout=task.policy.timeout,
             skip_exit_code=task.skip_exit_code,
             heartbeat_interval=beat,
+            log_cap_bytes=task.log_limit or log_limits.executor_log_limit(task.executor),
             queue=task.queue,
             secret_env=secret_env,
             upstream_outputs={key: upstream.get(key) for key in task.after}

@@ -164,7 +164,7 @@ def _timeline_of(instance: queries.InstanceText) -> InstanceTimeline:
         instance.task_key,
         instance.map_index,
         instance.state,
-        tuple(durations.instance_phases(snapshot)),
+        tuple(durations.observed_phases(snapshot)),
     )
 
 
@@ -181,5 +181,5 @@ def _timeline(history: timelines.InstanceHistory) -> InstanceTimeline:
         history.task_key,
         history.map_index,
         history.state,
-        tuple(durations.instance_phases(snapshot)),
+        tuple(durations.observed_phases(snapshot)),
     )

@@ -20,7 +20,7 @@ from veritask.core import refusals
 from veritask.ledger import api_tokens, dialects, runs, ui_sessions
 from veritask.ledger.vocabulary import TokenRole as TokenRole  # re-exported for the API
 from veritask.scheduling import tokens as attempt_tokens
-from veritask.services import views
+from veritask.services import sessions, views
 from veritask.services.errors import Conflict, InvalidInput, NotFound
 from veritask.services.platform import Platform
 
@@ -89,6 +89,7 @@ def revoke_token(platform: Platform, token_id: str) -> views.TokenInfo:
         now = platform.now()
         api_tokens.mark_revoked(connection, token_id, now)
         ui_sessions.end_sessions_of_token(connection, token_id, now)
+    sessions.token_revoked(token_id)  # its open live streams end now, not at their next look
     return replace(_info(row), revoked_at=now)
 
 

@@ -24,6 +24,13 @@ class PhaseInterval(schemas.Out):
     attempt_no: int
     start: datetime
     end: datetime | None = Field(description="Null while the phase goes on")
+    clock_skew_seconds: float | None = Field(
+        default=None,
+        description=(
+            "Set when the end was stamped this many seconds before the start although the "
+            "platform learned of it after: the clocks disagree, the phase is shown zero long"
+        ),
+    )
 
 
 class InstanceTimeline(schemas.Out):
