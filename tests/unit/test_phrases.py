@@ -469,6 +469,10 @@ def written_alerts() -> Iterator[tuple[str, str]]:
         "decide again",
     )
     yield (
+        alert_messages.RUN_FAILED.format(reason=reasons.LEAF_ENDED.format(ended="load failed")),
+        "the run failed: leaf load failed",
+    )
+    yield (
         alert_messages.RUN_FOLLOWED.format(
             attempt_no=n,
             previous=InstanceState.FAILED,

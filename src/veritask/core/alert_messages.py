@@ -146,6 +146,7 @@ UNREACHABLE = Phrase("alert.unreachable", "unreachable")
 
 # -- deadline --------------------------------------------------------------------------------
 
+RUN_FAILED = Phrase("alert.run_failed", "the run failed: {reason}", reason=Slot.SENTENCE)
 DEADLINE = Phrase(
     "alert.deadline", "the run was expected to finish by {due} and is still active", due=Slot.TIME
 )

@@ -28,6 +28,7 @@ from veritask.scheduling import (
     mapping,
     publication,
     rules,
+    run_failures,
     sweeps,
     versions,
 )
@@ -203,7 +204,7 @@ class RunAdvancer:
             retrying = [b for b in publishing if states[b.task_key] is InstanceState.UP_FOR_RETRY]
             self._move_instances(context, graph, retrying, states, now, report, advanced, None)
         work_states = {_key(b): states[_key(b)] for b in work}
-        execution = self._settle_run(run, graph, work, work_states, now, report)
+        execution = self._settle_run(run, definition, graph, work, work_states, now, report)
         if definition.publish is not None:
             self._settle_publication(
                 run, context, execution, publishing, states, now, report, advanced
@@ -566,6 +567,7 @@ class RunAdvancer:
     def _settle_run(
         self,
         run: ActiveRun,
+        definition: Definition,
         graph: run_state.RunGraph,
         briefs: list[run_store.InstanceBrief],
         states: dict[str, InstanceState],
@@ -612,6 +614,10 @@ class RunAdvancer:
                 evidence={"instances": {k: v.value for k, v in states.items()}},
             )
         report.runs_moved += 1
+        if target is RunExecutionState.FAILED:
+            run_failures.alert_failed_run(
+                self.ledger, run_id=run.id, definition=definition, reason=reason
+            )
         return target
 
     @staticmethod

@@ -30,7 +30,7 @@ from veritask.ledger import alerts, dialects, errors, queries, run_store
 from veritask.ledger.ledger import Applied, Ledger
 from veritask.ledger.rows import InstanceRow
 from veritask.ledger.vocabulary import AlertCategory
-from veritask.scheduling import versions
+from veritask.scheduling import run_failures, versions
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +141,10 @@ def _follow(
                 },
                 "late_evidence": late,
             },
+        )
+    if verdict.state is RunExecutionState.FAILED:
+        run_failures.alert_failed_run(
+            ledger, run_id=run.id, definition=definition, reason=verdict.reason
         )
     return RunFollowed(state, verdict.state)
 
