@@ -201,7 +201,10 @@ def state_machine_page() -> str:
         + "Where an instance's time went is computed from the `event_time` of its transitions "
         "(when each thing happened, by the actor's clock), never from a row's create or "
         "update time (`src/veritask/core/durations.py`). The time between an attempt's "
-        "opening (SCHEDULED) and the engine's acknowledgement (QUEUED) belongs to no phase. "
+        "opening (SCHEDULED) and the engine's acknowledgement (QUEUED) belongs to no phase; nor "
+        "does the time between an attempt's end and a clear made later (the instance had "
+        "finished): from the clear to its rerun's SCHEDULED it waits for its dependencies "
+        "again, never a retry wait, so retry statistics hold only retries the platform opened. "
         "A phase still going on has no end yet: a timeline draws it up to now, statistics "
         "leave it out.\n\n"
         + _states_table(Phase, head="phase")
