@@ -4,6 +4,7 @@ decided on the old state stays, and an alert names each of those decisions."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 from tests.integration.conftest import (
@@ -15,12 +16,14 @@ from tests.integration.conftest import (
     report,
     started,
 )
+from tests.pipelines.harness import Platform as Scheduled
 from tests.unit.test_phrases import unread
 from veritask.core import decide, new_events
 from veritask.core.events import EventKind
 from veritask.core.states import EngineState, InstanceState, RunExecutionState
-from veritask.ledger import run_store
+from veritask.ledger import active_runs, dialects, run_store
 from veritask.scheduling import intake
+from veritask.scheduling.advance import TickReport
 from veritask.services import doctor, operations
 
 NO_RETRY = PIPELINE.replace('"echo transform"', '"echo transform", retry: {max_retries: 0}')
@@ -282,3 +285,49 @@ def test_repair_moves_a_finished_run_its_instances_overruled(api: Api) -> None:
     )
     assert moved["evidence"]["instances"] == {"extract": "SUCCESS", "transform": "SUCCESS"}
     assert doctor.runs(api.platform).status is doctor.Status.OK
+
+
+def test_a_scheduler_ending_a_run_on_states_read_before_a_late_change_does_not_end_it(
+    api: Api, tmp_path: Path
+) -> None:
+    # The scheduler read transform FAILED; the worker's exit 0 made it SUCCESS before the
+    # scheduler recorded the run's end: it must not end the run on what it read, and the
+    # next look ends it on what the instances are.
+    api.apply(TWO_TASKS)
+    run_id = api.trigger("pair")
+    ids = api.instance_ids(run_id)
+    token = "token-" + uuid.uuid4().hex
+    attempt_no = open_attempt(api.platform, ids["extract"], token)
+    report(api, started(ids["extract"], attempt_no, token), token)
+    report(api, completed(ids["extract"], attempt_no, token, seq=2), token)
+    token = "token-" + uuid.uuid4().hex
+    attempt_no = open_attempt(api.platform, ids["transform"], token)
+    report(api, started(ids["transform"], attempt_no, token), token)
+    scheduled = Scheduled(api.platform.engine, tmp_path / "scheduler")
+    try:
+        advancer = scheduled.scheduler.advancer
+        with dialects.read_transaction(api.platform.engine) as connection:
+            [run] = [r for r in active_runs.active_runs(connection) if r.id == run_id]
+            briefs = run_store.instances_brief(connection, run_id)
+        definition = advancer.definitions.get(run.definition_id, run.definition_version)
+        read = {b.task_key: InstanceState.SUCCESS for b in briefs}
+        read["transform"] = InstanceState.FAILED  # as read before the late exit 0
+        report(api, completed(ids["transform"], attempt_no, token, seq=2), token)
+        assert api.http.get(f"/api/v2/instances/{ids['transform']}").json()["state"] == "SUCCESS"
+
+        ended = advancer._settle_run(
+            run,
+            definition,
+            advancer.definitions.graph(definition),
+            briefs,
+            read,
+            now(),
+            TickReport(),
+        )
+
+        assert ended is RunExecutionState.RUNNING
+        assert api.run(run_id)["execution_state"] == "RUNNING"
+        scheduled.until(lambda: api.run(run_id)["execution_state"] != "RUNNING")
+        assert api.run(run_id)["execution_state"] == "SUCCESS"
+    finally:
+        scheduled.close()
