@@ -193,10 +193,16 @@ RUN_RULES = """What moves a run, besides its instances:
   and the run's return to RUNNING (its publication to PENDING, when it had moved on) are one
   transaction, each instance against the version it was judged on. Another writer moving one
   of them meanwhile records none; the scope is judged again, and 409 if it keeps moving.
-- **Late evidence.** An ended run is not settled again when a late completion changes one of
-  its instances; the alert of 'What the table allows' names it, for an operator to clear.
-  Until then, if its instances now imply another end, `verify` and `doctor` report it as a
-  run whose instances disagree with its events.
+- **Late evidence.** A finished run's execution state follows its instances' final states.
+  When late decisive evidence changes an instance after its run ended SUCCESS or FAILED (a
+  worker's exit 0 after the engine's exit record said FAILED), the run moves to the state its
+  instances now imply by a `run_state_changed` event whose evidence (`late_evidence`) names
+  the instance, the task, the attempt and the event that changed it, and whose reason says
+  so. Decisions other instances took on the old state stay as recorded (downstream tasks
+  skipped or failed upstream are still instances of the run, so a run whose leaf is
+  UPSTREAM_FAILED stays FAILED); the alert of 'What the table allows' names them, for an
+  operator to clear. `verify` and `doctor` report a finished run whose instances imply
+  another state, and `verify --repair` moves it there by a recorded `run_state_changed`.
 - **Waiting for a publication.** A `wait_for` holds a run's roots CREATED until the other
   definition's run of the same logical time (minus `lag`) is PUBLISHED, never merely
   executed. One on a definition that publishes nothing could never end, so applying it is
@@ -208,8 +214,8 @@ RUN_RULES = """What moves a run, besides its instances:
   time, or any one), with their logical time, never when they merely executed; the run names
   the upstream runs ([scheduling.md](scheduling.md), 'Runs started by published data').
 - **Checked at rest.** `veritask verify` and `doctor` check every run's stored execution and
-  publication states against its run events, and an ended run against its instances
-  ([operations.md](operations.md)).
+  publication states against its run events, an ended run against its instances, and every
+  definition's versions and lifecycle against its own events ([operations.md](operations.md)).
 
 """
 

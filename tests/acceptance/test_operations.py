@@ -18,6 +18,8 @@ from veritask.core.states import DefinitionLifecycle, TriggerKind
 from veritask.ledger import dialects, migrate, schema
 from veritask.ledger.ledger import Ledger
 from veritask.scheduling import triggers
+from veritask.services import definitions
+from veritask.services.platform import Platform
 
 
 def veritask(*args: str, home: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -202,10 +204,15 @@ def test_purge_removes_old_history_of_deleted_definitions_only(
     )
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout)["runs"] == 0, "the definition is not deleted"
-    with engine.begin() as connection:
-        connection.execute(
-            schema.definitions.update().values(lifecycle=DefinitionLifecycle.DELETED.value)
+    # Deleted as Veritask deletes: each lifecycle step an event (verify follows them).
+    platform = Platform.open(database_url, tmp_path)
+    try:
+        deleted = definitions.delete_definition(
+            platform, "audited", actor="operator:test", purge=False
         )
+    finally:
+        platform.close()
+    assert deleted.lifecycle is DefinitionLifecycle.DELETED
     recent = veritask(
         "purge", "--older-than", "90d", "--database-url", database_url, "--json", home=tmp_path
     )

@@ -133,6 +133,7 @@ def test_every_field_of_a_definition_is_expressible(write: Write) -> None:
             expected_finish="4h",
             queue="batch",
             env={"REGION": "eu"},
+            alert_on_failure=False,
         )
         def everything(
             rows: int = Param(10, type="integer"),
@@ -157,6 +158,7 @@ def test_every_field_of_a_definition_is_expressible(write: Write) -> None:
     assert d.trigger is not None
     assert (d.trigger.upstreams, d.trigger.when.value) == (("upstream", "other"), "any")
     assert sorted(d.parameters) == ["mode", "rows"]
+    assert not d.alert_on_failure
 
 
 # -- refusals: the Python file and line, and nothing compiled --------------------------------

@@ -3,7 +3,13 @@ by operators (who and when recorded), refused to viewers."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from tests.integration.conftest import Api
+from tests.pipelines.harness import Platform as Scheduled
+from tests.unit.test_phrases import unread
+from veritask.core.states import RunExecutionState
 from veritask.ledger import alerts
 from veritask.ledger.vocabulary import AlertCategory
 from veritask.services.tokens import TokenRole
@@ -82,3 +88,56 @@ def test_an_unknown_alert_is_not_found(api: Api) -> None:
     response = api.http.post("/api/v2/alerts/999/acknowledge")
     assert response.status_code == 404
     assert response.json()["type"] == "/problems/not-found"
+
+
+FAILING = """\
+name: failing
+owner: data-platform
+tasks:
+  extract: {run: "true"}
+  load: {run: "exit 3", after: [extract], retry: {max_retries: 1, delay: 0s}}
+"""
+
+
+def _run_to_its_end(api: Api, source: str, name: str, home: Path) -> dict[str, Any]:
+    """Apply ``source``, trigger it and let the real scheduler and local engine end the run."""
+    api.apply(source)
+    run_id = api.trigger(name)
+    scheduled = Scheduled(api.platform.engine, home)
+    try:
+        view = scheduled.settle(run_id)
+    finally:
+        scheduled.close()
+    assert view.execution_state is RunExecutionState.FAILED, view
+    return api.run(run_id)
+
+
+def test_a_failed_run_alerts_its_definitions_owner(api: Api, tmp_path: Path) -> None:
+    run = _run_to_its_end(api, FAILING, "failing", tmp_path / "scheduler")
+    [load] = [i for i in run["instances"] if i["task"] == "load"]
+    assert load["state"] == "FAILED"
+    assert len(load["attempts"]) == 2, "the alert comes after the last retry"
+
+    found = api.http.get("/api/v2/alerts", params={"category": "run_failed"}).json()["items"]
+
+    [alert] = found
+    assert (alert["run_id"], alert["owner"], alert["definition"]) == (
+        run["id"],
+        "data-platform",
+        "failing",
+    )
+    assert alert["message"] == "the run failed: leaf load failed"
+    assert unread(alert["message"]) == []
+    mine = api.http.get("/api/v2/alerts", params={"owner": "data-platform"}).json()["items"]
+    assert [a["id"] for a in mine] == [alert["id"]]
+
+
+def test_a_definition_may_turn_its_failure_alert_off(api: Api, tmp_path: Path) -> None:
+    quiet = FAILING.replace("name: failing", "name: quiet\nalert_on_failure: false")
+    _run_to_its_end(api, quiet, "quiet", tmp_path / "scheduler")
+
+    found = api.http.get("/api/v2/alerts", params={"category": "run_failed"}).json()["items"]
+
+    assert found == []
+    shown = api.http.get("/api/v2/definitions/quiet").json()
+    assert "alert_on_failure: false" in shown["source"]

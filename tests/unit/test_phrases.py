@@ -468,6 +468,21 @@ def written_alerts() -> Iterator[tuple[str, str]]:
         "the run ended FAILED; its publication is PUBLISHED; an operator may clear them to "
         "decide again",
     )
+    yield (
+        alert_messages.RUN_FAILED.format(reason=reasons.LEAF_ENDED.format(ended="load failed")),
+        "the run failed: leaf load failed",
+    )
+    yield (
+        alert_messages.RUN_FOLLOWED.format(
+            attempt_no=n,
+            previous=InstanceState.FAILED,
+            state=InstanceState.SUCCESS,
+            run_previous=RunExecutionState.FAILED,
+            run_state=RunExecutionState.SUCCESS,
+        ),
+        f"late completion evidence of attempt {n} changed the instance from FAILED to SUCCESS; "
+        "the run followed its instances from FAILED to SUCCESS",
+    )
 
 
 def test_alert_messages_are_written_as_before() -> None:

@@ -14,6 +14,7 @@ from veritask.core.run_state import (
     after_cancel,
     execution_state,
     find_cycles,
+    implied_by_instances,
 )
 from veritask.core.states import TERMINAL_INSTANCE_STATES, InstanceState, RunExecutionState
 from veritask.core.trigger_rules import RuleOutcome, TriggerRule, evaluate
@@ -348,3 +349,16 @@ def test_trigger_rules_see_a_group_as_all_of_its_instances(ends: list[InstanceSt
         assert outcome is RuleOutcome.SKIP
     else:
         assert outcome is RuleOutcome.RUN
+
+
+def test_what_instances_imply_counts_a_mapped_task_as_each_of_its_instances() -> None:
+    # One mapped instance failed; the last one by map index succeeded. The group is what
+    # decides, never whichever instance was read last (verify read it so once).
+    pipeline = graph(task("split"), task("fan", "split"))
+    instances = [("split", -1, S), ("fan", -1, S), ("fan", 0, S), ("fan", 1, F), ("fan", 2, S)]
+
+    verdict = implied_by_instances(pipeline, instances)
+
+    assert verdict.state is FAILED
+    assert "fan[1] failed" in verdict.reason
+    assert implied_by_instances(pipeline, [("split", -1, S), ("fan", -1, S)]).state is SUCCESS

@@ -20,6 +20,7 @@ CATEGORIES = (
     "platform",
     "dependency",
     "deadline",
+    "run_failed",
 )
 
 

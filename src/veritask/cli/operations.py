@@ -89,7 +89,8 @@ def _shown(platform: Platform) -> str:
 @click.option(
     "--repair",
     is_flag=True,
-    help="Rebuild snapshots (instances', runs') that differ from their events.",
+    help="Rebuild snapshots (instances', runs', definitions') that differ from their events; "
+    "move a finished run to the state its instances imply.",
 )
 @JSON_OPTION
 def verify_command(database_url: str | None, repair: bool, as_json: bool) -> None:
@@ -108,6 +109,7 @@ def verify_command(database_url: str | None, repair: bool, as_json: bool) -> Non
                 "ok": report.ok,
                 "instances": report.instances,
                 "runs": report.runs,
+                "definitions": report.definitions,
                 "mismatches": list(report.mismatches),
                 "violations": list(report.violations),
                 "repaired": report.repaired,

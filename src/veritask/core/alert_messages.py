@@ -48,6 +48,17 @@ DOWNSTREAM_DECIDED = Phrase(
     "alert.downstream_decided", "downstream task {task} is {state}", state=Slot.STATE
 )
 RUN_ENDED_ON = Phrase("alert.run_ended_on", "the run ended {state}", state=Slot.STATE)
+#: Not decided on the old state: the run follows its instances (docs/state-machine.md).
+RUN_FOLLOWED = Phrase(
+    "alert.run_followed",
+    "late completion evidence of attempt {attempt_no} changed the instance from {previous} to "
+    "{state}; the run followed its instances from {run_previous} to {run_state}",
+    attempt_no=_N,
+    previous=Slot.STATE,
+    state=Slot.STATE,
+    run_previous=Slot.STATE,
+    run_state=Slot.STATE,
+)
 PUBLICATION_ON = Phrase("alert.publication_on", "its publication is {state}", state=Slot.STATE)
 
 LOST = Phrase(
@@ -135,6 +146,7 @@ UNREACHABLE = Phrase("alert.unreachable", "unreachable")
 
 # -- deadline --------------------------------------------------------------------------------
 
+RUN_FAILED = Phrase("alert.run_failed", "the run failed: {reason}", reason=Slot.SENTENCE)
 DEADLINE = Phrase(
     "alert.deadline", "the run was expected to finish by {due} and is still active", due=Slot.TIME
 )

@@ -6,7 +6,11 @@ fold's attempt views, never a row's create or update time:
 - dependency wait = the first attempt's SCHEDULED - the instance's CREATED;
 - queue = RUNNING - QUEUED, per attempt;
 - execution = end - RUNNING, per attempt;
-- retry wait = the next attempt's SCHEDULED - the previous attempt's end.
+- retry wait = the next attempt's SCHEDULED - the previous attempt's end;
+- after a clear, dependency wait = the rerun's SCHEDULED - the clear: the cleared instance is
+  decided again by its trigger rule. The time between the previous attempt's end and a clear
+  made later is no phase (the instance had finished; nobody was waiting for it), never a
+  retry wait.
 
 An interval whose end has not happened yet is open (``end`` None): a timeline draws it up to
 now, statistics leave it out.
@@ -21,11 +25,12 @@ clamped to zero, and where the platform learned of its end after its start (the 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from veritask.core.events import EventKind, OpenReason
 from veritask.core.facts import InstanceFacts, Mark
 from veritask.core.fold import AttemptView, InstanceSnapshot
 
@@ -34,13 +39,16 @@ class Phase(StrEnum):
     """A phase of an instance's life, in the order they happen."""
 
     DEPENDENCY_WAIT = "dependency_wait"
-    """From CREATED to the first attempt's SCHEDULED: upstream tasks, concurrency, time."""
+    """From CREATED to the first attempt's SCHEDULED: upstream tasks, concurrency, time; after
+    a clear, from the clear to the rerun's SCHEDULED (the time between the previous end and the
+    clear is no phase)."""
     QUEUE = "queue"
     """From QUEUED (the engine acknowledged) to RUNNING (the worker started)."""
     EXECUTION = "execution"
     """From RUNNING to the attempt's end."""
     RETRY_WAIT = "retry_wait"
-    """From an attempt's end to the next attempt's SCHEDULED."""
+    """From an attempt's end to the next attempt's SCHEDULED, when the platform opened that
+    attempt by itself (a retry, a resubmit); never a rerun after a clear."""
 
 
 @dataclass(frozen=True)
@@ -73,11 +81,18 @@ def instance_phases(snapshot: InstanceSnapshot) -> list[PhaseInterval]:
     """
     facts = snapshot.facts
     created_at = None if facts.created is None else facts.created.event_time
+    cleared_at = {
+        epoch: mark.event_time for epoch, mark in facts.decisions if mark.kind is EventKind.CLEARED
+    }
+    first = min((view.attempt_no for view in snapshot.attempts), default=None)
     settled_at = None
-    if not snapshot.attempts and snapshot.state.is_terminal:
+    if (first is None and snapshot.state.is_terminal) or first in cleared_at:
+        # Decided before any attempt (and, for a rerun's first attempt, cleared later).
         decided = [mark.event_time for epoch, mark in facts.decisions if epoch == 0]
         settled_at = min(decided, default=None)
-    return phase_intervals(created_at, snapshot.attempts, settled_at=settled_at)
+    return phase_intervals(
+        created_at, snapshot.attempts, settled_at=settled_at, cleared_at=cleared_at
+    )
 
 
 def phase_intervals(
@@ -85,12 +100,20 @@ def phase_intervals(
     attempts: Sequence[AttemptView],
     *,
     settled_at: datetime | None = None,
+    cleared_at: Mapping[int, datetime] | None = None,
 ) -> list[PhaseInterval]:
     """The instance's phases, attempt by attempt, from its creation time and its attempts;
-    ``settled_at`` ends the dependency wait of an instance decided without an attempt."""
+    ``settled_at`` ends the dependency wait of an instance decided without an attempt;
+    ``cleared_at`` gives the time of each clear by the epoch it opened (a rerun's attempt
+    opens under that number)."""
+    clears = cleared_at or {}
     ordered = sorted(attempts, key=lambda view: view.attempt_no)
     found: list[PhaseInterval] = []
-    if created_at is not None and ordered and ordered[0].scheduled_at is not None:
+    if created_at is not None and ordered and ordered[0].attempt_no in clears:
+        # Its first attempt is a rerun: decided without an attempt first, then cleared.
+        if settled_at is not None:
+            found.append(PhaseInterval(Phase.DEPENDENCY_WAIT, 1, created_at, settled_at))
+    elif created_at is not None and ordered and ordered[0].scheduled_at is not None:
         found.append(
             PhaseInterval(
                 Phase.DEPENDENCY_WAIT, ordered[0].attempt_no, created_at, ordered[0].scheduled_at
@@ -100,7 +123,16 @@ def phase_intervals(
         found.append(PhaseInterval(Phase.DEPENDENCY_WAIT, 1, created_at, settled_at))
     previous: AttemptView | None = None
     for view in ordered:
-        if previous is not None and previous.ended_at is not None and view.scheduled_at:
+        cleared = clears.get(view.attempt_no)
+        if view.open_reason is OpenReason.RERUN or cleared is not None:
+            # Decided again after a clear: it waited for its dependencies from the clear on.
+            if cleared is not None and view.scheduled_at is not None:
+                found.append(
+                    PhaseInterval(
+                        Phase.DEPENDENCY_WAIT, view.attempt_no, cleared, view.scheduled_at
+                    )
+                )
+        elif previous is not None and previous.ended_at is not None and view.scheduled_at:
             found.append(
                 PhaseInterval(
                     Phase.RETRY_WAIT, view.attempt_no, previous.ended_at, view.scheduled_at

@@ -475,6 +475,23 @@ AND_MORE = Phrase("reason.and_more", "{tasks} and {count} more", count=Slot.NUMB
 BLOCKING = Phrase("reason.blocking", "{reason} (blocking: {tasks})", reason=_S)
 RUN_CANCELLED = Phrase("reason.run_cancelled", "the run is cancelled")
 ALL_STOPPED = Phrase("reason.all_stopped", "cancelled; every instance stopped")
+LATE_EVIDENCE_MOVED_RUN = Phrase(
+    "reason.late_evidence_moved_run",
+    "{reason}; after the run ended, late completion evidence (event {event_id}) changed "
+    "{task} attempt {attempt_no} from {previous} to {state}",
+    reason=_S,
+    event_id=Slot.TEXT,
+    task=Slot.FIELD,
+    attempt_no=Slot.NUMBER,
+    previous=Slot.STATE,
+    state=Slot.STATE,
+)
+REPAIRED_FROM_INSTANCES = Phrase(
+    "reason.repaired_from_instances",
+    "{reason}; recorded by a repair: the run had ended {previous} and no event moved it on",
+    reason=_S,
+    previous=Slot.STATE,
+)
 CANCEL_TOO_LATE = Phrase(
     "reason.cancel_too_late",
     "{reason}; the cancel came too late: every instance had ended before it took effect",

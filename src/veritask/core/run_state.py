@@ -300,6 +300,22 @@ def execution_state(
     return RunVerdict(RunExecutionState.SUCCESS, reason)
 
 
+def implied_by_instances(
+    graph: RunGraph, instances: Iterable[tuple[str, int, InstanceState]]
+) -> RunVerdict:
+    """The execution state a run's instances imply, given as (task key, map index, state):
+    a mapped task counts as its expanded instances; instances of tasks outside the graph
+    (publication steps) are ignored. What a finished run follows, and what ``verify``
+    checks it against."""
+    found = list(instances)
+    groups: dict[str, int] = {}
+    for key, index, _ in found:
+        if index >= 0:
+            groups[key] = groups.get(key, 0) + 1
+    states = {instance_key(key, index): state for key, index, state in found}
+    return execution_state(graph.expanded(groups), states)
+
+
 def after_cancel(graph: RunGraph, states: Mapping[str, InstanceState]) -> RunVerdict | None:
     """How a CANCELLING run ends once every instance has (None while any is unfinished).
 

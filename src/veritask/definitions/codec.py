@@ -62,6 +62,7 @@ def definition_to_json(definition: Definition) -> JSONObject:
         **_env(d.env),
         # Only when set: a definition without one keeps the hash it had.
         **({"priority": d.priority} if d.priority else {}),
+        **({} if d.alert_on_failure else {"alert_on_failure": False}),
     }
 
 

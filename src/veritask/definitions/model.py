@@ -397,6 +397,8 @@ class Definition:
     """Environment variables of every task (and publication step) of the definition."""
     priority: int = 0
     """The priority of the tasks that do not set their own."""
+    alert_on_failure: bool = True
+    """Whether a failed run opens a ``run_failed`` alert, routed to ``owner``."""
 
     def __post_init__(self) -> None:
         check_env(self.env, "env")

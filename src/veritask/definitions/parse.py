@@ -74,6 +74,7 @@ TOP_FIELDS = (
     "queue",
     "env",
     "priority",
+    "alert_on_failure",
 )
 POLICY_FIELDS = ("retry", "timeout", "lease", "evidence_window", "cancel_window", "on_unknown")
 RETRY_FIELDS = ("max_retries", "backoff", "delay", "max_delay", "jitter")
@@ -189,6 +190,7 @@ class _Reader(Reader):
         queue = self.text(f.get("queue"), "queue")
         env = read_env(self, f.get("env"), "env")
         priority = self.integer(f.get("priority"), "priority", 0) or 0
+        alert_on_failure = self.boolean(f.get("alert_on_failure"), "alert_on_failure", True)
         tasks = self.tasks(f.get("tasks"), defaults, queue, priority)
         log_limit = self.log_limit(
             (defaults_fields or {}).get("log_limit"), "defaults.log_limit", None
@@ -225,6 +227,7 @@ class _Reader(Reader):
                 queue=queue,
                 env=env,
                 priority=priority,
+                alert_on_failure=alert_on_failure,
             ),
             line=tree.line,
         )

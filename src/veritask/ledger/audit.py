@@ -1,11 +1,12 @@
 """Proof that the events are the truth: verify snapshots, export histories, replay them.
 
 ``verify`` re-folds every instance's recorded events with the pure core and compares the
-result with the stored snapshot and attempt rows, and follows every run's run-level events to
-the states they leave it in (ledger/run_audit.py); ``repair`` rewrites what differs (with
-compare-and-set). It also checks the invariants that can be checked at rest. ``export``
-writes a run's whole history as JSON Lines; ``replay`` rebuilds every snapshot from such an
-export in an empty database.
+result with the stored snapshot and attempt rows, follows every run's run-level events to
+the states they leave it in (ledger/run_audit.py), and every definition's own events to its
+versions, current version and lifecycle (ledger/definition_audit.py); ``repair`` rewrites
+what differs (with compare-and-set). It also checks the invariants that can be checked at
+rest. ``export`` writes a run's whole history as JSON Lines; ``replay`` rebuilds every
+snapshot from such an export in an empty database.
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ from veritask.core.states import (
     TERMINAL_INSTANCE_STATES,
     RunExecutionState,
 )
-from veritask.ledger import attempt_reports, dialects, run_audit, schema, statements
+from veritask.ledger import (
+    attempt_reports,
+    definition_audit,
+    dialects,
+    run_audit,
+    schema,
+    statements,
+)
 from veritask.ledger.ledger import Ledger
 
 FORMAT = "veritask-export/1"
@@ -39,6 +47,7 @@ class Report:
 
     instances: int = 0
     runs: int = 0
+    definitions: int = 0
     mismatches: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     repaired: int = 0
@@ -77,8 +86,29 @@ def verify(
                 _rewrite(ledger, row.id, row.version, expected, policy)
                 report.repaired += 1
     _verify_runs(ledger, report, repair=repair, publication_start=publication_start)
+    _verify_definitions(ledger, report, repair=repair)
     report.violations.extend(_invariants(ledger))
     return report
+
+
+def _verify_definitions(ledger: Ledger, report: Report, *, repair: bool) -> None:
+    with dialects.read_transaction(ledger.engine) as connection:
+        histories = definition_audit.definition_histories(connection)
+    for history in histories:
+        check = definition_audit.check_definition(history)
+        if check is None:
+            continue
+        report.definitions += 1
+        subject = f"definition {history.name} ({history.definition_id})"
+        report.mismatches.extend(f"{subject}: {p}" for p in check.problems)
+        report.violations.extend(f"{subject}: {p}" for p in check.broken_links)
+        values = check.restoring(history)
+        if repair and values:
+            with ledger.engine.begin() as connection:
+                if definition_audit.restore_definition(
+                    connection, history.definition_id, expected=history, values=values
+                ):
+                    report.repaired += 1
 
 
 def _verify_runs(

@@ -122,14 +122,20 @@ def run_histories(connection: Connection) -> list[RunHistory]:
     return [RunHistory(*row[:8], events=tuple(events.get(row.id, ()))) for row in rows]
 
 
-def instance_states_of_runs(connection: Connection) -> dict[str, dict[str, InstanceState]]:
-    """For each run, its instances' stored states by task key."""
+def instance_states_of_runs(
+    connection: Connection, *, run_id: str | None = None
+) -> dict[str, list[tuple[str, int, InstanceState]]]:
+    """For each run (or only ``run_id``), its instances' stored states as (task key, map
+    index, state)."""
     t = schema.task_instances.c
-    found: dict[str, dict[str, InstanceState]] = {}
-    for run_id, task_key, state in connection.execute(
-        sa.select(t.run_id, t.task_key, t.state).order_by(t.run_id, t.task_key, t.map_index)
-    ):
-        found.setdefault(run_id, {})[task_key] = InstanceState(state)
+    found: dict[str, list[tuple[str, int, InstanceState]]] = {}
+    query = sa.select(t.run_id, t.task_key, t.map_index, t.state).order_by(
+        t.run_id, t.task_key, t.map_index
+    )
+    if run_id is not None:
+        query = query.where(t.run_id == run_id)
+    for owner, task_key, map_index, state in connection.execute(query):
+        found.setdefault(owner, []).append((task_key, map_index, InstanceState(state)))
     return found
 
 

@@ -458,13 +458,16 @@ def record_subject_event(
     )
 
 
-def run_version(connection: Connection, run_id: str) -> tuple[int, RunExecutionState]:
-    """The run's version and execution state, for a compare-and-set."""
-    row = connection.execute(
-        sa.select(schema.runs.c.version, schema.runs.c.execution_state).where(
-            schema.runs.c.id == run_id
-        )
-    ).first()
+def run_version(
+    connection: Connection, run_id: str, *, lock: bool = False
+) -> tuple[int, RunExecutionState]:
+    """The run's version and execution state, for a compare-and-set; with ``lock``, the row
+    stays locked until the transaction ends (PostgreSQL; SQLite has one writer anyway), so
+    that a writer deciding on the run's instances sees what another one committed first."""
+    query = sa.select(schema.runs.c.version, schema.runs.c.execution_state).where(
+        schema.runs.c.id == run_id
+    )
+    row = connection.execute(query.with_for_update() if lock else query).first()
     if row is None:
         raise errors.LedgerError(f"no run {run_id}")
     return row.version, RunExecutionState(row.execution_state)

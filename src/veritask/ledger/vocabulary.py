@@ -57,6 +57,9 @@ class AlertCategory(StrEnum):
     """A cross-pipeline dependency was not published in time."""
     DEADLINE = "deadline"
     """A run missed its deadline."""
+    RUN_FAILED = "run_failed"
+    """A run failed (its tasks out of retries): the definition's owner, unless the definition
+    turns it off (``alert_on_failure: false``)."""
 
 
 class AlertStatus(StrEnum):

@@ -840,6 +840,7 @@ def pipeline(
     queue: str | None = None,
     env: Mapping[str, EnvValue] | None = None,
     priority: int | None = None,
+    alert_on_failure: bool | None = None,
 ) -> Callable[[Callable[..., object]], Pipeline]:
     """Make a function a pipeline: its arguments are the parameters, its body the graph."""
     fields: dict[str, object] = {
@@ -855,6 +856,7 @@ def pipeline(
         "queue": queue,
         "env": env,
         "priority": priority,
+        "alert_on_failure": alert_on_failure,
     }
 
     def decorate(function: Callable[..., object]) -> Pipeline:

@@ -250,6 +250,8 @@ class _Spec:
             spec["env"] = _env(env)
         if isinstance(f["priority"], int):
             spec["priority"] = f["priority"]
+        if isinstance(f["alert_on_failure"], bool):
+            spec["alert_on_failure"] = f["alert_on_failure"]
         return spec, self.places
 
     def parameters(self) -> JSONObject:

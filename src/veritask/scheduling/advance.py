@@ -23,11 +23,21 @@ from veritask.ledger.active_runs import ActiveRun
 from veritask.ledger.database import Connection
 from veritask.ledger.ledger import Ledger
 from veritask.ledger.vocabulary import AlertCategory
-from veritask.scheduling import dependencies, mapping, publication, rules, sweeps, versions
+from veritask.scheduling import (
+    dependencies,
+    mapping,
+    publication,
+    rules,
+    run_failures,
+    sweeps,
+    versions,
+)
 from veritask.scheduling.dispatch import Dispatcher, Opened, RunContext, Submissions, new_event_id
 from veritask.scheduling.settings import Settings
 from veritask.scheduling.tokens import AttemptTokens
 
+#: The execution states that end a run by what its instances imply.
+_ENDS = frozenset({RunExecutionState.SUCCESS, RunExecutionState.FAILED})
 #: How soon an instance whose predecessor is still being stopped is looked at again.
 _REPLACE_POLL = timedelta(milliseconds=250)
 #: How many expanded run graphs are kept (runs with mapped tasks are moved many times).
@@ -194,7 +204,7 @@ class RunAdvancer:
             retrying = [b for b in publishing if states[b.task_key] is InstanceState.UP_FOR_RETRY]
             self._move_instances(context, graph, retrying, states, now, report, advanced, None)
         work_states = {_key(b): states[_key(b)] for b in work}
-        execution = self._settle_run(run, graph, work, work_states, now, report)
+        execution = self._settle_run(run, definition, graph, work, work_states, now, report)
         if definition.publish is not None:
             self._settle_publication(
                 run, context, execution, publishing, states, now, report, advanced
@@ -557,6 +567,7 @@ class RunAdvancer:
     def _settle_run(
         self,
         run: ActiveRun,
+        definition: Definition,
         graph: run_state.RunGraph,
         briefs: list[run_store.InstanceBrief],
         states: dict[str, InstanceState],
@@ -586,6 +597,10 @@ class RunAdvancer:
         if target is run.execution_state:
             return target
         with self.ledger.engine.begin() as connection:
+            if target in _ENDS and self._moved_since(connection, run, states):
+                # An instance moved after it was read (late evidence of a finished one):
+                # the next look decides on what it is now.
+                return run.execution_state
             run_store.set_execution_state(
                 connection,
                 run_id=run.id,
@@ -599,7 +614,26 @@ class RunAdvancer:
                 evidence={"instances": {k: v.value for k, v in states.items()}},
             )
         report.runs_moved += 1
+        if target is RunExecutionState.FAILED:
+            run_failures.alert_failed_run(
+                self.ledger, run_id=run.id, definition=definition, reason=reason
+            )
         return target
+
+    @staticmethod
+    def _moved_since(
+        connection: Connection, run: ActiveRun, states: Mapping[str, InstanceState]
+    ) -> bool:
+        """Whether an instance of ``states`` is no longer in the state read, with the run's row
+        locked first: evidence that changes a finished instance either committed before this
+        read, or its writer waits for this run to end and then moves it on
+        (``overruled.follow_the_instances``)."""
+        run_store.run_version(connection, run.id, lock=True)
+        for brief in run_store.instances_brief(connection, run.id):
+            read = states.get(_key(brief))
+            if read is not None and read is not brief.state:
+                return True
+        return False
 
     def _alert_dependency(self, run_id: str, message: str) -> None:
         alerts.raise_quietly(

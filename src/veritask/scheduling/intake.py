@@ -59,11 +59,13 @@ def heed_verdict(
 
     A conflict (a second, different completion of one attempt) is evidence the platform cannot
     reconcile by itself: it opens a platform alert. A report that changed a finished instance
-    alerts about what was already decided on its old state (:mod:`.overruled`). ``run_id``
+    moves its run if the run had ended on the old state, and alerts about what was already
+    decided on it (:mod:`.overruled`). ``run_id``
     saves a read when the caller knows the instance's run.
     """
     if overruled.changed_a_finished_instance(event, applied):
-        overruled.alert_decisions_on_the_old_state(ledger, event, applied)
+        followed = overruled.follow_the_instances(ledger, event, applied)
+        overruled.alert_decisions_on_the_old_state(ledger, event, applied, followed=followed)
     if applied.outcome is not judge.Outcome.CONFLICT:
         return
     if run_id is None:

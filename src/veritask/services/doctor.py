@@ -177,11 +177,13 @@ def clock_skew(platform: Platform) -> Check:
 
 def runs(platform: Platform) -> Check:
     """The run half of ``verify``: each run's stored states are where its events leave them,
-    its events follow on from each other, and a finished run's state is its instances'."""
+    its events follow on from each other, and a finished run's state is its instances'; and
+    each definition's stored versions and lifecycle are where its own events leave them."""
     found = run_checks.check_runs(platform)
     problems = [*found.mismatches, *found.violations]
     figures: JSONObject = {
         "runs": found.runs,
+        "definitions": found.definitions,
         "mismatches": len(found.mismatches),
         "violations": len(found.violations),
     }
@@ -194,7 +196,12 @@ def runs(platform: Platform) -> Check:
             f"{len(problems)} problem(s), `veritask verify` fails: {shown}{more}",
             figures,
         )
-    return Check("runs", Status.OK, f"{found.runs} runs agree with their events", figures)
+    return Check(
+        "runs",
+        Status.OK,
+        f"{found.runs} runs and {found.definitions} definitions agree with their events",
+        figures,
+    )
 
 
 def executor(home: Path) -> Check:

@@ -92,29 +92,34 @@ def verify(platform: Platform, *, repair: bool, actor: str) -> audit.Report:
     with its stored states and with what its instances imply; check the invariants at rest.
 
     With ``repair``, snapshots (of instances and runs) that differ are rebuilt from their
-    events (a recorded operation), then everything is verified again: the report returned
-    is that second look.
+    events, then each finished run whose instances imply another state moves there by a
+    recorded run event (a recorded operation); then everything is verified again: the
+    report returned is that second look.
     """
-    found = _verify(platform, repair=False)
-    if not repair or not found.mismatches:
+    found, disagreeing = _verify(platform, repair=False)
+    if not repair or not (found.mismatches or disagreeing):
         return found
-    parameters: JSONObject = {"mismatches": len(found.mismatches)}
+    parameters: JSONObject = {"mismatches": len(found.mismatches), "disagreements": disagreeing}
     with recorded(
         platform, OperationKind.REPAIR, actor=actor, dry_run=False, parameters=parameters
     ) as operation:
-        repaired = _verify(platform, repair=True)
+        repaired, _ = _verify(platform, repair=True)
+        # After the snapshots: a run follows its instances as their events say they are.
+        repaired.repaired += run_checks.follow_instances(platform, actor=actor)
         operation.result = {"repaired": repaired.repaired}
-    after = _verify(platform, repair=False)
+    after, _ = _verify(platform, repair=False)
     after.repaired = repaired.repaired
     return after
 
 
-def _verify(platform: Platform, *, repair: bool) -> audit.Report:
+def _verify(platform: Platform, *, repair: bool) -> tuple[audit.Report, int]:
+    """The report, and how many finished runs disagree with their instances."""
     report = audit.verify(
         platform.ledger, repair=repair, publication_start=run_checks.publication_start(platform)
     )
-    report.violations.extend(run_checks.disagreements_with_instances(platform))
-    return report
+    disagreeing = run_checks.disagreements_with_instances(platform)
+    report.violations.extend(disagreeing)
+    return report, len(disagreeing)
 
 
 def export_run(platform: Platform, run_id: str) -> Iterator[JSONObject]:

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from veritask.core import run_state
-from veritask.core.states import InstanceState, PublicationState, RunExecutionState
+from veritask import ids
+from veritask.core import reasons, run_state
+from veritask.core.states import PublicationState, RunExecutionState
 from veritask.definitions import parse
 from veritask.definitions.model import Definition
-from veritask.ledger import dialects, queries, run_audit
+from veritask.ledger import definition_audit, dialects, queries, run_audit, run_store
 from veritask.services.platform import Platform
 
 #: The execution states the instances alone decide (a cancel decides CANCELLED, a trigger
@@ -54,7 +55,23 @@ def publication_start(platform: Platform) -> Callable[[str, int], PublicationSta
     return _Definitions(platform).publication_start
 
 
-def disagreements_with_instances(platform: Platform) -> list[str]:
+@dataclass(frozen=True)
+class Disagreement:
+    """A finished run whose events say one execution state and whose instances another."""
+
+    run_id: str
+    recorded: RunExecutionState
+    implied: run_state.RunVerdict
+
+    @property
+    def message(self) -> str:
+        return (
+            f"run {self.run_id}: its events say {self.recorded}, "
+            f"its instances say {self.implied.state} ({self.implied.reason})"
+        )
+
+
+def disagreements(platform: Platform) -> list[Disagreement]:
     """Finished runs whose events say one execution state and whose instances another."""
     definitions = _Definitions(platform)
     with dialects.read_transaction(platform.engine) as connection:
@@ -68,23 +85,64 @@ def disagreements_with_instances(platform: Platform) -> list[str]:
         definition = definitions.of(history.definition_id, history.definition_version)
         if definition is None:
             continue
-        states: dict[str, InstanceState] = instances.get(history.run_id, {})
-        verdict = run_state.execution_state(definition.run_graph(), states)
+        verdict = run_state.implied_by_instances(
+            definition.run_graph(), instances.get(history.run_id, [])
+        )
         if verdict.state.value != recorded.state:
-            found.append(
-                f"run {history.run_id}: its events say {recorded.state}, "
-                f"its instances say {verdict.state} ({verdict.reason})"
-            )
+            found.append(Disagreement(history.run_id, RunExecutionState(recorded.state), verdict))
     return found
+
+
+def disagreements_with_instances(platform: Platform) -> list[str]:
+    """What :func:`disagreements` finds, as sentences."""
+    return [found.message for found in disagreements(platform)]
+
+
+def follow_instances(platform: Platform, *, actor: str) -> int:
+    """``verify --repair``: move each finished run to the state its instances imply, by a
+    recorded ``run_state_changed`` that names them (a finished run follows its instances'
+    final states; docs/operations.md). A run moved meanwhile is left to the next look.
+    The number of runs moved."""
+    moved = 0
+    for found in disagreements(platform):
+        with platform.engine.begin() as connection:
+            version, state = run_store.run_version(connection, found.run_id, lock=True)
+            if state is not found.recorded:
+                continue
+            instances = run_audit.instance_states_of_runs(connection, run_id=found.run_id)
+            run_store.set_execution_state(
+                connection,
+                run_id=found.run_id,
+                expected_version=version,
+                state=found.implied.state,
+                reason=reasons.REPAIRED_FROM_INSTANCES.format(
+                    reason=found.implied.reason, previous=found.recorded
+                ),
+                previous=found.recorded,
+                actor=actor,
+                event_id=ids.time_ordered_id(),
+                now=platform.now(),
+                evidence={
+                    "repair": True,
+                    "instances": {
+                        run_state.instance_key(key, index): value.value
+                        for key, index, value in instances.get(found.run_id, [])
+                    },
+                },
+            )
+        moved += 1
+    return moved
 
 
 @dataclass(frozen=True)
 class RunFindings:
-    """Every run check's findings: stored states against events, broken chains, instances."""
+    """Every run check's findings: stored states against events, broken chains, instances;
+    and the same of the definitions against their own events."""
 
     runs: int
     mismatches: list[str]
     violations: list[str]
+    definitions: int = 0
 
     @property
     def ok(self) -> bool:
@@ -92,10 +150,12 @@ class RunFindings:
 
 
 def check_runs(platform: Platform) -> RunFindings:
-    """The run half of ``verify``, without re-folding any instance (what ``doctor`` runs)."""
+    """The run and definition halves of ``verify``, without re-folding any instance (what
+    ``doctor`` runs)."""
     start = publication_start(platform)
     with dialects.read_transaction(platform.engine) as connection:
         histories = run_audit.run_histories(connection)
+        definitions = definition_audit.definition_histories(connection)
     mismatches: list[str] = []
     violations: list[str] = []
     for history in histories:
@@ -105,4 +165,13 @@ def check_runs(platform: Platform) -> RunFindings:
         mismatches.extend(f"run {history.run_id}: {p}" for p in check.problems)
         violations.extend(f"run {history.run_id}: {p}" for p in check.broken_links)
     violations.extend(disagreements_with_instances(platform))
-    return RunFindings(len(histories), mismatches, violations)
+    followed = 0
+    for definition in definitions:
+        found = definition_audit.check_definition(definition)
+        if found is None:
+            continue
+        followed += 1
+        subject = f"definition {definition.name} ({definition.definition_id})"
+        mismatches.extend(f"{subject}: {p}" for p in found.problems)
+        violations.extend(f"{subject}: {p}" for p in found.broken_links)
+    return RunFindings(len(histories), mismatches, violations, followed)
