@@ -92,7 +92,7 @@ READS: dict[str, tuple[Callable[[Connection], object], Indexes]] = {
         "ix_runs_unsettled_state",
     ),
     "latest_scheduled_time": (
-        lambda c: run_store.latest_logical_times(c, ["d"]),
+        lambda c: run_store.latest_logical_times(c, {"d": builders.T0}),
         "ix_runs_definition_id_logical_time",
     ),
     "instances_of_a_moved_run": (

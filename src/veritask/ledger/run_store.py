@@ -248,17 +248,16 @@ def execution_of(connection: Connection, run_id: str) -> tuple[RunExecutionState
     return RunExecutionState(row.execution_state), row.execution_reason or ""
 
 
-#: The newest logical time of one definition's runs that its schedule made or a backfill: the
-#: definition's index read from its newest logical time back to the first such run, so one
-#: row in the usual case, however long the history (never a scan of every run).
+#: The newest logical time of one definition's runs that its schedule made, at or after a
+#: floor (when the definition was applied): the definition's index read from its newest
+#: logical time back to the first such run or the floor, so one row in the usual case,
+#: however long the history (never a scan of every run, nor of a backfill of years before).
 _LATEST_SCHEDULED_TIME = (
     sa.select(_r.logical_time)
     .where(
         _r.definition_id == sa.bindparam("definition_id"),
-        _r.logical_time.is_not(None),
-        _r.trigger_kind.not_in(
-            [TriggerKind.MANUAL.value, TriggerKind.API.value, TriggerKind.PUBLISHED.value]
-        ),
+        _r.logical_time >= sa.bindparam("floor"),
+        _r.trigger_kind == TriggerKind.SCHEDULE.value,
     )
     .order_by(_r.logical_time.desc())
     .limit(1)
@@ -266,15 +265,19 @@ _LATEST_SCHEDULED_TIME = (
 
 
 def latest_logical_times(
-    connection: Connection, definition_ids: Iterable[str]
+    connection: Connection, floors: Mapping[str, datetime]
 ) -> dict[str, datetime]:
-    """For each of these definitions with runs of a logical time, the latest such time (of the
-    runs its schedule made or a backfill: a run by hand at 10:00 does not mean 10:00's run was
-    made, nor does a run an upstream's publication of 10:00 started)."""
+    """For each definition (id to floor) with scheduled runs at or after its floor, the latest
+    of their logical times.
+
+    Only runs the schedule made count: a run by hand at 10:00 does not mean 10:00's run was
+    made, nor does a run an upstream's publication of 10:00 started, nor a backfilled run (a
+    backfill of an old day says nothing of the fire times after it: catch-up never starts
+    there, docs/definitions.md, "Catch-up")."""
     found: dict[str, datetime] = {}
-    for definition_id in definition_ids:
+    for definition_id, floor in floors.items():
         latest = connection.execute(
-            _LATEST_SCHEDULED_TIME, {"definition_id": definition_id}
+            _LATEST_SCHEDULED_TIME, {"definition_id": definition_id, "floor": floor}
         ).scalar_one_or_none()
         if latest is not None:
             found[definition_id] = latest

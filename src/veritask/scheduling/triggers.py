@@ -492,13 +492,17 @@ def fire_schedules(ledger: Ledger, now: datetime) -> int:
             for row in rows
             if row.schedule
         ]
-        latest = run_store.latest_logical_times(connection, [row.id for row, _ in scheduled])
+        latest = run_store.latest_logical_times(
+            connection, {row.id: row.created_at for row, _ in scheduled}
+        )
         skipped = backfill_store.latest_skipped_times(connection)
     for row, definition in scheduled:
         if definition.schedule is None:
             continue
+        # Catch-up starts at the definition's first apply or its newest fire time, never
+        # at a backfilled (or rerun) run: a backfill of an old day is not a missed past.
         known = [t for t in (latest.get(row.id), skipped.get(row.id)) if t is not None]
-        last = max(known) if known else row.created_at
+        last = max([row.created_at, *known])
         for logical_time in schedule.due_logical_times(
             definition.schedule, last_logical_time=last, now=now
         ):
