@@ -79,6 +79,7 @@ def _decide_on_the_failure(api: Api, run_id: str, ids: dict[str, str]) -> None:
             actor="scheduler",
             event_id=str(uuid.uuid4()),
             now=now(),
+            evidence={"by": "the test"},
         )
 
 

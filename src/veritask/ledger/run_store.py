@@ -53,6 +53,8 @@ class NewRun:
     rerun_of: str | None = None
     upstream_run_ids: tuple[str, ...] = ()
     """The runs whose publication started this one (``TriggerKind.PUBLISHED``)."""
+    queued_behind: tuple[str, ...] = ()
+    """The active runs a QUEUED run waits behind (its release names them)."""
 
 
 class InstanceBrief(NamedTuple):
@@ -123,6 +125,7 @@ def create_run(ledger: Ledger, request: NewRun, *, new_id: NewId) -> tuple[str, 
                     if request.upstream_run_ids
                     else {}
                 ),
+                **({"queued_behind": list(request.queued_behind)} if request.queued_behind else {}),
             },
             reason=request.execution_reason,
         )
@@ -301,6 +304,112 @@ def latest_publication(
     return None if value is None else PublicationState(value)
 
 
+class UpstreamRun(NamedTuple):
+    """The run of another definition that a ``wait_for`` looks at."""
+
+    id: str
+    logical_time: datetime | None
+    publication_state: PublicationState
+
+
+def latest_upstream(
+    connection: Connection, definition_name: str, logical_time: datetime | None
+) -> UpstreamRun | None:
+    """The definition's newest run (of ``logical_time``, if given), with its publication."""
+    d = schema.definitions.c
+    statement = (
+        sa.select(_r.id, _r.logical_time, _r.publication_state)
+        .join(schema.definitions, d.id == _r.definition_id)
+        .where(d.name == definition_name)
+    )
+    if logical_time is not None:
+        statement = statement.where(_r.logical_time == logical_time)
+    row = connection.execute(statement.order_by(_r.created_at.desc()).limit(1)).first()
+    if row is None:
+        return None
+    return UpstreamRun(row.id, row.logical_time, PublicationState(row.publication_state))
+
+
+_e = schema.events.c
+
+
+def published_event_id(connection: Connection, run_id: str) -> str | None:
+    """The id of the event that made the run PUBLISHED (its latest, if cleared since)."""
+    return connection.execute(
+        sa.select(_e.event_id)
+        .where(
+            _e.run_id == run_id,
+            _e.subject_type == SubjectType.RUN.value,
+            _e.kind == _PUBLICATION.kind,
+            _e.to_state == PublicationState.PUBLISHED.value,
+        )
+        .order_by(_e.position.desc())
+        .limit(1)
+    ).scalar_one_or_none()
+
+
+def creation_evidence(connection: Connection, run_id: str) -> JSONObject:
+    """The evidence of the run's ``run_created`` event (what its trigger asked for)."""
+    value = connection.execute(
+        sa.select(_e.evidence)
+        .where(
+            _e.run_id == run_id,
+            _e.subject_type == SubjectType.RUN.value,
+            _e.kind == "run_created",
+        )
+        .order_by(_e.position)
+        .limit(1)
+    ).scalar_one_or_none()
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def execution_states(connection: Connection, run_ids: Iterable[str]) -> dict[str, str]:
+    """The execution state of each of these runs (those that exist)."""
+    ids = list(run_ids)
+    if not ids:
+        return {}
+    rows = connection.execute(sa.select(_r.id, _r.execution_state).where(_r.id.in_(ids)))
+    return {row.id: row.execution_state for row in rows}
+
+
+def set_execution_reason(
+    connection: Connection,
+    *,
+    run_id: str,
+    expected_version: int,
+    kind: str,
+    reason: str,
+    actor: str,
+    event_id: str,
+    now: datetime,
+    evidence: JSONObject,
+) -> int:
+    """Say why a run that keeps its state is where it is (it waits for another pipeline, or
+    that wait is over): the reason with compare-and-set, and an event of ``kind``."""
+    if not evidence:
+        raise errors.EvidenceMissing(f"run {run_id}: {kind} needs evidence")
+    version = runs.compare_and_set(
+        connection,
+        schema.runs,
+        row_id=run_id,
+        expected_version=expected_version,
+        values={"execution_reason": reason, "updated_observed_at": now},
+    )
+    record_subject_event(
+        connection,
+        subject_type=SubjectType.RUN,
+        subject_id=run_id,
+        run_id=run_id,
+        kind=kind,
+        actor=actor,
+        event_id=event_id,
+        now=now,
+        evidence=evidence,
+        reason=reason,
+    )
+    return version
+
+
 class _Axis(NamedTuple):
     """One of a run's two states: its columns and the kind of event that moves it."""
 
@@ -324,10 +433,12 @@ def set_execution_state(
     actor: str,
     event_id: str,
     now: datetime,
-    evidence: JSONObject | None = None,
+    evidence: JSONObject,
 ) -> int:
     """Move the run's execution state with compare-and-set and record why; the new version.
 
+    ``evidence`` is what proves the move (the instances' states, the runs a queue waited
+    behind, the operator and reason…); an empty one is refused (``EvidenceMissing``).
     Raises ``LedgerConflict`` when another writer moved the run first.
     """
     return _move_run(
@@ -356,9 +467,10 @@ def set_publication_state(
     actor: str,
     event_id: str,
     now: datetime,
-    evidence: JSONObject | None = None,
+    evidence: JSONObject,
 ) -> int:
-    """Move the run's publication state with compare-and-set; each change is an event."""
+    """Move the run's publication state with compare-and-set; each change is an event, with
+    the steps (instance and attempt) that decided it as its evidence, never empty."""
     return _move_run(
         connection,
         _PUBLICATION,
@@ -386,9 +498,13 @@ def _move_run(
     actor: str,
     event_id: str,
     now: datetime,
-    evidence: JSONObject | None,
+    evidence: JSONObject,
 ) -> int:
     """Both states move the same way: the row with compare-and-set, then the event saying why."""
+    if not evidence:
+        raise errors.EvidenceMissing(
+            f"run {run_id}: {axis.kind} to {state.value} needs evidence (what proves the move)"
+        )
     version = runs.compare_and_set(
         connection,
         schema.runs,
@@ -411,7 +527,7 @@ def _move_run(
         now=now,
         from_state=previous.value,
         to_state=state.value,
-        evidence=evidence or {},
+        evidence=evidence,
         reason=reason,
     )
     return version

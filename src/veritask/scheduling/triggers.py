@@ -281,6 +281,7 @@ def trigger(
         data_interval_end=interval[1],
         rerun_of=rerun_of,
         upstream_run_ids=upstream_run_ids,
+        queued_behind=tuple(active) if state is RunExecutionState.QUEUED else (),
     )
     run_id, created = run_store.create_run(ledger, request, new_id=new_event_id)
     if created and state is RunExecutionState.CANCELLED:
@@ -403,6 +404,10 @@ def start_queued_runs(ledger: Ledger) -> int:
         with ledger.engine.begin() as connection:
             if run_store.active_run_ids(connection, row.definition_id):
                 continue
+            # The runs it queued behind, as its creation named them, and how they ended.
+            behind = run_store.creation_evidence(connection, row.id).get("queued_behind")
+            ahead = [str(run_id) for run_id in behind] if isinstance(behind, list) else []
+            ended = run_store.execution_states(connection, ahead)
             run_store.set_execution_state(
                 connection,
                 run_id=row.id,
@@ -413,6 +418,10 @@ def start_queued_runs(ledger: Ledger) -> int:
                 actor="scheduler",
                 event_id=new_event_id(),
                 now=ledger.clock(),
+                evidence={
+                    "waited_behind": {run_id: ended.get(run_id) for run_id in ahead},
+                    "active_runs": [],
+                },
             )
             started += 1
     return started
