@@ -189,3 +189,43 @@ tasks:
     yesterday = run_of(platform, "users_raw", T - timedelta(days=1))
     assert platform.settle(yesterday).publication_state is P.PUBLISHED
     assert platform.settle(downstream).execution_state is R.SUCCESS
+
+
+def test_a_manual_run_given_a_logical_time_waits_for_that_time_not_the_latest(
+    platform: Platform,
+) -> None:
+    apply(platform, PUBLISHED_USERS)
+    apply(
+        platform,
+        """
+name: november_report
+schedule: {cron: "0 2 * * *", timezone: UTC}
+wait_for:
+  - {definition: users_raw, published: true}
+tasks:
+  report: {run: "true"}
+""",
+    )
+    december = T + timedelta(days=30)
+    assert platform.settle(run_of(platform, "users_raw", december)).publication_state is (
+        P.PUBLISHED
+    )
+    downstream = triggers.trigger(
+        platform.ledger,
+        name="november_report",
+        kind=TriggerKind.MANUAL,
+        actor="operator:test",
+        logical_time=T,
+    ).run_id
+    for _ in range(30):
+        platform.scheduler.tick()
+
+    view = platform.run(downstream)
+    assert view.instances["report"] is I.CREATED  # December's publication is not November's
+    assert view.execution_reason == f"waiting for users_raw at {T.isoformat()}: no run yet"
+    november = run_of(platform, "users_raw", T)
+    assert platform.settle(november).publication_state is P.PUBLISHED
+    assert platform.settle(downstream).execution_state is R.SUCCESS
+    # Without a logical time of its own, a run by hand still takes the latest publication.
+    latest = run_of(platform, "november_report")
+    assert platform.settle(latest).execution_state is R.SUCCESS

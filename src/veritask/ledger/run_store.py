@@ -55,6 +55,9 @@ class NewRun:
     """The runs whose publication started this one (``TriggerKind.PUBLISHED``)."""
     queued_behind: tuple[str, ...] = ()
     """The active runs a QUEUED run waits behind (its release names them)."""
+    logical_time_given: bool = False
+    """A run by hand whose caller chose its logical time (it waits for that time's
+    upstream publication, not the latest one)."""
 
 
 class InstanceBrief(NamedTuple):
@@ -126,6 +129,7 @@ def create_run(ledger: Ledger, request: NewRun, *, new_id: NewId) -> tuple[str, 
                     else {}
                 ),
                 **({"queued_behind": list(request.queued_behind)} if request.queued_behind else {}),
+                **({"logical_time_given": True} if request.logical_time_given else {}),
             },
             reason=request.execution_reason,
         )

@@ -3,8 +3,9 @@
 A run whose definition has ``wait_for`` starts none of its root tasks until, for every
 dependency, the other definition's run of the same logical time (or, with ``lag``, of this
 run's logical time minus the lag) is PUBLISHED. Execution
-success alone never releases it (invariant 11). A run with no logical time (a manual run)
-waits for the other definition's most recent run. Past the dependency's timeout, counted from
+success alone never releases it (invariant 11). A run by hand without a logical time of its
+caller's choosing waits for the other definition's most recent run; one given a logical time
+waits for that time's run, like a scheduled run. Past the dependency's timeout, counted from
 the run's creation, the roots become UPSTREAM_FAILED with the reason, and an alert with the
 ``dependency`` owner category is raised.
 
@@ -79,10 +80,13 @@ def waited_time(
     """The logical time the run's dependencies are matched on; None: the latest run.
 
     A run by hand has the trigger time as its logical time, which no upstream run has: it
-    waits for the upstream's latest publication.
+    waits for the upstream's latest publication, unless its caller chose the logical time
+    (its creation says so), which it then waits for like a scheduled run.
     """
-    del connection, run_id
-    return None if trigger_kind in _BY_HAND else logical_time
+    if trigger_kind not in _BY_HAND:
+        return logical_time
+    given = run_store.creation_evidence(connection, run_id).get("logical_time_given") is True
+    return logical_time if given else None
 
 
 def check(

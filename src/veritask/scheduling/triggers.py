@@ -247,6 +247,7 @@ def trigger(
         **defaults(definition.parameters),
         **check_values(definition.parameters, parameters or {}),
     }
+    given = logical_time is not None
     if logical_time is None and kind in (TriggerKind.MANUAL, TriggerKind.API):
         # A run by hand happens at a moment: its templates' ``logical_date`` is that moment's.
         logical_time = ledger.clock()
@@ -282,6 +283,7 @@ def trigger(
         rerun_of=rerun_of,
         upstream_run_ids=upstream_run_ids,
         queued_behind=tuple(active) if state is RunExecutionState.QUEUED else (),
+        logical_time_given=given and kind in (TriggerKind.MANUAL, TriggerKind.API),
     )
     run_id, created = run_store.create_run(ledger, request, new_id=new_event_id)
     if created and state is RunExecutionState.CANCELLED:
