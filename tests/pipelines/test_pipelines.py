@@ -128,9 +128,16 @@ tasks:
     view = platform.settle(downstream, seconds=20)
     assert view.instances["report"] is I.UPSTREAM_FAILED
     assert view.execution_state is R.FAILED
+    a = schema.alerts.c
     with dialects.read_transaction(platform.ledger.engine) as connection:
-        categories = connection.execute(sa.select(schema.alerts.c.category)).scalars().all()
+        categories = connection.execute(sa.select(a.category)).scalars().all()
+        [evidence] = connection.execute(
+            sa.select(a.evidence).where(a.category == "dependency")
+        ).scalars()
     assert "dependency" in categories
+    # The alert names the upstream run it saw and that run's publication.
+    [seen] = evidence["dependencies"]
+    assert (seen["definition"], seen["publication_state"]) == ("orders_raw", "CHECK_FAILED")
 
 
 def test_a_teardown_runs_after_failed_work_and_does_not_decide(platform: Platform) -> None:

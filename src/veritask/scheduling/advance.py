@@ -244,7 +244,7 @@ class RunAdvancer:
                 else verdict.evidence()
             )
         if verdict.timed_out:
-            self._alert_dependency(run.id, verdict.reason)
+            self._alert_dependency(run.id, verdict)
         elif said != verdict.reason:
             with self.ledger.engine.begin() as connection:
                 version = run_store.set_execution_reason(
@@ -639,14 +639,14 @@ class RunAdvancer:
         report.runs_moved += 1
         return target
 
-    def _alert_dependency(self, run_id: str, message: str) -> None:
+    def _alert_dependency(self, run_id: str, verdict: dependencies.Verdict) -> None:
         alerts.raise_quietly(
             self.ledger,
             category=AlertCategory.DEPENDENCY,
             dedup_key=f"dependency:run:{run_id}",
-            message=message,
+            message=verdict.reason,
             run_id=run_id,
-            evidence={},
+            evidence=verdict.evidence(),
         )
 
 
