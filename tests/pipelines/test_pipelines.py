@@ -17,6 +17,8 @@ from veritask.core.states import RunExecutionState as R
 from veritask.core.states import TriggerKind
 from veritask.ledger import dialects, schema
 from veritask.scheduling import triggers
+from veritask.services import platform as services_platform
+from veritask.services import reruns
 
 T = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
 
@@ -236,3 +238,25 @@ tasks:
     # Without a logical time of its own, a run by hand still takes the latest publication.
     latest = run_of(platform, "november_report")
     assert platform.settle(latest).execution_state is R.SUCCESS
+
+
+def test_a_rerun_of_a_run_by_hand_waits_as_the_run_it_reruns(platform: Platform) -> None:
+    apply(platform, PUBLISHED_USERS)
+    apply(
+        platform,
+        """
+name: ad_hoc_report
+wait_for:
+  - {definition: users_raw, published: true}
+tasks:
+  report: {run: "true"}
+""",
+    )
+    assert platform.settle(run_of(platform, "users_raw")).publication_state is P.PUBLISHED
+    first = run_of(platform, "ad_hoc_report")  # no logical time given: the latest publication
+    assert platform.settle(first).execution_state is R.SUCCESS
+    service = services_platform.Platform(platform.ledger, Path("."))
+    again = reruns.rerun(service, first, reason="again", actor="operator:test")
+
+    # Its logical time is the first run's trigger moment, which no upstream run has.
+    assert platform.settle(again.run_id).execution_state is R.SUCCESS

@@ -367,6 +367,27 @@ def creation_evidence(connection: Connection, run_id: str) -> JSONObject:
     return dict(value) if isinstance(value, dict) else {}
 
 
+def rerun_origin(connection: Connection, run_id: str) -> tuple[str, TriggerKind]:
+    """The run a rerun (of a rerun…) was first made from, and how that one was triggered;
+    the run itself when it is no rerun."""
+    current = run_id
+    for _ in range(_RERUN_DEPTH):
+        row = connection.execute(
+            sa.select(_r.trigger_kind, _r.rerun_of).where(_r.id == current)
+        ).first()
+        if row is None:
+            break
+        kind = TriggerKind(row.trigger_kind)
+        if kind is not TriggerKind.RERUN or row.rerun_of is None:
+            return current, kind
+        current = row.rerun_of
+    return current, TriggerKind.RERUN
+
+
+#: How far back a chain of reruns is followed (a guard, not a limit anyone meets).
+_RERUN_DEPTH = 1000
+
+
 def execution_states(connection: Connection, run_ids: Iterable[str]) -> dict[str, str]:
     """The execution state of each of these runs (those that exist)."""
     ids = list(run_ids)

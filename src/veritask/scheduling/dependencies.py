@@ -81,8 +81,11 @@ def waited_time(
 
     A run by hand has the trigger time as its logical time, which no upstream run has: it
     waits for the upstream's latest publication, unless its caller chose the logical time
-    (its creation says so), which it then waits for like a scheduled run.
+    (its creation says so), which it then waits for like a scheduled run. A rerun keeps the
+    logical time of the run it reruns, and waits as that run (the first of the chain) did.
     """
+    if trigger_kind is TriggerKind.RERUN:
+        run_id, trigger_kind = run_store.rerun_origin(connection, run_id)
     if trigger_kind not in _BY_HAND:
         return logical_time
     given = run_store.creation_evidence(connection, run_id).get("logical_time_given") is True
