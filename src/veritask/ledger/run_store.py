@@ -295,17 +295,8 @@ def latest_publication(
     connection: Connection, definition_name: str, logical_time: datetime | None
 ) -> PublicationState | None:
     """The publication state of the definition's newest run (of ``logical_time``, if given)."""
-    d = schema.definitions.c
-    statement = (
-        sa.select(_r.publication_state)
-        .join(schema.definitions, d.id == _r.definition_id)
-        .where(d.name == definition_name)
-    )
-    if logical_time is not None:
-        statement = statement.where(_r.logical_time == logical_time)
-    statement = statement.order_by(_r.created_at.desc()).limit(1)
-    value = connection.execute(statement).scalar_one_or_none()
-    return None if value is None else PublicationState(value)
+    found = latest_upstream(connection, definition_name, logical_time)
+    return None if found is None else found.publication_state
 
 
 class UpstreamRun(NamedTuple):
@@ -418,7 +409,7 @@ def set_execution_reason(
         schema.runs,
         row_id=run_id,
         expected_version=expected_version,
-        values={"execution_reason": reason, "updated_observed_at": now},
+        values={"execution_reason": reason},  # a reason, not a state: no state change time
     )
     record_subject_event(
         connection,
