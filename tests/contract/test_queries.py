@@ -160,7 +160,11 @@ def test_newest_publication_and_logical_times_and_pages(engine: Engine) -> None:
             )
 
     with dialects.read_transaction(engine) as connection:
-        latest = run_store.latest_logical_times(connection, [definition[0], other[0]])
+        latest = run_store.latest_logical_times(connection, {definition[0]: T0, other[0]: T0})
+        # Scheduled runs before the floor (the definition's apply) are not read.
+        after_floor = run_store.latest_logical_times(
+            connection, {definition[0]: T0 + timedelta(days=7)}
+        )
         of_day_2 = run_store.latest_publication(
             connection, "daily_user_sync", T0 + timedelta(days=2)
         )
@@ -183,6 +187,7 @@ def test_newest_publication_and_logical_times_and_pages(engine: Engine) -> None:
             cursor = pagination.Cursor.decode(page.next_cursor.encode())
 
     assert latest == {definition[0]: T0 + timedelta(days=6), other[0]: T0}
+    assert after_floor == {}
     assert of_day_2 is states.PublicationState.PUBLISHED
     assert of_day_3 is states.PublicationState.NOT_REQUIRED
     assert of_day_9 is None

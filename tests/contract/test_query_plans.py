@@ -92,8 +92,18 @@ READS: dict[str, tuple[Callable[[Connection], object], Indexes]] = {
         "ix_runs_unsettled_state",
     ),
     "latest_scheduled_time": (
-        lambda c: run_store.latest_logical_times(c, ["d"]),
+        lambda c: run_store.latest_logical_times(c, {"d": builders.T0}),
         "ix_runs_definition_id_logical_time",
+    ),
+    # A run waiting for other pipelines: how its trigger chose its logical time, and the
+    # event that published an upstream run (scheduling/dependencies.py).
+    "run_creation_evidence": (
+        lambda c: run_store.creation_evidence(c, "r"),
+        "ix_events_run_id_position",
+    ),
+    "published_event": (
+        lambda c: run_store.published_event_id(c, "r"),
+        "ix_events_run_id_position",
     ),
     "instances_of_a_moved_run": (
         lambda c: run_store.instances_brief(c, "r"),

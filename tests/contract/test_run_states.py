@@ -120,6 +120,42 @@ def test_a_stale_version_moves_nothing_and_records_nothing(
             actor="operator:test",
             event_id="event-1",
             now=NOW,
+            evidence={"why": "a test"},
+        )
+
+    assert _run(engine, run_id) == before
+    with engine.connect() as connection:
+        kinds = connection.execute(
+            sa.select(schema.events.c.kind).where(schema.events.c.run_id == run_id)
+        ).scalars()
+        assert kind not in list(kinds)
+
+
+@pytest.mark.parametrize(("setter", "previous", "state", "columns", "kind"), AXES)
+def test_a_move_without_evidence_is_refused_and_records_nothing(
+    engine: Engine,
+    setter: Callable[..., int],
+    previous: RunExecutionState | PublicationState,
+    state: RunExecutionState | PublicationState,
+    columns: tuple[str, str],
+    kind: str,
+) -> None:
+    with engine.begin() as connection:
+        run_id = builders.a_run(connection, builders.a_definition(connection), key="k")
+    before = _run(engine, run_id)
+
+    with pytest.raises(errors.EvidenceMissing, match="needs evidence"), engine.begin() as c:
+        setter(
+            c,
+            run_id=run_id,
+            expected_version=before["version"],
+            state=state,
+            reason="because",
+            previous=previous,
+            actor="operator:test",
+            event_id="event-1",
+            now=NOW,
+            evidence={},
         )
 
     assert _run(engine, run_id) == before

@@ -37,6 +37,7 @@ def _make_running(api: Api, run_id: str) -> None:
                 actor="scheduler",
                 event_id=str(uuid.uuid4()),
                 now=api.platform.now(),
+                evidence={"by": "the test"},
             )
 
 

@@ -309,4 +309,5 @@ def _settle_cancelled_run(api: Api, run_id: str) -> None:
             actor="scheduler",
             event_id="settle-" + run_id,
             now=api.platform.now(),
+            evidence={"by": "the test"},
         )

@@ -83,6 +83,7 @@ def _decide_on_the_failure(api: Api, run_id: str, ids: dict[str, str]) -> None:
             actor="scheduler",
             event_id=str(uuid.uuid4()),
             now=now(),
+            evidence={"by": "the test"},
         )
 
 
@@ -211,6 +212,7 @@ def _pair_ended_on_the_engines_failure(api: Api) -> tuple[str, dict[str, str], s
             actor="scheduler",
             event_id=str(uuid.uuid4()),
             now=now(),
+            evidence={"instances": {"transform": "FAILED"}},
         )
     return run_id, ids, token, attempt_no
 

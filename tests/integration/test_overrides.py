@@ -48,6 +48,7 @@ def _failed_run(api: Api) -> tuple[str, str]:
             actor="scheduler",
             event_id=str(uuid.uuid4()),
             now=api.platform.now(),
+            evidence={"by": "the test"},
         )
     return run_id, instance_id
 
@@ -166,6 +167,7 @@ def test_an_override_that_keeps_the_run_failed_still_recomputes_its_reason(api: 
             actor="scheduler",
             event_id=str(uuid.uuid4()),
             now=api.platform.now(),
+            evidence={"by": "the test"},
         )
     response = api.http.post(
         f"/api/v2/instances/{ids['a']}/override",
@@ -271,6 +273,7 @@ def test_a_publication_that_starts_while_an_override_is_judged_refuses_it(
             actor="scheduler",
             event_id=str(uuid.uuid4()),
             now=api.platform.now(),
+            evidence={"by": "the test"},
         )
     judged = overrides._refuse_if_any_refuses
 
@@ -289,6 +292,7 @@ def test_a_publication_that_starts_while_an_override_is_judged_refuses_it(
                 actor="scheduler",
                 event_id=str(uuid.uuid4()),
                 now=platform.now(),
+                evidence={"by": "the test"},
             )
 
     monkeypatch.setattr(overrides, "_refuse_if_any_refuses", judge_then_publish)

@@ -17,6 +17,8 @@ from veritask.core.states import RunExecutionState as R
 from veritask.core.states import TriggerKind
 from veritask.ledger import dialects, schema
 from veritask.scheduling import triggers
+from veritask.services import platform as services_platform
+from veritask.services import reruns
 
 T = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
 
@@ -128,9 +130,16 @@ tasks:
     view = platform.settle(downstream, seconds=20)
     assert view.instances["report"] is I.UPSTREAM_FAILED
     assert view.execution_state is R.FAILED
+    a = schema.alerts.c
     with dialects.read_transaction(platform.ledger.engine) as connection:
-        categories = connection.execute(sa.select(schema.alerts.c.category)).scalars().all()
+        categories = connection.execute(sa.select(a.category)).scalars().all()
+        [evidence] = connection.execute(
+            sa.select(a.evidence).where(a.category == "dependency")
+        ).scalars()
     assert "dependency" in categories
+    # The alert names the upstream run it saw and that run's publication.
+    [seen] = evidence["dependencies"]
+    assert (seen["definition"], seen["publication_state"]) == ("orders_raw", "CHECK_FAILED")
 
 
 def test_a_teardown_runs_after_failed_work_and_does_not_decide(platform: Platform) -> None:
@@ -189,3 +198,65 @@ tasks:
     yesterday = run_of(platform, "users_raw", T - timedelta(days=1))
     assert platform.settle(yesterday).publication_state is P.PUBLISHED
     assert platform.settle(downstream).execution_state is R.SUCCESS
+
+
+def test_a_manual_run_given_a_logical_time_waits_for_that_time_not_the_latest(
+    platform: Platform,
+) -> None:
+    apply(platform, PUBLISHED_USERS)
+    apply(
+        platform,
+        """
+name: november_report
+schedule: {cron: "0 2 * * *", timezone: UTC}
+wait_for:
+  - {definition: users_raw, published: true}
+tasks:
+  report: {run: "true"}
+""",
+    )
+    december = T + timedelta(days=30)
+    assert platform.settle(run_of(platform, "users_raw", december)).publication_state is (
+        P.PUBLISHED
+    )
+    downstream = triggers.trigger(
+        platform.ledger,
+        name="november_report",
+        kind=TriggerKind.MANUAL,
+        actor="operator:test",
+        logical_time=T,
+    ).run_id
+    for _ in range(30):
+        platform.scheduler.tick()
+
+    view = platform.run(downstream)
+    assert view.instances["report"] is I.CREATED  # December's publication is not November's
+    assert view.execution_reason == f"waiting for users_raw at {T.isoformat()}: no run yet"
+    november = run_of(platform, "users_raw", T)
+    assert platform.settle(november).publication_state is P.PUBLISHED
+    assert platform.settle(downstream).execution_state is R.SUCCESS
+    # Without a logical time of its own, a run by hand still takes the latest publication.
+    latest = run_of(platform, "november_report")
+    assert platform.settle(latest).execution_state is R.SUCCESS
+
+
+def test_a_rerun_of_a_run_by_hand_waits_as_the_run_it_reruns(platform: Platform) -> None:
+    apply(platform, PUBLISHED_USERS)
+    apply(
+        platform,
+        """
+name: ad_hoc_report
+wait_for:
+  - {definition: users_raw, published: true}
+tasks:
+  report: {run: "true"}
+""",
+    )
+    assert platform.settle(run_of(platform, "users_raw")).publication_state is P.PUBLISHED
+    first = run_of(platform, "ad_hoc_report")  # no logical time given: the latest publication
+    assert platform.settle(first).execution_state is R.SUCCESS
+    service = services_platform.Platform(platform.ledger, Path("."))
+    again = reruns.rerun(service, first, reason="again", actor="operator:test")
+
+    # Its logical time is the first run's trigger moment, which no upstream run has.
+    assert platform.settle(again.run_id).execution_state is R.SUCCESS

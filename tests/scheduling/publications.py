@@ -41,6 +41,7 @@ def published_run(ledger: Ledger, name: str, logical_time: datetime) -> str:
             actor="test",
             event_id=new_event_id(),
             now=ledger.clock(),
+            evidence={"by": "the test"},
         )
         run_store.set_publication_state(
             connection,
@@ -52,5 +53,6 @@ def published_run(ledger: Ledger, name: str, logical_time: datetime) -> str:
             actor="test",
             event_id=new_event_id(),
             now=ledger.clock(),
+            evidence={"by": "the test"},
         )
     return run_id

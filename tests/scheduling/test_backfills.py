@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.scheduling.conftest import MakeHarness
 from tests.scheduling.harness import Harness
 from veritask.core.states import InstanceState as I
 from veritask.core.states import RunExecutionState as R
@@ -205,3 +206,54 @@ def test_existing_failed_clears_the_failed_run_of_an_interval_and_it_succeeds(
     # Asked again, every interval has a run that succeeded: nothing to clear.
     again = backfills.plan(harness.ledger, request("failed", "disk fixed"))[2]
     assert [i.action for i in again] == ["skip", "skip"]
+
+
+CATCHING_UP = """\
+name: catching_up
+concurrency: allow
+schedule:
+  cron: "0 0 * * *"
+  timezone: UTC
+  catchup: {enabled: true}
+tasks:
+  work: {run: "true"}
+"""
+
+
+def test_a_backfilled_old_day_does_not_wake_catch_up(make_harness: MakeHarness) -> None:
+    applied = datetime(2026, 6, 10, 12, 0, tzinfo=UTC)
+    now = [applied]
+    harness = make_harness(clock=lambda: now[0])
+    harness.apply(CATCHING_UP)
+    old_day = datetime(2026, 5, 15, tzinfo=UTC)
+    started = backfills.start_backfill(
+        harness.ledger,
+        backfills.Request(
+            name="catching_up",
+            start=old_day,
+            end=old_day + timedelta(hours=1),
+            actor="operator:test",
+            parameters={},
+        ),
+    )
+    assert [interval.action for interval in started.intervals] == ["create"]
+
+    def scheduled() -> list[str]:
+        with dialects.read_transaction(harness.engine) as connection:
+            found = [queries.get_run(connection, run_id) for run_id, _, _ in harness.runs()]
+        return sorted(
+            run.idempotency_key
+            for run in found
+            if run is not None and run.trigger_kind == TriggerKind.SCHEDULE.value
+        )
+
+    harness.tick()
+    now[0] = applied + timedelta(minutes=30)
+    harness.tick()
+
+    # Not one run for the 26 fire times between the backfilled day and the apply.
+    assert scheduled() == []
+    assert len(harness.runs()) == 1
+    now[0] = datetime(2026, 6, 11, 0, 5, tzinfo=UTC)
+    harness.tick()
+    assert scheduled() == ["catching_up@2026-06-11T00:00:00+00:00"]

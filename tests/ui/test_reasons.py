@@ -83,6 +83,7 @@ def _deadlock(ui: Ui, run_id: str) -> str:
             actor="scheduler",
             event_id=new_event_id(),
             now=datetime.now(UTC),
+            evidence={"by": "the test"},
         )
     return reason
 

@@ -54,6 +54,7 @@ def _set_run(ui: Ui, run_id: str, state: RunExecutionState) -> None:
             actor="scheduler",
             event_id=new_event_id(),
             now=ui.platform.now(),
+            evidence={"by": "the test"},
         )
 
 

@@ -27,13 +27,14 @@ the cancel stopped something.
 from __future__ import annotations
 
 import heapq
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from veritask.core import reasons
 from veritask.core.errors import VeritaskError
+from veritask.core.jsontypes import JSONValue
 from veritask.core.states import InstanceState, RunExecutionState
 from veritask.core.trigger_rules import FAILED_STATES, RuleOutcome, TriggerRule, evaluate
 
@@ -191,6 +192,28 @@ def _members(key: str, groups: Mapping[str, int]) -> tuple[str, ...]:
     if count is None:
         return (key,)
     return tuple(instance_key(key, index) for index in range(count))
+
+
+#: How many instances a run-level event names one by one; a larger run is named by its counts
+#: and the instances that did not succeed, so one event stays small whatever the run's size.
+NAMED_INSTANCES = 50
+
+
+def states_evidence(states: Mapping[str, InstanceState]) -> dict[str, JSONValue]:
+    """The instances' states a run-level decision rested on, as evidence bounded in size."""
+    if len(states) <= NAMED_INSTANCES:
+        return {"instances": {key: state.value for key, state in states.items()}}
+    unsuccessful = sorted(
+        key
+        for key, state in states.items()
+        if state not in (InstanceState.SUCCESS, InstanceState.SKIPPED)
+    )
+    named = unsuccessful[:NAMED_INSTANCES]
+    return {
+        "instance_counts": dict(Counter(state.value for state in states.values())),
+        "instances": {key: states[key].value for key in named},
+        "instances_not_named": len(states) - len(named),
+    }
 
 
 def pipeline_order(graph: RunGraph) -> tuple[str, ...]:

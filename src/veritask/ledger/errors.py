@@ -41,6 +41,10 @@ class AppendOnlyViolation(LedgerError):
     """Events are append-only: only the retention purge may delete them, nothing updates them."""
 
 
+class EvidenceMissing(IntegrityViolation):
+    """A run-level state change must carry the evidence that explains it: none was given."""
+
+
 class LedgerBusy(LedgerError):
     """The database was busy (a lock wait timed out, a deadlock or serialization failure)."""
 

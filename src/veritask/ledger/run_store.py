@@ -53,6 +53,11 @@ class NewRun:
     rerun_of: str | None = None
     upstream_run_ids: tuple[str, ...] = ()
     """The runs whose publication started this one (``TriggerKind.PUBLISHED``)."""
+    queued_behind: tuple[str, ...] = ()
+    """The active runs a QUEUED run waits behind (its release names them)."""
+    logical_time_given: bool = False
+    """A run by hand whose caller chose its logical time (it waits for that time's
+    upstream publication, not the latest one)."""
 
 
 class InstanceBrief(NamedTuple):
@@ -123,6 +128,8 @@ def create_run(ledger: Ledger, request: NewRun, *, new_id: NewId) -> tuple[str, 
                     if request.upstream_run_ids
                     else {}
                 ),
+                **({"queued_behind": list(request.queued_behind)} if request.queued_behind else {}),
+                **({"logical_time_given": True} if request.logical_time_given else {}),
             },
             reason=request.execution_reason,
         )
@@ -248,17 +255,16 @@ def execution_of(connection: Connection, run_id: str) -> tuple[RunExecutionState
     return RunExecutionState(row.execution_state), row.execution_reason or ""
 
 
-#: The newest logical time of one definition's runs that its schedule made or a backfill: the
-#: definition's index read from its newest logical time back to the first such run, so one
-#: row in the usual case, however long the history (never a scan of every run).
+#: The newest logical time of one definition's runs that its schedule made, at or after a
+#: floor (when the definition was applied): the definition's index read from its newest
+#: logical time back to the first such run or the floor, so one row in the usual case,
+#: however long the history (never a scan of every run, nor of a backfill of years before).
 _LATEST_SCHEDULED_TIME = (
     sa.select(_r.logical_time)
     .where(
         _r.definition_id == sa.bindparam("definition_id"),
-        _r.logical_time.is_not(None),
-        _r.trigger_kind.not_in(
-            [TriggerKind.MANUAL.value, TriggerKind.API.value, TriggerKind.PUBLISHED.value]
-        ),
+        _r.logical_time >= sa.bindparam("floor"),
+        _r.trigger_kind == TriggerKind.SCHEDULE.value,
     )
     .order_by(_r.logical_time.desc())
     .limit(1)
@@ -266,15 +272,19 @@ _LATEST_SCHEDULED_TIME = (
 
 
 def latest_logical_times(
-    connection: Connection, definition_ids: Iterable[str]
+    connection: Connection, floors: Mapping[str, datetime]
 ) -> dict[str, datetime]:
-    """For each of these definitions with runs of a logical time, the latest such time (of the
-    runs its schedule made or a backfill: a run by hand at 10:00 does not mean 10:00's run was
-    made, nor does a run an upstream's publication of 10:00 started)."""
+    """For each definition (id to floor) with scheduled runs at or after its floor, the latest
+    of their logical times.
+
+    Only runs the schedule made count: a run by hand at 10:00 does not mean 10:00's run was
+    made, nor does a run an upstream's publication of 10:00 started, nor a backfilled run (a
+    backfill of an old day says nothing of the fire times after it: catch-up never starts
+    there, docs/definitions.md, "Catch-up")."""
     found: dict[str, datetime] = {}
-    for definition_id in definition_ids:
+    for definition_id, floor in floors.items():
         latest = connection.execute(
-            _LATEST_SCHEDULED_TIME, {"definition_id": definition_id}
+            _LATEST_SCHEDULED_TIME, {"definition_id": definition_id, "floor": floor}
         ).scalar_one_or_none()
         if latest is not None:
             found[definition_id] = latest
@@ -285,17 +295,135 @@ def latest_publication(
     connection: Connection, definition_name: str, logical_time: datetime | None
 ) -> PublicationState | None:
     """The publication state of the definition's newest run (of ``logical_time``, if given)."""
+    found = latest_upstream(connection, definition_name, logical_time)
+    return None if found is None else found.publication_state
+
+
+class UpstreamRun(NamedTuple):
+    """The run of another definition that a ``wait_for`` looks at."""
+
+    id: str
+    logical_time: datetime | None
+    publication_state: PublicationState
+
+
+def latest_upstream(
+    connection: Connection, definition_name: str, logical_time: datetime | None
+) -> UpstreamRun | None:
+    """The definition's newest run (of ``logical_time``, if given), with its publication."""
     d = schema.definitions.c
     statement = (
-        sa.select(_r.publication_state)
+        sa.select(_r.id, _r.logical_time, _r.publication_state)
         .join(schema.definitions, d.id == _r.definition_id)
         .where(d.name == definition_name)
     )
     if logical_time is not None:
         statement = statement.where(_r.logical_time == logical_time)
-    statement = statement.order_by(_r.created_at.desc()).limit(1)
-    value = connection.execute(statement).scalar_one_or_none()
-    return None if value is None else PublicationState(value)
+    row = connection.execute(statement.order_by(_r.created_at.desc()).limit(1)).first()
+    if row is None:
+        return None
+    return UpstreamRun(row.id, row.logical_time, PublicationState(row.publication_state))
+
+
+_e = schema.events.c
+
+
+def published_event_id(connection: Connection, run_id: str) -> str | None:
+    """The id of the event that made the run PUBLISHED (its latest, if cleared since)."""
+    return connection.execute(
+        sa.select(_e.event_id)
+        .where(
+            _e.run_id == run_id,
+            _e.subject_type == SubjectType.RUN.value,
+            _e.kind == _PUBLICATION.kind,
+            _e.to_state == PublicationState.PUBLISHED.value,
+        )
+        .order_by(_e.position.desc())
+        .limit(1)
+    ).scalar_one_or_none()
+
+
+def creation_evidence(connection: Connection, run_id: str) -> JSONObject:
+    """The evidence of the run's ``run_created`` event (what its trigger asked for)."""
+    value = connection.execute(
+        sa.select(_e.evidence)
+        .where(
+            _e.run_id == run_id,
+            _e.subject_type == SubjectType.RUN.value,
+            _e.kind == "run_created",
+        )
+        .order_by(_e.position)
+        .limit(1)
+    ).scalar_one_or_none()
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def rerun_origin(connection: Connection, run_id: str) -> tuple[str, TriggerKind]:
+    """The run a rerun (of a rerun…) was first made from, and how that one was triggered;
+    the run itself when it is no rerun."""
+    current = run_id
+    for _ in range(_RERUN_DEPTH):
+        row = connection.execute(
+            sa.select(_r.trigger_kind, _r.rerun_of).where(_r.id == current)
+        ).first()
+        if row is None:
+            break
+        kind = TriggerKind(row.trigger_kind)
+        if kind is not TriggerKind.RERUN or row.rerun_of is None:
+            return current, kind
+        current = row.rerun_of
+    return current, TriggerKind.RERUN
+
+
+#: How far back a chain of reruns is followed (a guard, not a limit anyone meets).
+_RERUN_DEPTH = 1000
+
+
+def execution_states(connection: Connection, run_ids: Iterable[str]) -> dict[str, str]:
+    """The execution state of each of these runs (those that exist)."""
+    ids = list(run_ids)
+    if not ids:
+        return {}
+    rows = connection.execute(sa.select(_r.id, _r.execution_state).where(_r.id.in_(ids)))
+    return {row.id: row.execution_state for row in rows}
+
+
+def set_execution_reason(
+    connection: Connection,
+    *,
+    run_id: str,
+    expected_version: int,
+    kind: str,
+    reason: str,
+    actor: str,
+    event_id: str,
+    now: datetime,
+    evidence: JSONObject,
+) -> int:
+    """Say why a run that keeps its state is where it is (it waits for another pipeline, or
+    that wait is over): the reason with compare-and-set, and an event of ``kind``."""
+    if not evidence:
+        raise errors.EvidenceMissing(f"run {run_id}: {kind} needs evidence")
+    version = runs.compare_and_set(
+        connection,
+        schema.runs,
+        row_id=run_id,
+        expected_version=expected_version,
+        values={"execution_reason": reason},  # a reason, not a state: no state change time
+    )
+    record_subject_event(
+        connection,
+        subject_type=SubjectType.RUN,
+        subject_id=run_id,
+        run_id=run_id,
+        kind=kind,
+        actor=actor,
+        event_id=event_id,
+        now=now,
+        evidence=evidence,
+        reason=reason,
+    )
+    return version
 
 
 class _Axis(NamedTuple):
@@ -321,10 +449,12 @@ def set_execution_state(
     actor: str,
     event_id: str,
     now: datetime,
-    evidence: JSONObject | None = None,
+    evidence: JSONObject,
 ) -> int:
     """Move the run's execution state with compare-and-set and record why; the new version.
 
+    ``evidence`` is what proves the move (the instances' states, the runs a queue waited
+    behind, the operator and reason…); an empty one is refused (``EvidenceMissing``).
     Raises ``LedgerConflict`` when another writer moved the run first.
     """
     return _move_run(
@@ -353,9 +483,10 @@ def set_publication_state(
     actor: str,
     event_id: str,
     now: datetime,
-    evidence: JSONObject | None = None,
+    evidence: JSONObject,
 ) -> int:
-    """Move the run's publication state with compare-and-set; each change is an event."""
+    """Move the run's publication state with compare-and-set; each change is an event, with
+    the steps (instance and attempt) that decided it as its evidence, never empty."""
     return _move_run(
         connection,
         _PUBLICATION,
@@ -383,9 +514,13 @@ def _move_run(
     actor: str,
     event_id: str,
     now: datetime,
-    evidence: JSONObject | None,
+    evidence: JSONObject,
 ) -> int:
     """Both states move the same way: the row with compare-and-set, then the event saying why."""
+    if not evidence:
+        raise errors.EvidenceMissing(
+            f"run {run_id}: {axis.kind} to {state.value} needs evidence (what proves the move)"
+        )
     version = runs.compare_and_set(
         connection,
         schema.runs,
@@ -408,7 +543,7 @@ def _move_run(
         now=now,
         from_state=previous.value,
         to_state=state.value,
-        evidence=evidence or {},
+        evidence=evidence,
         reason=reason,
     )
     return version

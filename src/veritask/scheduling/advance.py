@@ -10,13 +10,13 @@ back in :class:`Advanced`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from veritask.core import admission, decide, judge, new_events, reasons, run_state, trigger_rules
 from veritask.core.events import Event, EventKind, OpenReason
 from veritask.core.jsontypes import JSONValue
-from veritask.core.states import InstanceState, RunExecutionState, TriggerKind
+from veritask.core.states import InstanceState, RunExecutionState
 from veritask.definitions.model import Definition
 from veritask.ledger import alerts, dialects, pools, run_store
 from veritask.ledger.active_runs import ActiveRun
@@ -182,11 +182,11 @@ class RunAdvancer:
         context = RunContext(run.id, definition, run.logical_time, run.parameters)
         with dialects.read_transaction(self.ledger.engine) as connection:
             briefs = run_store.instances_brief(connection, run.id)
-            gate = self._dependency_gate(connection, run, definition, now)
         groups = _groups(briefs)
         graph = self.definitions.run_graph(definition, groups)
         advanced = Advanced(run.id, instance_ids=[b.id for b in briefs])
         states = {_key(b): b.state for b in briefs}
+        gate, run = self._dependency_gate(run, definition, graph, states, now)
         work = [b for b in briefs if not publication.is_publication_key(b.task_key)]
         publishing = [b for b in briefs if publication.is_publication_key(b.task_key)]
         if run.execution_state is RunExecutionState.RUNNING:
@@ -220,26 +220,61 @@ class RunAdvancer:
         return advanced
 
     def _dependency_gate(
-        self, connection: Connection, run: ActiveRun, definition: Definition, now: datetime
-    ) -> dependencies.Verdict | None:
-        """Whether the run's roots wait for other pipelines (None: nothing to wait for)."""
+        self,
+        run: ActiveRun,
+        definition: Definition,
+        graph: run_state.RunGraph,
+        states: Mapping[str, InstanceState],
+        now: datetime,
+    ) -> tuple[dependencies.Verdict | None, ActiveRun]:
+        """Whether the run's roots wait for other pipelines (None: nothing to wait for), and
+        the run as it is after the wait or its end was recorded (docs/definitions.md,
+        wait_for): the run's reason names what it waits for, its release the upstream runs.
+        """
         if not definition.wait_for or run.execution_state is not RunExecutionState.RUNNING:
-            return None
-        # A run by hand has the trigger time as its logical time: no upstream run has that
-        # time, so it waits for the upstream's latest publication, as it always did.
-        by_hand = run.trigger_kind in (TriggerKind.MANUAL, TriggerKind.API)
-        verdict = dependencies.check(
-            connection,
-            definition,
-            logical_time=None if by_hand else run.logical_time,
-            created_at=run.created_at,
-            now=now,
-        )
-        if verdict.released:
-            return None
+            return None, run
+        if not any(
+            state is InstanceState.CREATED and key in graph and not graph.node(key).after
+            for key, state in states.items()
+        ):
+            return None, run  # no root waits: the gate holds nothing back
+        with dialects.read_transaction(self.ledger.engine) as connection:
+            waited = dependencies.waited_time(
+                connection,
+                run_id=run.id,
+                trigger_kind=run.trigger_kind,
+                logical_time=run.logical_time,
+            )
+            verdict = dependencies.check(
+                connection, definition, logical_time=waited, created_at=run.created_at, now=now
+            )
+            _, said = run_store.execution_of(connection, run.id)
+            evidence = (
+                dependencies.release_evidence(connection, verdict)
+                if verdict.released and said != verdict.reason
+                else verdict.evidence()
+            )
         if verdict.timed_out:
-            self._alert_dependency(run.id, verdict.reason)
-        return verdict
+            self._alert_dependency(run.id, verdict)
+        elif said != verdict.reason:
+            with self.ledger.engine.begin() as connection:
+                version = run_store.set_execution_reason(
+                    connection,
+                    run_id=run.id,
+                    expected_version=run.version,
+                    kind=(
+                        dependencies.RELEASED_KIND
+                        if verdict.released
+                        else dependencies.AWAITED_KIND
+                    ),
+                    reason=verdict.reason,
+                    actor="scheduler",
+                    event_id=new_event_id(),
+                    now=now,
+                    evidence=evidence,
+                )
+            run = replace(run, version=version)
+        return (None if verdict.released else verdict), run
 
     def _settle_publication(
         self,
@@ -254,6 +289,7 @@ class RunAdvancer:
     ) -> None:
         """Move the run's publication state and open the steps it allows (docs/definitions.md)."""
         plan = publication.plan(context.definition, execution, run.publication_state, states)
+        by_step = {b.task_key: b for b in publishing}
         if plan.state is not run.publication_state:
             with self.ledger.engine.begin() as connection:
                 version, _ = run_store.run_version(connection, run.id)
@@ -267,15 +303,14 @@ class RunAdvancer:
                     actor="scheduler",
                     event_id=new_event_id(),
                     now=now,
-                    evidence={key: states[key].value for key in states if key in plan.open_now},
+                    evidence=publication.evidence(plan, execution, by_step, states),
                 )
             report.runs_moved += 1
             advanced.again = True
-        by_key = {b.task_key: b for b in publishing}
         openings = [
-            self._opening(by_key[key], now)
+            self._opening(by_step[key], now)
             for key in plan.open_now
-            if key in by_key and states[key] is InstanceState.CREATED
+            if key in by_step and states[key] is InstanceState.CREATED
         ]
         self._open_and_submit(context, openings, states, now, report, advanced)
 
@@ -589,9 +624,10 @@ class RunAdvancer:
             if ended is None:
                 return run.execution_state
             target, reason = ended.state, ended.reason
+            blocking: Sequence[str] = ()
         else:
             verdict = run_state.execution_state(graph, states, waiting_for_time=waiting)
-            target, reason = verdict.state, verdict.reason
+            target, reason, blocking = verdict.state, verdict.reason, verdict.blocking
             if verdict.blocking:
                 reason = reasons.BLOCKING.format(reason=reason, tasks=", ".join(verdict.blocking))
         if target is run.execution_state:
@@ -611,7 +647,14 @@ class RunAdvancer:
                 actor="scheduler",
                 event_id=new_event_id(),
                 now=now,
-                evidence={"instances": {k: v.value for k, v in states.items()}},
+                evidence={
+                    **run_state.states_evidence(states),
+                    **(
+                        {"blocking": list(blocking[: run_state.NAMED_INSTANCES])}
+                        if blocking
+                        else {}
+                    ),
+                },
             )
         report.runs_moved += 1
         if target is RunExecutionState.FAILED:
@@ -635,14 +678,14 @@ class RunAdvancer:
                 return True
         return False
 
-    def _alert_dependency(self, run_id: str, message: str) -> None:
+    def _alert_dependency(self, run_id: str, verdict: dependencies.Verdict) -> None:
         alerts.raise_quietly(
             self.ledger,
             category=AlertCategory.DEPENDENCY,
             dedup_key=f"dependency:run:{run_id}",
-            message=message,
+            message=verdict.reason,
             run_id=run_id,
-            evidence={},
+            evidence=verdict.evidence(),
         )
 
 

@@ -136,9 +136,9 @@ def _follow(
             event_id=ids.time_ordered_id(),
             now=ledger.clock(),
             evidence={
-                "instances": {
-                    run_state.instance_key(b.task_key, b.map_index): b.state.value for b in briefs
-                },
+                **run_state.states_evidence(
+                    {run_state.instance_key(b.task_key, b.map_index): b.state for b in briefs}
+                ),
                 "late_evidence": late,
             },
         )

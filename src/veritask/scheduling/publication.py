@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from veritask.core import reasons
+from veritask.core.jsontypes import JSONObject
 from veritask.core.states import InstanceState, PublicationState, RunExecutionState
 from veritask.definitions.model import Definition, TaskSpec
 
@@ -72,6 +74,8 @@ class PublicationPlan:
     reason: str
     #: Publication instances (task keys) that may open now.
     open_now: tuple[str, ...] = ()
+    #: The steps whose states decided it (a failed check, the commit that succeeded…).
+    because: tuple[str, ...] = ()
 
 
 def plan(
@@ -105,7 +109,9 @@ def plan(
     if failed:
         names = ", ".join(key.removeprefix(CHECK_PREFIX) for key in failed)
         return PublicationPlan(
-            PublicationState.CHECK_FAILED, reasons.CHECKS_FAILED.format(checks=names)
+            PublicationState.CHECK_FAILED,
+            reasons.CHECKS_FAILED.format(checks=names),
+            because=tuple(failed),
         )
     pending = [key for key, state in check_states.items() if state is InstanceState.CREATED]
     if any(state not in _SUCCEEDED for state in check_states.values()):
@@ -113,13 +119,48 @@ def plan(
             PublicationState.CHECKING,
             reasons.CHECKS_RUNNING.format(count=len(checks)),
             tuple(pending),
+            because=tuple(checks),
         )
     commit = states.get(COMMIT_KEY, InstanceState.CREATED)
     if commit in _SUCCEEDED:
-        return PublicationPlan(PublicationState.PUBLISHED, reasons.COMMIT_SUCCEEDED.format())
+        return PublicationPlan(
+            PublicationState.PUBLISHED, reasons.COMMIT_SUCCEEDED.format(), because=(COMMIT_KEY,)
+        )
     if commit.is_terminal:
         return PublicationPlan(
-            PublicationState.PUBLISH_FAILED, reasons.COMMIT_ENDED.format(state=commit)
+            PublicationState.PUBLISH_FAILED,
+            reasons.COMMIT_ENDED.format(state=commit),
+            because=(COMMIT_KEY,),
         )
     opening = (COMMIT_KEY,) if commit is InstanceState.CREATED else ()
-    return PublicationPlan(PublicationState.PUBLISHING, reasons.COMMITTING.format(), opening)
+    return PublicationPlan(
+        PublicationState.PUBLISHING,
+        reasons.COMMITTING.format(),
+        opening,
+        because=(*checks, COMMIT_KEY),
+    )
+
+
+class Step(Protocol):
+    """What the evidence names of a publication step's instance."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def epoch(self) -> int: ...
+
+
+def evidence(
+    plan: PublicationPlan,
+    execution: RunExecutionState,
+    steps: Mapping[str, Step],
+    states: Mapping[str, InstanceState],
+) -> JSONObject:
+    """The evidence of a publication change: the execution state it followed and each step
+    that decided it, as its instance, its attempt (0: none opened) and its state."""
+    named: JSONObject = {
+        key: {"instance_id": step.id, "attempt_no": step.epoch, "state": states[key].value}
+        for key in plan.because
+        if (step := steps.get(key)) is not None and key in states
+    }
+    return {"execution_state": execution.value, "steps": named}

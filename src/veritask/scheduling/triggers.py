@@ -247,6 +247,7 @@ def trigger(
         **defaults(definition.parameters),
         **check_values(definition.parameters, parameters or {}),
     }
+    given = logical_time is not None
     if logical_time is None and kind in (TriggerKind.MANUAL, TriggerKind.API):
         # A run by hand happens at a moment: its templates' ``logical_date`` is that moment's.
         logical_time = ledger.clock()
@@ -281,6 +282,8 @@ def trigger(
         data_interval_end=interval[1],
         rerun_of=rerun_of,
         upstream_run_ids=upstream_run_ids,
+        queued_behind=tuple(active) if state is RunExecutionState.QUEUED else (),
+        logical_time_given=given and kind in (TriggerKind.MANUAL, TriggerKind.API),
     )
     run_id, created = run_store.create_run(ledger, request, new_id=new_event_id)
     if created and state is RunExecutionState.CANCELLED:
@@ -403,6 +406,10 @@ def start_queued_runs(ledger: Ledger) -> int:
         with ledger.engine.begin() as connection:
             if run_store.active_run_ids(connection, row.definition_id):
                 continue
+            # The runs it queued behind, as its creation named them, and how they ended.
+            behind = run_store.creation_evidence(connection, row.id).get("queued_behind")
+            ahead = [str(run_id) for run_id in behind] if isinstance(behind, list) else []
+            ended = run_store.execution_states(connection, ahead)
             run_store.set_execution_state(
                 connection,
                 run_id=row.id,
@@ -413,6 +420,10 @@ def start_queued_runs(ledger: Ledger) -> int:
                 actor="scheduler",
                 event_id=new_event_id(),
                 now=ledger.clock(),
+                evidence={
+                    "waited_behind": {run_id: ended.get(run_id) for run_id in ahead},
+                    "active_runs": [],
+                },
             )
             started += 1
     return started
@@ -492,13 +503,17 @@ def fire_schedules(ledger: Ledger, now: datetime) -> int:
             for row in rows
             if row.schedule
         ]
-        latest = run_store.latest_logical_times(connection, [row.id for row, _ in scheduled])
+        latest = run_store.latest_logical_times(
+            connection, {row.id: row.created_at for row, _ in scheduled}
+        )
         skipped = backfill_store.latest_skipped_times(connection)
     for row, definition in scheduled:
         if definition.schedule is None:
             continue
+        # Catch-up starts at the definition's first apply or its newest fire time, never
+        # at a backfilled (or rerun) run: a backfill of an old day is not a missed past.
         known = [t for t in (latest.get(row.id), skipped.get(row.id)) if t is not None]
-        last = max(known) if known else row.created_at
+        last = max([row.created_at, *known])
         for logical_time in schedule.due_logical_times(
             definition.schedule, last_logical_time=last, now=now
         ):

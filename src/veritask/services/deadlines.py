@@ -21,7 +21,6 @@ from veritask.scheduling import dependencies, versions
 from veritask.services.platform import Platform
 
 _ACTIVE = (RunExecutionState.QUEUED.value, RunExecutionState.RUNNING.value)
-_BY_HAND = (TriggerKind.MANUAL.value, TriggerKind.API.value)
 
 
 def alert_late_runs(platform: Platform) -> int:
@@ -81,11 +80,16 @@ def _still_waiting(connection: Connection, run_id: str, now: datetime) -> str | 
     instances = queries.instances_of_run(connection, row.id)
     if any(i.task_key in roots and i.state != InstanceState.CREATED.value for i in instances):
         return None
+    waited = dependencies.waited_time(
+        connection,
+        run_id=row.id,
+        trigger_kind=TriggerKind(row.trigger_kind),
+        logical_time=row.logical_time,
+    )
     verdict = dependencies.check(
         connection,
         definition,
-        # As the scheduler does: a run by hand waits for the upstream's latest publication.
-        logical_time=None if row.trigger_kind in _BY_HAND else row.logical_time,
+        logical_time=waited,  # as the scheduler does (dependencies.waited_time)
         created_at=row.created_at,
         now=now,
     )

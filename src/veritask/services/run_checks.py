@@ -124,10 +124,12 @@ def follow_instances(platform: Platform, *, actor: str) -> int:
                 now=platform.now(),
                 evidence={
                     "repair": True,
-                    "instances": {
-                        run_state.instance_key(key, index): value.value
-                        for key, index, value in instances.get(found.run_id, [])
-                    },
+                    **run_state.states_evidence(
+                        {
+                            run_state.instance_key(key, index): value
+                            for key, index, value in instances.get(found.run_id, [])
+                        }
+                    ),
                 },
             )
         moved += 1
