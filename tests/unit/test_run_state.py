@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from veritask.core import run_state
 from veritask.core.run_state import (
     InvalidGraph,
     RunGraph,
@@ -362,3 +363,14 @@ def test_what_instances_imply_counts_a_mapped_task_as_each_of_its_instances() ->
     assert verdict.state is FAILED
     assert "fan[1] failed" in verdict.reason
     assert implied_by_instances(pipeline, [("split", -1, S), ("fan", -1, S)]).state is SUCCESS
+
+
+def test_a_large_runs_evidence_names_its_counts_and_what_did_not_succeed() -> None:
+    states = {f"t{i:05d}": InstanceState.SUCCESS for i in range(20_000)}
+    states["t00007"] = InstanceState.FAILED
+    evidence = run_state.states_evidence(states)
+    assert evidence["instance_counts"] == {"SUCCESS": 19_999, "FAILED": 1}
+    assert evidence["instances"] == {"t00007": "FAILED"}
+    assert evidence["instances_not_named"] == 19_999
+    small = run_state.states_evidence({"a": InstanceState.SUCCESS})
+    assert small == {"instances": {"a": "SUCCESS"}}
