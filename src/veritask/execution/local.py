@@ -134,7 +134,7 @@ class LocalExecutor:
             return self._describe_waiting(observe, attempt)
         if worker_alive and task is None:
             return observe.make(port.EngineState.PENDING, port.ObservationSource.PROCESS_TABLE)
-        task_alive = task is not None and escalation.task_alive(task)
+        task_alive = task is not None and escalation.task_alive(task, attempt)
         observe.details.update(exit_record=False, task_alive=task_alive)
         if task_alive:
             if not worker_alive:

@@ -113,6 +113,9 @@ class Supervisor:
             signal.signal(signum, worker.ignore_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self._selector.register(self._wakeup_r, selectors.EVENT_READ, "signal")
+        # The processes of a task whose worker died are handed to us, not to init: they are
+        # reaped below (their attempt's mark still finds them, escalation.py).
+        procfs.become_subreaper()
         self._forget_dead_workers()
         log(f"supervisor serving {self.home.path} with {self.slots} slots")
         # What is imported now never changes: keep the collector of every forked worker off
@@ -211,7 +214,7 @@ class Supervisor:
         if received & set(_STOP_SIGNALS):
             log("stop signal: exiting; running workers carry on without us")
             self._stopping = True
-        while True:  # reap every worker that ended; they need nothing else from us
+        while True:  # reap every worker (and adopted process) that ended; nothing else to do
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:

@@ -76,6 +76,8 @@ EXIT_BUSY = 3
 #: How long to keep reading output after the task's leader ended (its group was killed then;
 #: only a process that left the group can still hold the pipe).
 OUTPUT_DRAIN_SECONDS = 1.0
+#: After this long, a worker still waiting for the task's killed processes to end says so.
+LEFTOVER_NOTE_SECONDS = 5.0
 #: The largest output a task may leave, unless VERITASK_MAX_OUTPUT_BYTES in the worker's
 #: environment says otherwise: a larger one fails the attempt (it stays in output.json).
 OUTPUT_EVENT_LIMIT_BYTES = 1024 * 1024
@@ -167,6 +169,9 @@ class AttemptRun:
                 self.log.note(f"stop requested before the task started ({self._stop_cause})")
                 return self._complete(None)
             self._open_channel()
+            # Whatever the task starts stays below this process, even once its parent ended
+            # (setsid, a daemon's double fork): the stop finds and ends all of it.
+            procfs.become_subreaper()
             try:
                 self._task = task_process.start(
                     self.spec.task,
@@ -240,7 +245,7 @@ class AttemptRun:
                 self._request_stop(port.ErrorCategory.TIMEOUT)
             if self._kill_at is not None and now >= self._kill_at:
                 self.log.note("grace period over: killing the task's process group")
-                procfs.signal_group(task.pgid, signal.SIGKILL)
+                self._signal_task(task, signal.SIGKILL)
                 self._kill_at = None
         if output_open:
             self.log.note("output still open after the task ended; a process left its group")
@@ -274,7 +279,57 @@ class AttemptRun:
         _, status, self._usage = os.wait4(task.pid, 0)
         if task.popen is not None:
             task.popen.returncode = os.waitstatus_to_exitcode(status)
+        self._end_leftovers(task)
         return status
+
+    def _leftovers(self, task: task_process.TaskProcess) -> list[procfs.ProcStat]:
+        """The task's processes below this one (the leader aside), ended ones included."""
+        return [
+            stat
+            for stat in procfs.descendants(os.getpid(), started_since=task.start_ticks)
+            if stat.pid != task.pid
+        ]
+
+    def _signal_task(self, task: task_process.TaskProcess, signum: int) -> None:
+        """Signal the task's group, and each of its processes that left the group."""
+        procfs.signal_group(task.pgid, signum)
+        escaped = [s for s in self._leftovers(task) if s.pgrp != task.pgid and not s.ended]
+        if escaped:
+            name = signal.Signals(signum).name
+            self.log.note(f"{name} to {len(escaped)} processes that left the task's process group")
+        for stat in escaped:
+            procfs.signal_process(stat.pid, stat.start_ticks, signum)
+
+    def _end_leftovers(self, task: task_process.TaskProcess) -> None:
+        """Kill and reap every process the task left, and return once none is left.
+
+        This process is their subreaper: those that left the task's group (``setsid``, a
+        double fork) are still below it. The exit record, which confirms a stop, is written
+        only after this, so a confirmed stop leaves nothing of the task running. The common
+        case costs one system call: no child left at all.
+        """
+        if not _has_children():
+            return
+        noted_at = time.monotonic() + LEFTOVER_NOTE_SECONDS
+        pause = 0.002
+        while True:
+            left = self._leftovers(task)
+            if not left:
+                return
+            live = [stat for stat in left if not stat.ended]
+            if live and pause == 0.002:
+                self.log.note(
+                    f"killing {len(live)} processes the task left; {_escapees(live, task)} of"
+                    " them left the task's process group"
+                )
+            for stat in live:
+                procfs.signal_process(stat.pid, stat.start_ticks, signal.SIGKILL)
+            procfs.reap_children([stat.pid for stat in left if stat.ppid == os.getpid()])
+            if time.monotonic() >= noted_at:
+                self.log.note(f"{len(left)} processes of the task are not gone yet; waiting")
+                noted_at = float("inf")
+            time.sleep(pause)  # a killed process needs the kernel's time to end
+            pause = min(pause * 2, 0.1)
 
     def _request_stop(self, cause: port.ErrorCategory) -> None:
         """The first stop wins: a timeout after a cancel is still a cancel."""
@@ -286,10 +341,10 @@ class AttemptRun:
         grace = self.spec.grace_period.total_seconds()
         self.log.note(f"stopping the task ({cause}): SIGTERM to its group, SIGKILL after {grace}s")
         if grace > 0:
-            procfs.signal_group(self._task.pgid, signal.SIGTERM)
+            self._signal_task(self._task, signal.SIGTERM)
             self._kill_at = time.monotonic() + grace
         else:
-            procfs.signal_group(self._task.pgid, signal.SIGKILL)
+            self._signal_task(self._task, signal.SIGKILL)
 
     def _complete(self, wait_status: int | None) -> int:
         exit_code, signum = (
@@ -590,6 +645,19 @@ class AttemptRun:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self.log.close()
+
+
+def _has_children() -> bool:
+    """This process has a child, running or ended and not yet reaped (none is reaped here)."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
+
+
+def _escapees(stats: list[procfs.ProcStat], task: task_process.TaskProcess) -> int:
+    return sum(1 for stat in stats if stat.pgrp != task.pgid)
 
 
 def _progress_evidence(notice: dict[str, jsontypes.JSONValue]) -> wire.ProgressEvidence:
