@@ -1,15 +1,42 @@
 """A task's processes that left its process group (``setsid``, a daemon's double fork) are
-stopped with it, and the stop is confirmed only once none of them is left."""
+stopped with it, and the stop is confirmed only once none of them is left.
+
+Each test runs twice: with the attempt's cgroup (where this machine has a cgroup v2 hierarchy
+the worker may write to) and without (``VERITASK_TASK_CGROUPS=off``: the worker as subreaper
+and the attempt's mark in the environment).
+"""
 
 from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
-from tests.execution.conftest import Engine, wait_until
+import pytest
+
+from tests.execution.conftest import Engine, FakePlatform, engine_on, evidence, wait_until
 from veritask.core.states import PROCESSES_ENDED
-from veritask.execution import port, procfs, records
+from veritask.execution import cgroups, port, procfs, records
+
+
+@pytest.fixture(params=["cgroup", "subreaper"])
+def engine(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    platform: FakePlatform,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Engine]:
+    if request.param == "cgroup" and cgroups.own_base() is None:
+        pytest.skip("no cgroup v2 hierarchy this process may write to")
+    # The supervisor, and so every worker, takes the setting from this environment.
+    monkeypatch.setenv(cgroups.SETTING, "auto" if request.param == "cgroup" else "off")
+    with engine_on(tmp_path, platform, slots=4) as engine:
+        yield engine
+
+
+def _uses_cgroup(engine: Engine, spec: port.AttemptSpec) -> bool:
+    return cgroups.locate(engine.attempt(spec).path) is not None
 
 
 def _left(pid: int) -> bool:
@@ -38,6 +65,7 @@ def test_cancel_stops_a_child_that_left_the_group_with_setsid(engine: Engine) ->
     task = wait_until(lambda: records.read_process_record(engine.attempt(spec).task_record))
     stat = procfs.read_stat(escaped)
     assert stat is not None and stat.pgrp != task.pgid  # it left the task's group
+    assert _uses_cgroup(engine, spec) is (os.environ[cgroups.SETTING] == "auto")
 
     engine.executor.cancel(external_id=external_id)
     confirmed = engine.wait_ended(external_id)
@@ -108,3 +136,56 @@ def test_a_gone_workers_escaped_process_keeps_the_attempt_running_until_stopped(
 
     assert unknown.details[PROCESSES_ENDED] is True
     assert not _left(escaped)
+
+
+def test_a_gone_workers_process_without_group_or_mark_is_found_by_its_cgroup(
+    engine: Engine,
+) -> None:
+    """The one case only the cgroup covers: a process that left the group, dropped its
+    environment (so the mark) and outlived its worker."""
+    if os.environ[cgroups.SETTING] == "off":
+        pytest.skip("without a cgroup, nothing on the machine names this process's attempt")
+    pid_file = engine.workspace / "daemon.pid"
+    daemon = f"(setsid env -i sleep 1000 & echo $! > {pid_file}.tmp; mv {pid_file}.tmp {pid_file})"
+    spec = engine.spec(f"{daemon}; while :; do sleep 0.05; done")
+    external_id = engine.executor.submit(spec=spec).external_id
+    escaped = _read_pid(pid_file)
+    attempt = engine.attempt(spec)
+    worker = wait_until(lambda: records.read_process_record(attempt.worker_record))
+    task = wait_until(lambda: records.read_process_record(attempt.task_record))
+    cgroup = cgroups.locate(attempt.path)
+    assert task.pgid is not None and cgroup is not None
+    assert escaped in cgroups.members(cgroup)
+
+    os.kill(worker.pid, signal.SIGKILL)
+    wait_until(lambda: not procfs.is_running(worker.pid, worker.start_ticks), what="the worker")
+    procfs.signal_group(task.pgid, signal.SIGKILL)
+    wait_until(lambda: not procfs.group_members(task.pgid or 0, started_since=task.start_ticks))
+
+    assert engine.executor.describe(external_id=external_id).engine_state is (
+        port.EngineState.RUNNING
+    )
+
+    def stopped() -> port.Observation | None:
+        engine.executor.cancel(external_id=external_id)
+        seen = engine.executor.describe(external_id=external_id)
+        return None if seen.engine_state is port.EngineState.RUNNING else seen
+
+    assert wait_until(stopped, what="the escaped process to be stopped").details[PROCESSES_ENDED]
+    assert not _left(escaped)
+    engine.executor.cleanup(external_id=external_id)
+    assert not cgroup.exists()  # the worker could not remove it; cleanup did
+
+
+def test_an_unknown_cgroup_setting_fails_the_attempt_naming_it(
+    tmp_path: Path, platform: FakePlatform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(cgroups.SETTING, "sometimes")
+    with engine_on(tmp_path, platform, slots=1) as engine:
+        spec = engine.spec("touch ran")
+        ended = engine.run(spec)
+
+        assert ended.error_category is port.ErrorCategory.START_ERROR
+        reason = evidence(engine.wait_delivered(spec))["start_error"]
+        assert isinstance(reason, str) and "VERITASK_TASK_CGROUPS must be auto or off" in reason
+        assert not (engine.workspace / "ran").exists()

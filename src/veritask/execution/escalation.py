@@ -8,9 +8,10 @@ the worker's grace period since the first request has passed and one still runs,
 SIGTERM, and after one more grace period SIGKILL. The clock is the attempt's
 ``cancel_requested`` file, written once by the first request.
 
-The task's processes are its group, and, without the worker that is their subreaper, every
-process whose environment holds the attempt's mark (``task_env.attempt_mark``): one that left
-the group (``setsid``, a daemon's double fork) keeps it.
+The task's processes are its group, and, without the worker that is their subreaper, the
+processes in the attempt's cgroup (where the worker made one, cgroups.py) and every process
+whose environment holds the attempt's mark (``task_env.attempt_mark``): one that left the
+group (``setsid``, a daemon's double fork) stays in the cgroup and keeps the mark.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import signal
 import time
 
-from veritask.execution import layout, procfs, records, task_env
+from veritask.execution import cgroups, layout, procfs, records, task_env
 
 
 def task_alive(task: records.ProcessRecord, attempt: layout.AttemptDir | None = None) -> bool:
@@ -28,7 +29,12 @@ def task_alive(task: records.ProcessRecord, attempt: layout.AttemptDir | None = 
         return True
     if task.pgid is not None and procfs.group_members(task.pgid, started_since=task.start_ticks):
         return True
-    return attempt is not None and bool(marked_processes(attempt, task))
+    if attempt is None:
+        return False
+    cgroup = cgroups.locate(attempt.path)
+    if cgroup is not None and cgroups.members(cgroup):
+        return True
+    return bool(marked_processes(attempt, task))
 
 
 def marked_processes(attempt: layout.AttemptDir, task: records.ProcessRecord) -> list[int]:
@@ -49,7 +55,10 @@ def stop_task_group(attempt: layout.AttemptDir, *, worker_acts: bool) -> bool:
     first grace period is its own; a gone worker has none, and the task is signalled at once.
     """
     task = records.read_process_record(attempt.task_record)
+    cgroup = cgroups.locate(attempt.path)
     if task is None or task.pgid is None or not task_alive(task, attempt):
+        if cgroup is not None:
+            cgroups.remove(cgroup)  # its worker, gone, could not
         return False
     try:
         requested_at = attempt.cancel_request.stat().st_mtime
@@ -62,6 +71,8 @@ def stop_task_group(attempt: layout.AttemptDir, *, worker_acts: bool) -> bool:
         return True
     signum = signal.SIGTERM if overdue < grace else signal.SIGKILL
     procfs.signal_group(task.pgid, signum)
+    if cgroup is not None:
+        cgroups.signal_all(cgroup, signum)
     mark = task_env.attempt_mark(spec.attempt_token)
     for stat in procfs.marked(mark, started_since=task.start_ticks):
         if stat.pgrp != task.pgid:

@@ -35,7 +35,17 @@ from pathlib import Path
 
 from veritask.core import jsontypes
 from veritask.core.states import PROCESSES_ENDED
-from veritask.execution import errors, escalation, layout, port, procfs, records, supervisor, wire
+from veritask.execution import (
+    cgroups,
+    errors,
+    escalation,
+    layout,
+    port,
+    procfs,
+    records,
+    supervisor,
+    wire,
+)
 from veritask.execution import worker as worker_module
 
 log = logging.getLogger(__name__)
@@ -190,6 +200,9 @@ class LocalExecutor:
             worker = records.read_process_record(attempt.worker_record)
             if worker is not None and worker_module.is_worked_on(attempt):
                 _kill_and_wait(worker, timeout=self._request_timeout)
+        cgroup = cgroups.locate(attempt.path)
+        if cgroup is not None:
+            cgroups.remove(cgroup)  # left by a worker that died; empty, as describe said
         self.home.trash.mkdir(exist_ok=True)
         doomed = self.home.trash / uuid.uuid4().hex
         try:

@@ -54,6 +54,7 @@ from typing import NoReturn, Protocol, cast
 
 from veritask.core import jsontypes, outputs
 from veritask.execution import (
+    cgroups,
     delivery,
     layout,
     port,
@@ -135,6 +136,8 @@ class AttemptRun:
         )
         self._selector.register(self._notify_r, selectors.EVENT_READ, "notify")
         self._task: task_process.TaskProcess | None = None
+        #: The attempt's cgroup, when this machine lets the worker make one (cgroups.py).
+        self._cgroup: Path | None = None
         self._stop_cause: port.ErrorCategory | None = None
         self._kill_at: float | None = None
         self._commit_marker: str | None = None
@@ -173,11 +176,13 @@ class AttemptRun:
             # (setsid, a daemon's double fork): the stop finds and ends all of it.
             procfs.become_subreaper()
             try:
+                self._cgroup = self._make_cgroup()
                 self._task = task_process.start(
                     self.spec.task,
                     env=self._task_env(),
                     workdir=self.spec.workdir or self.attempt.path,
                     output_path=self.attempt.output,
+                    cgroup=self._cgroup,
                 )
             except task_process.StartFailed as exc:
                 self.log.note(str(exc))
@@ -290,10 +295,22 @@ class AttemptRun:
             if stat.pid != task.pid
         ]
 
+    def _make_cgroup(self) -> Path | None:
+        """The attempt's cgroup; None where none can be made. Raises StartFailed for a
+        ``VERITASK_TASK_CGROUPS`` that is neither auto nor off."""
+        try:
+            if not cgroups.enabled(os.environ):
+                return None
+        except ValueError as exc:
+            raise task_process.StartFailed(str(exc)) from exc
+        return cgroups.create(self.attempt.path)
+
     def _signal_task(self, task: task_process.TaskProcess, signum: int) -> None:
         """Signal the task's group, and each of its processes that left the group."""
-        procfs.signal_group(task.pgid, signum)
         escaped = [s for s in self._leftovers(task) if s.pgrp != task.pgid and not s.ended]
+        procfs.signal_group(task.pgid, signum)
+        if task.cgroup is not None:
+            cgroups.signal_all(task.cgroup, signum)
         if escaped:
             name = signal.Signals(signum).name
             self.log.note(f"{name} to {len(escaped)} processes that left the task's process group")
@@ -304,18 +321,25 @@ class AttemptRun:
         """Kill and reap every process the task left, and return once none is left.
 
         This process is their subreaper: those that left the task's group (``setsid``, a
-        double fork) are still below it. The exit record, which confirms a stop, is written
-        only after this, so a confirmed stop leaves nothing of the task running. The common
-        case costs one system call: no child left at all.
+        double fork) are still below it; with a cgroup, they are also in it. The exit record,
+        which confirms a stop, is written only after this, so a confirmed stop leaves nothing
+        of the task running. The common case costs one system call (no child left at all), and
+        the removal of the attempt's empty cgroup.
         """
-        if not _has_children():
+        cgroup = task.cgroup
+        if not _has_children() and (cgroup is None or cgroups.remove(cgroup)):
             return
         noted_at = time.monotonic() + LEFTOVER_NOTE_SECONDS
         pause = 0.002
         while True:
             left = self._leftovers(task)
-            if not left:
+            in_cgroup = [] if cgroup is None else cgroups.members(cgroup)
+            if not left and not in_cgroup:
+                if cgroup is not None:
+                    cgroups.remove(cgroup)
                 return
+            if cgroup is not None and in_cgroup:
+                cgroups.signal_all(cgroup, signal.SIGKILL)
             live = [stat for stat in left if not stat.ended]
             if live and pause == 0.002:
                 self.log.note(
@@ -635,6 +659,8 @@ class AttemptRun:
         self._selector.close()
         self._transport.close()
         self._release_slot()
+        if self._cgroup is not None:
+            cgroups.remove(self._cgroup)  # left only if a process of the task still runs
         task = self._task
         fds: list[int | None] = [self._signal_r, self._signal_w, self._notify_r, self._notify_w]
         fds += [self._channel_fd, self._channel_keepalive_fd]
