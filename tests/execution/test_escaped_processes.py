@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,25 @@ def test_an_unknown_cgroup_setting_fails_the_attempt_naming_it(
         reason = evidence(engine.wait_delivered(spec))["start_error"]
         assert isinstance(reason, str) and "VERITASK_TASK_CGROUPS must be auto or off" in reason
         assert not (engine.workspace / "ran").exists()
+
+
+def test_the_tasks_orphans_that_end_are_reaped_while_it_runs(engine: Engine) -> None:
+    """A process whose parent ended is handed to the worker; once it ends too, the worker
+    reaps it at its next heartbeat, not only when the task ends."""
+    ready = engine.workspace / "ready"
+    spec = engine.spec(
+        f"(true &); (true &); touch {ready}; while :; do sleep 0.05; done",
+        heartbeat_interval=timedelta(seconds=0.1),
+    )
+    external_id = engine.executor.submit(spec=spec).external_id
+    wait_until(ready.exists, what="the task's orphans")
+    worker = wait_until(lambda: records.read_process_record(engine.attempt(spec).worker_record))
+    task = wait_until(lambda: records.read_process_record(engine.attempt(spec).task_record))
+
+    def zombies() -> list[int]:
+        below = procfs.descendants(worker.pid, started_since=task.start_ticks)
+        return [stat.pid for stat in below if stat.ended and stat.ppid == worker.pid]
+
+    wait_until(lambda: not zombies(), timeout=5, what="the worker to reap its orphans")
+    engine.executor.cancel(external_id=external_id)
+    assert engine.wait_ended(external_id).error_category is port.ErrorCategory.CANCELLED

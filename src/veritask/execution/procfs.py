@@ -181,6 +181,17 @@ def become_subreaper() -> bool:
     return False
 
 
+def children() -> list[int]:
+    """This process's children, those of each of its threads (``/proc/self/task/*/children``);
+    empty where the kernel does not offer the file."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for thread in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError), open(f"/proc/self/task/{thread}/children") as f:
+                found.extend(int(pid) for pid in f.read().split())
+    return found
+
+
 def reap_children(pids: Iterator[int] | list[int]) -> None:
     """Reap those of ``pids`` that are this process's ended children; leave the others."""
     for pid in pids:

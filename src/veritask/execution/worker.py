@@ -246,6 +246,7 @@ class AttemptRun:
             if now >= next_heartbeat:
                 self._emit("heartbeat", wire.HeartbeatEvidence())
                 next_heartbeat = now + heartbeat
+                self._reap_orphans(task)
             if deadline is not None and now >= deadline:
                 self._request_stop(port.ErrorCategory.TIMEOUT)
             if self._kill_at is not None and now >= self._kill_at:
@@ -286,6 +287,12 @@ class AttemptRun:
             task.popen.returncode = os.waitstatus_to_exitcode(status)
         self._end_leftovers(task)
         return status
+
+    @staticmethod
+    def _reap_orphans(task: task_process.TaskProcess) -> None:
+        """Reap the task's processes that were handed to this process (their parent ended
+        first) and have ended since: else each would wait as a zombie until the task ends."""
+        procfs.reap_children([pid for pid in procfs.children() if pid != task.pid])
 
     def _leftovers(self, task: task_process.TaskProcess) -> list[procfs.ProcStat]:
         """The task's processes below this one (the leader aside), ended ones included."""
