@@ -47,20 +47,34 @@ def _left(pid: int) -> bool:
 
 
 def _read_pid(path: Path) -> int:
-    return int(wait_until(lambda: path.read_text() if path.exists() else None, what=str(path)))
+    """The pid of the process that escaped (it writes it once in a session of its own), once
+    it runs ``sleep``."""
+    pid = int(wait_until(lambda: path.read_text() if path.exists() else None, what=str(path)))
+
+    def escaped() -> bool:
+        stat = procfs.read_stat(pid)
+        comm = Path(f"/proc/{pid}/comm")
+        return stat is not None and stat.session == pid and comm.read_text().strip() == "sleep"
+
+    wait_until(escaped, what=f"{pid} to leave in a session of its own and run sleep")
+    return pid
 
 
-def _escaping(pid_file: Path, command: str) -> str:
-    """Start ``command`` in a session of its own, write its pid, then run until stopped."""
-    return (
-        f"setsid {command} & echo $! > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; "
-        "while :; do sleep 0.05; done"
-    )
+def _escaping(pid_file: Path, *, prefix: str = "") -> str:
+    """A process that leaves in a session of its own (with ``prefix`` before its shell),
+    writes its pid there, and becomes ``sleep 1000``."""
+    write = f"echo $$ > {pid_file}.tmp; /bin/mv {pid_file}.tmp {pid_file}"
+    return f"setsid {prefix}/bin/sh -c '{write}; exec /bin/sleep 1000'"
+
+
+def _running(command: str) -> str:
+    """``command`` (ending in ``&`` or ``;``), then run until stopped."""
+    return f"{command} while :; do sleep 0.05; done"
 
 
 def test_cancel_stops_a_child_that_left_the_group_with_setsid(engine: Engine) -> None:
     pid_file = engine.workspace / "escaped.pid"
-    spec = engine.spec(_escaping(pid_file, "sleep 1000"))
+    spec = engine.spec(_running(f"{_escaping(pid_file)} &"))
     external_id = engine.executor.submit(spec=spec).external_id
     escaped = _read_pid(pid_file)
     task = wait_until(lambda: records.read_process_record(engine.attempt(spec).task_record))
@@ -81,8 +95,7 @@ def test_cancel_stops_a_daemon_that_also_dropped_its_environment(engine: Engine)
     """A double fork into a new session, with ``env -i``: neither its group nor its
     environment says whose it is; its ancestry does (the worker is its subreaper)."""
     pid_file = engine.workspace / "daemon.pid"
-    daemon = f"(setsid env -i sleep 1000 & echo $! > {pid_file}.tmp; mv {pid_file}.tmp {pid_file})"
-    spec = engine.spec(f"{daemon}; while :; do sleep 0.05; done")
+    spec = engine.spec(_running(f"({_escaping(pid_file, prefix='env -i ')} &);"))
     external_id = engine.executor.submit(spec=spec).external_id
     escaped = _read_pid(pid_file)
     worker = wait_until(lambda: records.read_process_record(engine.attempt(spec).worker_record))
@@ -97,12 +110,13 @@ def test_cancel_stops_a_daemon_that_also_dropped_its_environment(engine: Engine)
 
 def test_a_task_that_ends_leaves_no_process_behind(engine: Engine) -> None:
     pid_file = engine.workspace / "escaped.pid"
-    spec = engine.spec(f"setsid sleep 1000 & echo $! > {pid_file}")
+    # The task ends once the child has left its group and written its pid.
+    spec = engine.spec(f"{_escaping(pid_file)} & while [ ! -e {pid_file} ]; do sleep 0.01; done")
 
     ended = engine.run(spec)
 
     assert ended.error_category is port.ErrorCategory.NONE
-    assert not _left(_read_pid(pid_file))
+    assert not _left(int(pid_file.read_text()))
 
 
 def test_a_gone_workers_escaped_process_keeps_the_attempt_running_until_stopped(
@@ -111,7 +125,7 @@ def test_a_gone_workers_escaped_process_keeps_the_attempt_running_until_stopped(
     """Without its worker, the attempt's processes are found by the mark the worker put in
     their environment: describe says running while one is left, and cancel stops it."""
     pid_file = engine.workspace / "escaped.pid"
-    spec = engine.spec(_escaping(pid_file, "sleep 1000"))
+    spec = engine.spec(_running(f"{_escaping(pid_file)} &"))
     external_id = engine.executor.submit(spec=spec).external_id
     escaped = _read_pid(pid_file)
     attempt = engine.attempt(spec)
@@ -147,8 +161,7 @@ def test_a_gone_workers_process_without_group_or_mark_is_found_by_its_cgroup(
     if os.environ[cgroups.SETTING] == "off":
         pytest.skip("without a cgroup, nothing on the machine names this process's attempt")
     pid_file = engine.workspace / "daemon.pid"
-    daemon = f"(setsid env -i sleep 1000 & echo $! > {pid_file}.tmp; mv {pid_file}.tmp {pid_file})"
-    spec = engine.spec(f"{daemon}; while :; do sleep 0.05; done")
+    spec = engine.spec(_running(f"({_escaping(pid_file, prefix='env -i ')} &);"))
     external_id = engine.executor.submit(spec=spec).external_id
     escaped = _read_pid(pid_file)
     attempt = engine.attempt(spec)
@@ -163,9 +176,8 @@ def test_a_gone_workers_process_without_group_or_mark_is_found_by_its_cgroup(
     procfs.signal_group(task.pgid, signal.SIGKILL)
     wait_until(lambda: not procfs.group_members(task.pgid or 0, started_since=task.start_ticks))
 
-    assert engine.executor.describe(external_id=external_id).engine_state is (
-        port.EngineState.RUNNING
-    )
+    seen = engine.executor.describe(external_id=external_id)
+    assert seen.engine_state is port.EngineState.RUNNING
 
     def stopped() -> port.Observation | None:
         engine.executor.cancel(external_id=external_id)
