@@ -7,6 +7,7 @@ with a deadline (``wait_until``), so they are as fast as the processes allow.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import signal
 import socket
@@ -23,7 +24,7 @@ from typing import TypeVar
 import pytest
 
 from veritask.core import jsontypes
-from veritask.execution import layout, local, port, procfs, records
+from veritask.execution import cgroups, layout, local, port, procfs, records
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_SECONDS = 15.0
@@ -193,7 +194,13 @@ def platform() -> Iterator[FakePlatform]:
 
 
 def kill_leftovers(executor_home: layout.ExecutorHome) -> None:
-    """Kill every worker and task process that the attempts under ``executor_home`` recorded."""
+    """Kill every worker and task process that the attempts under ``executor_home`` recorded,
+    and remove the attempts' cgroups that a killed worker left."""
+    for attempt_path in executor_home.attempts.glob("*/*"):
+        cgroup = cgroups.locate(attempt_path)
+        if cgroup is not None:
+            cgroups.signal_all(cgroup, signal.SIGKILL)
+            wait_until(functools.partial(cgroups.remove, cgroup), what=f"{cgroup} to be empty")
     for record_path in executor_home.attempts.glob("*/*/*.json"):
         if record_path.name not in ("worker.json", "task.json"):
             continue

@@ -131,6 +131,8 @@ def test_a_frozen_workers_task_group_is_stopped_by_the_repeated_cancel(engine: E
     )
     external_id = engine.executor.submit(spec=spec).external_id
     wait_until(ready.exists, what="the task to ignore SIGTERM")
+    # The task may run before its worker recorded it: frozen before that, it never would.
+    wait_until(engine.attempt(spec).task_record.exists, what="the task's record")
     worker = records.read_process_record(engine.attempt(spec).worker_record)
     assert worker is not None
     os.kill(worker.pid, signal.SIGSTOP)

@@ -16,6 +16,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import logging
 import os
 import select
 import shutil
@@ -34,8 +35,20 @@ from pathlib import Path
 
 from veritask.core import jsontypes
 from veritask.core.states import PROCESSES_ENDED
-from veritask.execution import errors, escalation, layout, port, procfs, records, wire
+from veritask.execution import (
+    cgroups,
+    errors,
+    escalation,
+    layout,
+    port,
+    procfs,
+    records,
+    supervisor,
+    wire,
+)
 from veritask.execution import worker as worker_module
+
+log = logging.getLogger(__name__)
 
 EXTERNAL_ID_PREFIX = "local:"
 #: Unix socket addresses are limited to 108 bytes; longer paths go through /proc/self/fd.
@@ -134,7 +147,7 @@ class LocalExecutor:
             return self._describe_waiting(observe, attempt)
         if worker_alive and task is None:
             return observe.make(port.EngineState.PENDING, port.ObservationSource.PROCESS_TABLE)
-        task_alive = task is not None and escalation.task_alive(task)
+        task_alive = task is not None and escalation.task_alive(task, attempt)
         observe.details.update(exit_record=False, task_alive=task_alive)
         if task_alive:
             if not worker_alive:
@@ -187,6 +200,9 @@ class LocalExecutor:
             worker = records.read_process_record(attempt.worker_record)
             if worker is not None and worker_module.is_worked_on(attempt):
                 _kill_and_wait(worker, timeout=self._request_timeout)
+        cgroup = cgroups.locate(attempt.path)
+        if cgroup is not None:
+            cgroups.remove(cgroup)  # left by a worker that died; empty, as describe said
         self.home.trash.mkdir(exist_ok=True)
         doomed = self.home.trash / uuid.uuid4().hex
         try:
@@ -207,13 +223,21 @@ class LocalExecutor:
         one waits for the old one's pidfile lock, so launching is right in that case too.
         """
         with self._start_lock():
+            replaced = None
             with contextlib.suppress(OSError, errors.ExecutorError):
-                return self._configure_running_supervisor()
+                answer = self._request({"op": "ping"})
+                replaced = self._retire_if_stale(answer)
+                if replaced is None:
+                    return self._configure_running_supervisor(answer)
             self._launch_supervisor()
             give_up_at = time.monotonic() + self._start_timeout
             while True:
                 try:
-                    return self._configure_running_supervisor()
+                    answer = self._request({"op": "ping"})
+                    if answer.get("pid") != replaced:
+                        return self._configure_running_supervisor(answer)
+                    # The one we replaced answered still: it is finishing its exit.
+                    raise errors.ExecutorError("the replaced supervisor is still exiting")
                 except (OSError, errors.ExecutorError) as exc:
                     if time.monotonic() >= give_up_at:
                         raise errors.SupervisorUnavailable(
@@ -221,6 +245,48 @@ class LocalExecutor:
                             f"({exc}); see {self.home.supervisor_log}"
                         ) from exc
                 time.sleep(_PING_INTERVAL)
+
+    def replace_stale_supervisor(self) -> str | None:
+        """Replace the supervisor that answers now if it was started with other settings
+        than this process has (an earlier ``up`` with another PYTHONPATH, other secrets):
+        its workers would give new attempts the old ones. Returns the notice, also logged as a
+        warning; None when no supervisor answers or its settings are ours. The next one is
+        started at once. Running attempts carry on, and hold their slots in the next one."""
+        with self._start_lock():
+            try:
+                answer = self._request({"op": "ping"})
+            except (OSError, errors.ExecutorError):
+                return None
+            notice = self._describe_stale(answer)
+        if notice is not None:
+            self.ensure_supervisor()
+        return notice
+
+    def _describe_stale(self, answer: jsontypes.JSONObject) -> str | None:
+        theirs = answer.get("settings")
+        differ = supervisor.settings_differ(
+            supervisor.settings_of(os.environ), theirs if isinstance(theirs, dict) else {}
+        )
+        if not differ:
+            return None
+        shown = ", ".join(differ[:8]) + (f" and {len(differ) - 8} more" if len(differ) > 8 else "")
+        return (
+            f"the local supervisor (pid {answer.get('pid')}) was started with other settings"
+            f" ({shown}): replacing it, so that new attempts get this process's settings; its"
+            f" {answer.get('running', 0)} running attempts finish as they started"
+        )
+
+    def _retire_if_stale(self, answer: jsontypes.JSONObject) -> int | None:
+        """Ask a supervisor started with other settings to exit (saying so); its pid, or None
+        when its settings are ours. Called under the start lock."""
+        notice = self._describe_stale(answer)
+        if notice is None:
+            return None
+        log.warning(notice)
+        self._request({"op": "shutdown"})
+        self._drop_connection()
+        pid = answer.get("pid")
+        return pid if isinstance(pid, int) else -1
 
     def shutdown_supervisor(self) -> None:
         """Ask the supervisor to exit. Running workers carry on; queued attempts wait on disk."""
@@ -242,8 +308,7 @@ class LocalExecutor:
         except (OSError, errors.ExecutorError):
             return None
 
-    def _configure_running_supervisor(self) -> int:
-        answer = self._request({"op": "ping"})
+    def _configure_running_supervisor(self, answer: jsontypes.JSONObject) -> int:
         if answer.get("slots") != self.slots:
             self._request({"op": "configure", "slots": self.slots})
         pid = answer.get("pid")

@@ -7,9 +7,12 @@ machine's uptime, so every identity the execution layer records is the pair.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 
@@ -100,6 +103,100 @@ def group_members(pgid: int, *, started_since: int) -> list[int]:
         ):
             members.append(stat.pid)
     return members
+
+
+def all_stats() -> Iterator[ProcStat]:
+    """Every process's stat line (those that end during the scan are left out)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = read_stat(int(entry))
+            if stat is not None:
+                yield stat
+
+
+def descendants(pid: int, *, started_since: int = 0) -> list[ProcStat]:
+    """The processes below ``pid`` in the process tree, ended ones (zombies) included, each
+    started no earlier than ``started_since`` (ticks). One scan of /proc.
+
+    Under a subreaper (:func:`become_subreaper`) this is every process it started, at any
+    depth: one whose parent ended is handed to the subreaper, so none leaves the tree.
+    """
+    children: dict[int, list[ProcStat]] = {}
+    for stat in all_stats():
+        children.setdefault(stat.ppid, []).append(stat)
+    found: list[ProcStat] = []
+    parents = [pid]
+    while parents:
+        for child in children.get(parents.pop(), ()):
+            if child.start_ticks >= started_since:
+                found.append(child)
+            parents.append(child.pid)  # an older child's children may be recent
+    return found
+
+
+def environ_holds(pid: int, entry: bytes) -> bool:
+    """The environment the process started with holds ``entry`` (``NAME=value``).
+
+    A process keeps its environment across ``setsid``, a fork and an ``exec`` that passes it
+    on; only an ``exec`` with another environment drops it. False when it cannot be read.
+    """
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            return entry in environ.read().split(b"\0")
+    except OSError:  # gone, or another user's
+        return False
+
+
+def marked(entry: bytes, *, started_since: int) -> list[ProcStat]:
+    """Live processes whose environment holds ``entry``, started no earlier than
+    ``started_since`` (ticks). One scan of /proc, reading the environment of each."""
+    return [
+        stat
+        for stat in all_stats()
+        if not stat.ended
+        and stat.start_ticks >= started_since
+        and stat.pid != os.getpid()
+        and environ_holds(stat.pid, entry)
+    ]
+
+
+#: prctl(2): a subreaper adopts its descendants whose parent ends.
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+@cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def become_subreaper() -> bool:
+    """Make this process the subreaper of its descendants: one whose parent ends is handed to
+    this process, not to init, so it stays below it. False when the kernel refuses.
+
+    A forked child is no subreaper (the kernel does not pass the setting on): each process
+    that needs it calls this itself; calling it again costs one system call.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        return int(_libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    return False
+
+
+def children() -> list[int]:
+    """This process's children, those of each of its threads (``/proc/self/task/*/children``);
+    empty where the kernel does not offer the file."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for thread in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError), open(f"/proc/self/task/{thread}/children") as f:
+                found.extend(int(pid) for pid in f.read().split())
+    return found
+
+
+def reap_children(pids: Iterator[int] | list[int]) -> None:
+    """Reap those of ``pids`` that are this process's ended children; leave the others."""
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
 
 
 def signal_process(pid: int, start_ticks: int, signum: int) -> bool:

@@ -18,6 +18,13 @@ when it starts, so a submission made while no supervisor ran (or one that died) 
 Protocol: a client connects to ``supervisor.sock``, sends one JSON line and reads one JSON line
 back. ``{"op": "submit" | "cancel" | "status", "attempt": "<instance>/<n>"}``, ``{"op": "ping"}``,
 ``{"op": "configure", "slots": N}``, ``{"op": "shutdown"}``; answers carry ``"ok"``.
+
+Settings: a worker takes its task's inherited environment and its secrets from the
+supervisor's environment (``task_env``, ``secrets``), so the ping answers ``settings``: a short
+digest of each setting the attempts depend on (:func:`settings_of`), never a value. A client
+started with other settings replaces the supervisor (``LocalExecutor.ensure_supervisor``).
+Nothing is lost in the replacement: the workers that run carry on, and the next supervisor
+counts their attempts against its slots until they end (:meth:`Supervisor._adopt`).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import collections
 import contextlib
 import fcntl
 import gc
+import hashlib
 import json
 import os
 import selectors
@@ -34,12 +42,12 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from veritask.core import jsontypes
-from veritask.execution import layout, procfs, records, wire, worker
+from veritask.execution import layout, procfs, records, task_env, wire, worker
 
 #: How long a starting supervisor waits for the previous one to finish exiting.
 LOCK_WAIT_SECONDS = 5.0
@@ -47,6 +55,34 @@ REQUEST_LIMIT_BYTES = 64 * 1024
 #: How long a warm worker may wait for another attempt before it is let go.
 IDLE_WORKER_SECONDS = 30.0
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+#: How often an adopted attempt (run by an earlier supervisor's worker) is checked for its end.
+ADOPTED_CHECK_SECONDS = 0.5
+#: The names under which :func:`settings_of` lists the interpreter and its search path.
+PYTHON_SETTING = "(python)"
+
+
+def settings_of(environ: Mapping[str, str]) -> dict[str, str]:
+    """What an attempt takes from the environment of the process that runs the workers, each
+    value as a short digest (a value itself never leaves the process): the environment a task
+    inherits (``task_env.inherited``: PATH, PYTHONPATH, LC_*, the pass-through names), every
+    platform setting (``VERITASK_*``: secrets and their providers among them) and the Python
+    that runs the workers."""
+    chosen = {
+        name: value for name, value in environ.items() if name.startswith(task_env.PLATFORM_PREFIX)
+    }
+    # A bad pass-through list is a platform setting itself, among those above.
+    with contextlib.suppress(task_env.TaskEnvError):
+        chosen.update(task_env.inherited(environ))
+    chosen[PYTHON_SETTING] = sys.executable
+    return {
+        name: hashlib.sha256(value.encode(errors="surrogateescape")).hexdigest()[:16]
+        for name, value in sorted(chosen.items())
+    }
+
+
+def settings_differ(ours: Mapping[str, str], theirs: Mapping[str, object]) -> list[str]:
+    """The names of the settings whose digests differ, or that only one side has."""
+    return sorted(name for name in {*ours, *theirs} if ours.get(name) != theirs.get(name))
 
 
 def log(message: str) -> None:
@@ -91,6 +127,10 @@ class Supervisor:
         self._stopping = False
         self._last_activity = time.monotonic()
         self._retry_start_at: float | None = None
+        self.settings = settings_of(os.environ)
+        #: Attempts an earlier supervisor's workers run, each holding a slot until it ends:
+        #: the worker's pidfd -> the attempt's key.
+        self._adopted: dict[int, str] = {}
 
     # --- life ---------------------------------------------------------------------------
 
@@ -113,6 +153,9 @@ class Supervisor:
             signal.signal(signum, worker.ignore_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self._selector.register(self._wakeup_r, selectors.EVENT_READ, "signal")
+        # The processes of a task whose worker died are handed to us, not to init: they are
+        # reaped below (their attempt's mark still finds them, escalation.py).
+        procfs.become_subreaper()
         self._forget_dead_workers()
         log(f"supervisor serving {self.home.path} with {self.slots} slots")
         # What is imported now never changes: keep the collector of every forked worker off
@@ -166,13 +209,40 @@ class Supervisor:
                     if not attempt_path.name.isdigit():
                         continue
                     attempt = layout.AttemptDir(attempt_path)
+                    key = layout.attempt_key(instance_dir.name, int(attempt_path.name))
                     if self._startable(attempt):
-                        key = layout.attempt_key(instance_dir.name, int(attempt_path.name))
                         waiting.append((attempt.spec.stat().st_mtime, key))
+                    else:
+                        self._adopt(key, attempt)
         for _, key in sorted(waiting):
             self._enqueue(key)
         if waiting:
             log(f"recovered {len(waiting)} waiting attempts from disk")
+
+    def _adopt(self, key: str, attempt: layout.AttemptDir) -> None:
+        """An attempt that an earlier supervisor's worker still runs holds one of our slots
+        until its task ends (its exit record) or its worker does."""
+        if attempt.exit_record.exists():
+            return
+        with contextlib.suppress(OSError, ValueError):
+            runner = records.read_process_record(attempt.worker_record)
+            if runner is None:
+                return
+            pidfd = os.pidfd_open(runner.pid)
+            if not procfs.is_running(runner.pid, runner.start_ticks):
+                os.close(pidfd)
+                return
+            self._adopted[pidfd] = key
+            self._selector.register(pidfd, selectors.EVENT_READ, ("adopted", pidfd))
+            log(f"{key} runs under worker {runner.pid} of an earlier supervisor: it holds a slot")
+
+    def _release_adopted(self, ended: int | None = None) -> None:
+        """Free the slots of adopted attempts whose task or worker ended."""
+        for pidfd, key in list(self._adopted.items()):
+            if pidfd == ended or self.home.attempt_for_key(key).exit_record.exists():
+                self._selector.unregister(pidfd)
+                os.close(pidfd)
+                del self._adopted[pidfd]
 
     def _loop(self) -> None:
         while not self._stopping:
@@ -186,6 +256,10 @@ class Supervisor:
                         self._on_readable(fd)
                     case ("worker", int(fd)):
                         self._on_worker(fd)
+                    case ("adopted", int(fd)):
+                        self._release_adopted(ended=fd)
+            if self._adopted:
+                self._release_adopted()
             self._start_ready()
             self._let_go_of_idle_workers()
             if self._idle_for() >= self.idle_exit_seconds:
@@ -198,11 +272,13 @@ class Supervisor:
             timeouts.append(self._retry_start_at - time.monotonic())
         if self._idle:
             timeouts.append(self._idle[0].idle_since + IDLE_WORKER_SECONDS - time.monotonic())
+        if self._adopted:
+            timeouts.append(ADOPTED_CHECK_SECONDS)
         return max(0.0, min(timeouts))
 
     def _idle_for(self) -> float:
         # An open connection is no activity: a client keeps its connection between requests.
-        if self._queue or self._running:
+        if self._queue or self._running or self._adopted:
             self._last_activity = time.monotonic()
         return time.monotonic() - self._last_activity
 
@@ -211,7 +287,7 @@ class Supervisor:
         if received & set(_STOP_SIGNALS):
             log("stop signal: exiting; running workers carry on without us")
             self._stopping = True
-        while True:  # reap every worker that ended; they need nothing else from us
+        while True:  # reap every worker (and adopted process) that ended; nothing else to do
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
@@ -289,8 +365,9 @@ class Supervisor:
                     "pid": os.getpid(),
                     "slots": self.slots,
                     "queued": len(self._queue),
-                    "running": len(self._running),
+                    "running": len(self._running) + len(self._adopted),
                     "idle_workers": len(self._idle),
+                    "settings": dict(self.settings),
                 }
             case "submit":
                 self._enqueue(_attempt_key(request))
@@ -343,10 +420,12 @@ class Supervisor:
         self._queued.add(key)
 
     def _start_ready(self) -> None:
+        if self._stopping:
+            return  # what waits stays on disk for the next supervisor
         if self._retry_start_at is not None and time.monotonic() < self._retry_start_at:
             return
         self._retry_start_at = None
-        while self._queue and len(self._running) < self.slots:
+        while self._queue and len(self._running) + len(self._adopted) < self.slots:
             key = self._queue.popleft()
             self._queued.discard(key)
             if not self._start_worker(key):

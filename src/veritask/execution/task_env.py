@@ -42,6 +42,15 @@ BASE_PREFIXES = ("LC_",)
 #: Every setting of the platform, and every variable the worker sets for the task, has it.
 PLATFORM_PREFIX = "VERITASK_"
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: The variable of the task's own that names its attempt (its token is unique): every process
+#: the task starts inherits it, so it marks the attempt's processes for whoever must find them
+#: without their worker (a process keeps it across ``setsid`` and a double fork).
+ATTEMPT_MARK = "VERITASK_ATTEMPT_TOKEN"
+
+
+def attempt_mark(attempt_token: str) -> bytes:
+    """The ``NAME=value`` entry that the environment of the attempt's processes holds."""
+    return f"{ATTEMPT_MARK}={attempt_token}".encode()
 
 
 class TaskEnvError(ValueError):

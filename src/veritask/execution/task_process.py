@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import NoReturn
 
-from veritask.execution import layout, port, procfs, wire
+from veritask.execution import cgroups, layout, port, procfs, wire
 
 #: ``/bin/sh`` exits 127 when the command is not found and 126 when it cannot be executed.
 SHELL_START_ERROR_CODES = frozenset({126, 127})
@@ -192,15 +192,39 @@ class TaskProcess:
     confirmation_fd: int | None
     #: Held so that subprocess never reaps the child behind the worker's back.
     popen: subprocess.Popen[bytes] | None
+    #: The cgroup the task was born in (this process is not in it), if any.
+    cgroup: Path | None = None
 
 
 def start(
-    task: port.TaskSpec, *, env: Mapping[str, str], workdir: Path, output_path: Path
+    task: port.TaskSpec,
+    *,
+    env: Mapping[str, str],
+    workdir: Path,
+    output_path: Path,
+    cgroup: Path | None = None,
 ) -> TaskProcess:
-    """Start the task in a new process group. Raises StartFailed when no process could be made.
+    """Start the task in a new process group, and in ``cgroup`` when given (the task is
+    born in it: this process steps in for the start). Raises StartFailed when no process
+    could be made.
 
     The worker must be single-threaded when it calls this: a callable forks the worker.
     """
+    entered = cgroup is not None and cgroups.enter(cgroup)
+    left = True
+    try:
+        process = _start(task, env=env, workdir=workdir, output_path=output_path)
+    finally:
+        if entered and cgroup is not None:
+            left = cgroups.leave(cgroup)
+    # Stuck inside (the kernel refused the way back), this process must not kill the cgroup.
+    process.cgroup = cgroup if entered and left else None
+    return process
+
+
+def _start(
+    task: port.TaskSpec, *, env: Mapping[str, str], workdir: Path, output_path: Path
+) -> TaskProcess:
     read_fd, write_fd = os.pipe()
     popen: subprocess.Popen[bytes] | None = None
     confirmation_fd: int | None = None

@@ -54,6 +54,7 @@ from typing import NoReturn, Protocol, cast
 
 from veritask.core import jsontypes, outputs
 from veritask.execution import (
+    cgroups,
     delivery,
     layout,
     port,
@@ -76,6 +77,8 @@ EXIT_BUSY = 3
 #: How long to keep reading output after the task's leader ended (its group was killed then;
 #: only a process that left the group can still hold the pipe).
 OUTPUT_DRAIN_SECONDS = 1.0
+#: After this long, a worker still waiting for the task's killed processes to end says so.
+LEFTOVER_NOTE_SECONDS = 5.0
 #: The largest output a task may leave, unless VERITASK_MAX_OUTPUT_BYTES in the worker's
 #: environment says otherwise: a larger one fails the attempt (it stays in output.json).
 OUTPUT_EVENT_LIMIT_BYTES = 1024 * 1024
@@ -133,6 +136,8 @@ class AttemptRun:
         )
         self._selector.register(self._notify_r, selectors.EVENT_READ, "notify")
         self._task: task_process.TaskProcess | None = None
+        #: The attempt's cgroup, when this machine lets the worker make one (cgroups.py).
+        self._cgroup: Path | None = None
         self._stop_cause: port.ErrorCategory | None = None
         self._kill_at: float | None = None
         self._commit_marker: str | None = None
@@ -167,12 +172,17 @@ class AttemptRun:
                 self.log.note(f"stop requested before the task started ({self._stop_cause})")
                 return self._complete(None)
             self._open_channel()
+            # Whatever the task starts stays below this process, even once its parent ended
+            # (setsid, a daemon's double fork): the stop finds and ends all of it.
+            procfs.become_subreaper()
             try:
+                self._cgroup = self._make_cgroup()
                 self._task = task_process.start(
                     self.spec.task,
                     env=self._task_env(),
                     workdir=self.spec.workdir or self.attempt.path,
                     output_path=self.attempt.output,
+                    cgroup=self._cgroup,
                 )
             except task_process.StartFailed as exc:
                 self.log.note(str(exc))
@@ -236,11 +246,12 @@ class AttemptRun:
             if now >= next_heartbeat:
                 self._emit("heartbeat", wire.HeartbeatEvidence())
                 next_heartbeat = now + heartbeat
+                self._reap_orphans(task)
             if deadline is not None and now >= deadline:
                 self._request_stop(port.ErrorCategory.TIMEOUT)
             if self._kill_at is not None and now >= self._kill_at:
                 self.log.note("grace period over: killing the task's process group")
-                procfs.signal_group(task.pgid, signal.SIGKILL)
+                self._signal_task(task, signal.SIGKILL)
                 self._kill_at = None
         if output_open:
             self.log.note("output still open after the task ended; a process left its group")
@@ -274,7 +285,82 @@ class AttemptRun:
         _, status, self._usage = os.wait4(task.pid, 0)
         if task.popen is not None:
             task.popen.returncode = os.waitstatus_to_exitcode(status)
+        self._end_leftovers(task)
         return status
+
+    @staticmethod
+    def _reap_orphans(task: task_process.TaskProcess) -> None:
+        """Reap the task's processes that were handed to this process (their parent ended
+        first) and have ended since: else each would wait as a zombie until the task ends."""
+        procfs.reap_children([pid for pid in procfs.children() if pid != task.pid])
+
+    def _leftovers(self, task: task_process.TaskProcess) -> list[procfs.ProcStat]:
+        """The task's processes below this one (the leader aside), ended ones included."""
+        return [
+            stat
+            for stat in procfs.descendants(os.getpid(), started_since=task.start_ticks)
+            if stat.pid != task.pid
+        ]
+
+    def _make_cgroup(self) -> Path | None:
+        """The attempt's cgroup; None where none can be made. Raises StartFailed for a
+        ``VERITASK_TASK_CGROUPS`` that is neither auto nor off."""
+        try:
+            if not cgroups.enabled(os.environ):
+                return None
+        except ValueError as exc:
+            raise task_process.StartFailed(str(exc)) from exc
+        return cgroups.create(self.attempt.path)
+
+    def _signal_task(self, task: task_process.TaskProcess, signum: int) -> None:
+        """Signal the task's group, and each of its processes that left the group."""
+        escaped = [s for s in self._leftovers(task) if s.pgrp != task.pgid and not s.ended]
+        procfs.signal_group(task.pgid, signum)
+        if task.cgroup is not None:
+            cgroups.signal_all(task.cgroup, signum)
+        if escaped:
+            name = signal.Signals(signum).name
+            self.log.note(f"{name} to {len(escaped)} processes that left the task's process group")
+        for stat in escaped:
+            procfs.signal_process(stat.pid, stat.start_ticks, signum)
+
+    def _end_leftovers(self, task: task_process.TaskProcess) -> None:
+        """Kill and reap every process the task left, and return once none is left.
+
+        This process is their subreaper: those that left the task's group (``setsid``, a
+        double fork) are still below it; with a cgroup, they are also in it. The exit record,
+        which confirms a stop, is written only after this, so a confirmed stop leaves nothing
+        of the task running. The common case costs one system call (no child left at all), and
+        the removal of the attempt's empty cgroup.
+        """
+        cgroup = task.cgroup
+        if not _has_children() and (cgroup is None or cgroups.remove(cgroup)):
+            return
+        noted_at = time.monotonic() + LEFTOVER_NOTE_SECONDS
+        pause = 0.002
+        while True:
+            left = self._leftovers(task)
+            in_cgroup = [] if cgroup is None else cgroups.members(cgroup)
+            if not left and not in_cgroup:
+                if cgroup is not None:
+                    cgroups.remove(cgroup)
+                return
+            if cgroup is not None and in_cgroup:
+                cgroups.signal_all(cgroup, signal.SIGKILL)
+            live = [stat for stat in left if not stat.ended]
+            if live and pause == 0.002:
+                self.log.note(
+                    f"killing {len(live)} processes the task left; {_escapees(live, task)} of"
+                    " them left the task's process group"
+                )
+            for stat in live:
+                procfs.signal_process(stat.pid, stat.start_ticks, signal.SIGKILL)
+            procfs.reap_children([stat.pid for stat in left if stat.ppid == os.getpid()])
+            if time.monotonic() >= noted_at:
+                self.log.note(f"{len(left)} processes of the task are not gone yet; waiting")
+                noted_at = float("inf")
+            time.sleep(pause)  # a killed process needs the kernel's time to end
+            pause = min(pause * 2, 0.1)
 
     def _request_stop(self, cause: port.ErrorCategory) -> None:
         """The first stop wins: a timeout after a cancel is still a cancel."""
@@ -286,10 +372,10 @@ class AttemptRun:
         grace = self.spec.grace_period.total_seconds()
         self.log.note(f"stopping the task ({cause}): SIGTERM to its group, SIGKILL after {grace}s")
         if grace > 0:
-            procfs.signal_group(self._task.pgid, signal.SIGTERM)
+            self._signal_task(self._task, signal.SIGTERM)
             self._kill_at = time.monotonic() + grace
         else:
-            procfs.signal_group(self._task.pgid, signal.SIGKILL)
+            self._signal_task(self._task, signal.SIGKILL)
 
     def _complete(self, wait_status: int | None) -> int:
         exit_code, signum = (
@@ -580,6 +666,8 @@ class AttemptRun:
         self._selector.close()
         self._transport.close()
         self._release_slot()
+        if self._cgroup is not None:
+            cgroups.remove(self._cgroup)  # left only if a process of the task still runs
         task = self._task
         fds: list[int | None] = [self._signal_r, self._signal_w, self._notify_r, self._notify_w]
         fds += [self._channel_fd, self._channel_keepalive_fd]
@@ -590,6 +678,19 @@ class AttemptRun:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self.log.close()
+
+
+def _has_children() -> bool:
+    """This process has a child, running or ended and not yet reaped (none is reaped here)."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
+
+
+def _escapees(stats: list[procfs.ProcStat], task: task_process.TaskProcess) -> int:
+    return sum(1 for stat in stats if stat.pgrp != task.pgid)
 
 
 def _progress_evidence(notice: dict[str, jsontypes.JSONValue]) -> wire.ProgressEvidence:

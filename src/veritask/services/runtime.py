@@ -96,6 +96,9 @@ class SchedulerRuntime:
         self._lease = lease
         collector.tune()
         executor = local.LocalExecutor(home=self.home, slots=self.slots)
+        # A supervisor left by an earlier start would give new attempts its old environment
+        # (PYTHONPATH, secrets): replaced now, with a warning, if its settings differ.
+        executor.replace_stale_supervisor()
         self.executors = {LOCAL_EXECUTOR: executor, **engines.from_environment(os.environ)}
         scheduler = Scheduler(
             self.platform.ledger,

@@ -114,7 +114,7 @@ def _task_group(attempt: layout.AttemptDir) -> jsontypes.JSONObject:
     return {
         "found": True,
         "task_started": task is not None,
-        "task_alive": task is not None and escalation.task_alive(task),
+        "task_alive": task is not None and escalation.task_alive(task, attempt),
         "delivery_stopped": frozen,
         "exit_record": attempt.exit_record.exists(),
     }
