@@ -15,6 +15,8 @@ from enum import StrEnum
 from importlib import resources
 from typing import Final
 
+from markupsafe import Markup, escape
+
 
 class Language(StrEnum):
     """A language the UI speaks; the value is the catalog's file name and the HTML lang."""
@@ -47,6 +49,10 @@ class Translator:
 
     def __call__(self, key: str, /, **values: object) -> str:
         text = catalog(self.language).get(key, key)
+        if any(isinstance(value, Markup) for value in values.values()):
+            # A value a helper wrote as HTML (a ``<time>``) stays HTML: the sentence is
+            # escaped, then filled in with the markup as it is and any other value escaped.
+            return escape(text).format(**values)
         return text.format(**values) if values else text
 
     def has(self, key: str) -> bool:
