@@ -182,6 +182,23 @@ def test_the_nav_leads_to_the_runs_list_and_it_needs_a_sign_in(served: Ui) -> No
 # -- the grid ---------------------------------------------------------------------------------
 
 
+def test_runs_made_together_show_different_short_ids_that_search_finds(served: Ui) -> None:
+    # Ids start with their millisecond: two runs a moment apart share their first characters.
+    made = [_trigger(served, "hello") for _ in range(2)]
+    assert made[0][:8] == made[1][:8]
+    http = served.signed_in(TokenRole.VIEWER).http
+    page = http.get("/ui/runs?definition=hello").text
+    shown = dict(
+        re.findall(r'<a class="run-link" href="/ui/runs/([^"]+)"><code>([^<]+)</code>', page)
+    )
+    assert set(shown) == set(made)
+    assert len(set(shown.values())) == 2
+    for run_id, short in shown.items():
+        assert run_id.endswith(short) and len(short) == 8
+        found = http.get("/ui/runs", params={"q": short}).text
+        assert re.findall(r'<tr data-run="([^"]+)"', found) == [run_id]
+
+
 def test_pipeline_order_is_topological_with_ties_in_definition_order() -> None:
     from veritask.definitions import parse
 

@@ -19,6 +19,7 @@ from typing import Final, assert_never
 import jinja2
 from markupsafe import Markup, escape
 
+from veritask import ids
 from veritask.core import phrasebook
 from veritask.core.phrases import Slot
 from veritask.definitions.schedule import ScheduleWords
@@ -95,6 +96,7 @@ def render(
         "glyph": glyph,
         "glyph_at": glyph_at,
         "fit": labels.fit,
+        "short_id": ids.short,
         "dag": dag,
     }
     return _environment.get_template(template).render(**helpers, now=now, **values)
