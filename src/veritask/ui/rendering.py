@@ -84,6 +84,7 @@ def render(
         "zone": zone.key,
         "when": when_in(zone, t, now),
         "moment": moment_in(zone),
+        "compact": compact_in(zone),
         "duration": duration_in(t),
         "state": state_in(t),
         "alert_status": alert_status_in(t),
@@ -132,6 +133,15 @@ def moment_in(zone: zoneinfo.ZoneInfo) -> Callable[[datetime], str]:
         return value.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")
 
     return moment
+
+
+def compact_in(zone: zoneinfo.ZoneInfo) -> Callable[[datetime], str]:
+    """``compact(dt)``: month, day and time in the viewer's zone, for narrow columns."""
+
+    def compact(value: datetime) -> str:
+        return value.astimezone(zone).strftime("%m-%d %H:%M")
+
+    return compact
 
 
 def relative(t: i18n.Translator, moment: datetime, now: datetime) -> str:
