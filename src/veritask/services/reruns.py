@@ -320,7 +320,8 @@ def _rerun_plan(
 
 
 def _invalid_parameters(exc: InvalidParameters) -> InvalidInput:
-    found = [FieldProblem(f"parameters.{p.field}", None, p.message) for p in exc.problems]
+    # The check names each field already (``parameters.region``), as a trigger's refusal does.
+    found = [FieldProblem(p.field, None, p.message) for p in exc.problems]
     return InvalidInput(str(exc), found)
 
 
