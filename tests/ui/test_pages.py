@@ -111,6 +111,15 @@ def test_an_operator_triggers_with_parameters_and_a_key(ui: Ui) -> None:
     assert run.trigger_kind == "manual"
 
 
+def test_a_refusal_for_an_active_run_links_that_run(ui: Ui) -> None:
+    active = runs.trigger_run(ui.platform, "pipeline", actor="test").run_id  # forbids a second
+    operator = ui.signed_in(TokenRole.OPERATOR)
+    answer = operator.http.post("/ui/definitions/pipeline/trigger", data={"csrf": operator.csrf})
+    assert answer.status_code == 409
+    assert f'<a href="/ui/runs/{active}"><code>{active[-8:]}</code></a>' in answer.text
+    assert len(runs.list_runs(ui.platform, definition="pipeline").items) == 1
+
+
 def test_user_text_is_escaped_everywhere(ui: Ui) -> None:
     admin = ui.signed_in(TokenRole.ADMIN)
     run_id = runs.trigger_run(

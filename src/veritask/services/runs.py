@@ -79,9 +79,11 @@ def trigger_run(
     except InvalidParameters as exc:
         found = [FieldProblem(p.field, None, p.message) for p in exc.problems]
         raise InvalidInput(str(exc), found) from None
-    except (triggers.KeyReused, triggers.Overlap) as exc:
-        # A key reused with other parameters, or ``concurrency: forbid`` with a run active:
-        # refused at the request, naming the run(s).
+    except triggers.Overlap as exc:
+        # ``concurrency: forbid`` with a run active: refused at the request, naming the run(s).
+        raise Conflict(str(exc), run_ids=exc.active_run_ids) from None
+    except triggers.KeyReused as exc:
+        # A key reused with other parameters: refused at the request, naming the run.
         raise Conflict(str(exc)) from None
     except triggers.Refused as exc:
         with dialects.read_transaction(platform.engine) as connection:
