@@ -295,3 +295,17 @@ def test_every_step_without_the_sessions_csrf_token_is_refused(ui: Ui) -> None:
             assert "security token" in refused.text
     assert _states(ui, run_id)["second"] is InstanceState.FAILED
     assert len(runs.list_runs(ui.platform, definition="chain").items) == 1
+
+
+def test_a_clear_of_one_instance_says_this_instance(ui: Ui) -> None:
+    run_id, _ = _failed_run(ui)
+    operator = ui.signed_in(TokenRole.OPERATOR)
+    answer = operator.http.post(
+        f"/ui/runs/{run_id}/clear/preview",
+        data={"csrf": operator.csrf, "task": "third", "downstream": "no", "reason": "again"},
+    )
+    assert answer.status_code == 200, answer.text
+    assert len(PREVIEW_ROW.findall(answer.text)) == 1
+    assert "This instance will be cleared" in answer.text
+    assert "Clear this instance" in answer.text
+    assert "These 1" not in answer.text and "these 1" not in answer.text
