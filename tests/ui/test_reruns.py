@@ -309,3 +309,15 @@ def test_a_clear_of_one_instance_says_this_instance(ui: Ui) -> None:
     assert "This instance will be cleared" in answer.text
     assert "Clear this instance" in answer.text
     assert "These 1" not in answer.text and "these 1" not in answer.text
+
+
+def test_a_rerun_refused_for_an_active_run_links_that_run(ui: Ui) -> None:
+    run_id, _ = _failed_run(ui)
+    active = runs.trigger_run(ui.platform, "chain", actor="test").run_id  # forbids another
+    operator = ui.signed_in(TokenRole.OPERATOR)
+    answer = operator.http.post(
+        f"/ui/runs/{run_id}/rerun",
+        data={"csrf": operator.csrf, "given": "{}", "version": "same", "reason": "again"},
+    )
+    assert answer.status_code == 409
+    assert f'<a href="/ui/runs/{active}"><code>{active[-8:]}</code></a>' in answer.text

@@ -244,7 +244,11 @@ def rerun(
     except triggers.Refused as exc:
         with dialects.read_transaction(platform.engine) as connection:
             own = queries.get_definition_by_id(connection, old.definition_id)
-        raise Conflict(str(exc), current_state=own.lifecycle if own else None) from None
+        # ``concurrency: forbid`` names the active runs it waits for: a page links them.
+        active = exc.active_run_ids if isinstance(exc, triggers.Overlap) else ()
+        raise Conflict(
+            str(exc), current_state=own.lifecycle if own else None, run_ids=active
+        ) from None
     with dialects.read_transaction(platform.engine) as connection:
         new = queries.get_run(connection, result.run_id)
     if new is None:
