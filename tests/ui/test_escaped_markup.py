@@ -41,6 +41,7 @@ ESCAPED = re.compile(
 def _pages(ui: Ui, admin: SignedIn) -> dict[str, httpx.Response]:
     """Every page, by a name saying which: GETs, the previews (POSTs) and the error page."""
     run_id = runs.trigger_run(ui.platform, "nightly", actor="test").run_id
+    runs.trigger_run(ui.platform, "pipeline", actor="test")  # active: a second is refused
     instance_id = runs.get_run(ui.platform, run_id).instances[0].id
     backfill = backfills.request_backfill(
         ui.platform,
@@ -83,6 +84,20 @@ def _pages(ui: Ui, admin: SignedIn) -> dict[str, httpx.Response]:
         f"/ui/runs/{run_id}/rerun/preview",
         data={"csrf": csrf, "parameters": "region=us", "version": "same", "reason": "again"},
     )
+    shown["trigger refusal"] = http.post(
+        "/ui/definitions/nightly/trigger", data={"csrf": csrf, "extra": "oops"}
+    )
+    shown["backfill refusal"] = http.post(
+        "/ui/definitions/nightly/backfill",
+        data={**BACKFILL, "to": "2025-01-01", "csrf": csrf, "step": "preview"},
+    )
+    shown["editor refusal"] = http.post(
+        "/ui/definitions/new",
+        data={"csrf": csrf, "source": "name: broken\nschedule: {cron: '0 25 * * *'}\ntasks: {}\n"},
+    )
+    shown["concurrency refusal"] = http.post(
+        "/ui/definitions/pipeline/trigger", data={"csrf": csrf}
+    )
     shown["sign-in"] = ui.client().get("/ui/sign-in")
     return shown
 
@@ -94,8 +109,15 @@ def test_no_page_shows_escaped_markup(ui: Ui, language: str) -> None:
     admin.http.cookies.set("veritask_lang", language)
     pages = _pages(ui, admin)
     for name, answer in pages.items():
-        assert answer.status_code in (200, 404), (name, answer.status_code, answer.text[:300])
+        assert answer.status_code in (200, 404, 409, 422), (
+            name,
+            answer.status_code,
+            answer.text[:300],
+        )
         assert "text/html" in answer.headers["content-type"], name
         found = ESCAPED.findall(answer.text)
         assert not found, f"{name} ({language}) shows escaped markup: {found}"
     assert f'lang="{"zh-CN" if language == "zh" else "en"}"' in pages["/ui/runs"].text
+    refusals = ("trigger refusal", "backfill refusal", "editor refusal", "concurrency refusal")
+    assert [pages[name].status_code for name in refusals] == [422, 422, 422, 409]
+    assert pages["/ui/runs/no-such-run"].status_code == 404
