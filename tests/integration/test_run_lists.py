@@ -185,6 +185,8 @@ def test_q_name_equals_value_finds_the_runs_whose_parameter_has_that_value(
     assert _listed(api, {"q": " table = users "}) == [seeded.api_run]
     assert _listed(api, {"q": "table=user"}) == []  # the whole value, not a part
     assert _listed(api, {"q": "region=users"}) == []
+    for odd in ('a"b=1', "a'b=1", "$.x=1", "[0]=1", "a\\b=1", "=users", "table="):
+        assert _listed(api, {"q": odd}) == [], odd  # never an error
 
 
 def test_filters_combine(api: Api, seeded: Seeded) -> None:
