@@ -29,3 +29,17 @@ def time_ordered_id(unix_ms: int | None = None) -> str:
     rand_b = random_bits & ((1 << 62) - 1)
     value = (millis << 80) | (_VERSION << 76) | (rand_a << 64) | (_VARIANT << 62) | rand_b
     return str(uuid.UUID(int=value))
+
+
+#: How many characters of an id its short form keeps.
+SHORT_LENGTH = 8
+
+
+def short(made: str) -> str:
+    """The short form people read in lists: the id's LAST characters.
+
+    An id starts with its millisecond, so ids made within a minute share their first eight
+    characters; the last ones are random bits, which tell two ids apart however close in time.
+    A search for part of an id (the runs list, ``veritask runs -q``) finds it by this form.
+    """
+    return made[-SHORT_LENGTH:]

@@ -502,6 +502,28 @@ def test_a_refusal_of_the_definition_checks_names_the_python_line(write: Write) 
     assert f"{path}:5: tasks.Work:" in str(refusal_of(path))
 
 
+def test_every_refusal_of_a_pipeline_comes_at_once(write: Write) -> None:
+    path = write(
+        "manybad",
+        """\
+        from datetime import date
+        from veritask import Cron, pipeline, task
+
+        @task
+        def load(day: object) -> None: ...
+
+        @pipeline(schedule=Cron("0 25 * * *"))
+        def nightly(region) -> None:
+            load(date(2024, 1, 1))
+        """,
+    )
+    problems = {p.field: p for p in refusal_of(path).problems}
+    # The body's refusals (an argument, an untyped parameter) and the definition checks' own.
+    assert set(problems) == {"tasks.load.with.day", "parameters.region", "schedule.cron"}
+    assert problems["tasks.load.with.day"].line == 9
+    assert "hour" in problems["schedule.cron"].message
+
+
 def test_the_spelled_out_choices_are_the_definitions_own() -> None:
     from typing import get_args
 

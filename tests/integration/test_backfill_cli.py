@@ -40,6 +40,17 @@ def test_backfill_dry_run_then_create_then_list_and_cancel(
     assert main.main(["backfill-cancel", listed["id"]]) == 4
 
 
+def test_backfill_takes_bare_dates_as_midnight_utc(
+    cli: Api, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cli.apply(DAILY)
+    span = ["--from", "2026-01-01", "--to", "2026-01-03"]
+    assert main.main(["backfill", "daily", *span, "--json"]) == 0
+    made = json.loads(capsys.readouterr().out)["backfill"]
+    assert (made["from"], made["to"]) == ("2026-01-01T00:00:00Z", "2026-01-03T00:00:00Z")
+    assert made["progress"]["intervals"] == 2
+
+
 def test_backfill_dry_run_says_clear_for_a_failed_run(
     cli: Api, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -86,4 +86,6 @@ def test_rerun_answers_202_with_a_new_linked_run(api: Api) -> None:
     assert keyed["idempotency_key"].endswith("mine") and keyed["run_id"] != body["run_id"]
     assert api.http.post("/api/v2/runs/nope/rerun", json={}).status_code == 404
     assert api.http.post(path, json={"version": "old"}).status_code == 422
-    assert api.http.post(path, json={"parameters": {"nope": 1}}).status_code == 422
+    unknown = api.http.post(path, json={"parameters": {"nope": 1}})
+    assert unknown.status_code == 422
+    assert [e["field"] for e in unknown.json()["errors"]] == ["parameters.nope"]

@@ -177,6 +177,18 @@ def test_q_searches_the_id_the_key_and_the_parameters_in_any_case(api: Api, seed
     assert _listed(api, {"q": "no such thing"}) == []
 
 
+def test_q_name_equals_value_finds_the_runs_whose_parameter_has_that_value(
+    api: Api, seeded: Seeded
+) -> None:
+    assert _listed(api, {"q": "table=users"}) == [seeded.api_run]
+    assert _listed(api, {"q": "table=Orders_100%"}) == [seeded.manual]  # the value in any case
+    assert _listed(api, {"q": " table = users "}) == [seeded.api_run]
+    assert _listed(api, {"q": "table=user"}) == []  # the whole value, not a part
+    assert _listed(api, {"q": "region=users"}) == []
+    for odd in ('a"b=1', "a'b=1", "$.x=1", "[0]=1", "a\\b=1", "=users", "table="):
+        assert _listed(api, {"q": odd}) == [], odd  # never an error
+
+
 def test_filters_combine(api: Api, seeded: Seeded) -> None:
     params = {"definition": "pipeline", "execution_state": "SUCCESS", "q": "users"}
     assert _listed(api, params) == [seeded.api_run]

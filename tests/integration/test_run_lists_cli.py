@@ -80,6 +80,16 @@ def test_the_table_shows_the_filtered_runs(cli: Cli, seeded: Seeded) -> None:
     assert seeded.backfilled not in out
 
 
+def test_the_table_has_a_logical_time_column(cli: Cli, seeded: Seeded) -> None:
+    code, out, _ = cli("hello")
+    assert code == 0
+    header = next(line for line in out.splitlines() if "DEFINITION" in line)
+    assert "LOGICAL TIME (UTC)" in header
+    row = next(line for line in out.splitlines() if seeded.backfilled in line)
+    assert "2024-01-02 00:00:00" in row  # its logical time, beside its created time
+    assert "2024-03-01 02:00:00" in row
+
+
 @pytest.mark.parametrize(
     ("flags", "named"),
     [

@@ -58,7 +58,7 @@ def test_confirm_creates_the_backfill_and_shows_its_page(ui: Ui) -> None:
     shown = operator.http.get(answer.headers["location"])
     assert shown.status_code == 200
     assert shown.text.count('class="backfill-interval"') == 3
-    assert "3 interval(s)" in shown.text
+    assert "3 intervals:" in shown.text
     listed = operator.http.get("/ui/definitions/nightly").text
     assert f'href="/ui/backfills/{made.id}"' in listed
 

@@ -50,4 +50,4 @@ def test_backfill_from_the_definition_page_after_its_preview(
     page.click("#backfill-confirm")
     page.wait_for_url(re.compile(r".*/ui/backfills/[0-9a-f-]+$"))
     expect(page.locator("#backfill-intervals .backfill-interval")).to_have_count(2)
-    expect(page.locator("#backfill-progress")).to_contain_text("2 interval(s)")
+    expect(page.locator("#backfill-progress")).to_contain_text("2 intervals:")

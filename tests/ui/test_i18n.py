@@ -38,15 +38,63 @@ SHOWN_ATTRIBUTES = re.compile(r'\b(?:title|placeholder|aria-label|alt)="([^"]*)"
 ALLOWED_TEXT = {"Veritask"}
 
 
+def _ones(catalog: Iterable[str]) -> set[str]:
+    return {key for key in catalog if key.endswith(i18n.ONE)}
+
+
 def test_both_catalogs_have_the_same_keys() -> None:
     english, chinese = i18n.catalog(i18n.Language.EN), i18n.catalog(i18n.Language.ZH)
-    assert set(english) - set(chinese) == set()
+    # Only English has forms for a count of one (Chinese nouns have no plural).
+    assert set(english) - _ones(english) - set(chinese) == set()
     assert set(chinese) - set(english) == set()
+    assert _ones(chinese) == set()
+
+
+def test_a_form_for_one_has_its_key_and_only_its_placeholders() -> None:
+    english = i18n.catalog(i18n.Language.EN)
+    for key in _ones(english):
+        base = key.removesuffix(i18n.ONE)
+        assert base in english, key
+        placeholders = set(re.findall(r"\{(\w+)\}", english[base]))
+        assert set(re.findall(r"\{(\w+)\}", english[key])) <= placeholders, key
+        assert placeholders & set(i18n.COUNTS), key  # a count chooses it
+
+
+def test_a_count_of_one_reads_in_the_singular_in_english_only() -> None:
+    en, zh = i18n.Translator(i18n.Language.EN), i18n.Translator(i18n.Language.ZH)
+    assert en("clear.will_clear", count=1) == "This instance will be cleared"
+    assert en("clear.will_clear", count=2) == "These 2 instances will be cleared"
+    assert en("nav.open_alerts", n=1) == "1 open alert"
+    assert en("nav.open_alerts", n=0) == "0 open alerts"
+    assert en(
+        "backfill.progress_counts",
+        intervals=1,
+        created=1,
+        pending=0,
+        running=0,
+        succeeded=0,
+        failed=0,
+        cancelled=0,
+        skipped=0,
+    ).startswith("1 interval:")
+    assert zh("nav.open_alerts", n=1) == i18n.catalog(i18n.Language.ZH)["nav.open_alerts"].format(
+        n=1
+    )
+
+
+def test_no_english_sentence_hedges_its_plural() -> None:
+    english = i18n.catalog(i18n.Language.EN)
+    hedged = {
+        key for key, text in english.items() if "(s)" in text and not key.startswith("reason.")
+    }
+    assert hedged == {"alert.pool_full"}  # its count is {waiting}, among other numbers
 
 
 def test_both_catalogs_use_the_same_placeholders() -> None:
     english, chinese = i18n.catalog(i18n.Language.EN), i18n.catalog(i18n.Language.ZH)
     for key, text in english.items():
+        if key.endswith(i18n.ONE):
+            continue
         assert set(re.findall(r"\{(\w+)\}", text)) == set(re.findall(r"\{(\w+)\}", chinese[key])), (
             key
         )
@@ -54,7 +102,11 @@ def test_both_catalogs_use_the_same_placeholders() -> None:
 
 def test_the_chinese_catalog_is_translated() -> None:
     english, chinese = i18n.catalog(i18n.Language.EN), i18n.catalog(i18n.Language.ZH)
-    same = {k for k in english if english[k] == chinese[k] and re.search("[a-z]{3}", english[k])}
+    same = {
+        k
+        for k in set(english) & set(chinese)
+        if english[k] == chinese[k] and re.search("[a-z]{3}", english[k])
+    }
     assert same == {"app.name"}
 
 

@@ -111,6 +111,30 @@ def test_an_operator_triggers_with_parameters_and_a_key(ui: Ui) -> None:
     assert run.trigger_kind == "manual"
 
 
+def test_a_refusal_for_an_active_run_links_that_run(ui: Ui) -> None:
+    active = runs.trigger_run(ui.platform, "pipeline", actor="test").run_id  # forbids a second
+    operator = ui.signed_in(TokenRole.OPERATOR)
+    answer = operator.http.post("/ui/definitions/pipeline/trigger", data={"csrf": operator.csrf})
+    assert answer.status_code == 409
+    assert f'<a href="/ui/runs/{active}"><code>{active[-8:]}</code></a>' in answer.text
+    assert len(runs.list_runs(ui.platform, definition="pipeline").items) == 1
+
+
+def test_an_unknown_ui_address_is_an_html_404_page_and_the_apis_stays_json(ui: Ui) -> None:
+    viewer = ui.signed_in(TokenRole.VIEWER)
+    for path in ("/ui/nope", "/ui/runs/x/nope", "/ui/static/nope.css"):
+        answer = viewer.http.get(path)
+        assert answer.status_code == 404, path
+        assert answer.headers["content-type"].startswith("text/html"), path
+        assert "There is no such page." in answer.text
+        assert answer.headers["x-frame-options"] == "DENY"
+    viewer.http.cookies.set("veritask_lang", "zh")
+    assert "没有这个页面。" in viewer.http.get("/ui/nope").text
+    api = viewer.http.get("/api/v2/nope")
+    assert api.status_code == 404
+    assert api.headers["content-type"] == "application/problem+json"
+
+
 def test_user_text_is_escaped_everywhere(ui: Ui) -> None:
     admin = ui.signed_in(TokenRole.ADMIN)
     run_id = runs.trigger_run(

@@ -239,7 +239,8 @@ def test_rerun_refusals_show_the_form_again_with_their_message(ui: Ui) -> None:
     unknown = operator.http.post(
         path, data={"csrf": operator.csrf, "parameters": "nope=1", "reason": "x"}
     )
-    assert unknown.status_code == 422 and "parameters.nope" in unknown.text
+    assert unknown.status_code == 422 and "<code>parameters.nope</code>" in unknown.text
+    assert "parameters.parameters" not in unknown.text  # the field is named once
     no_reason = operator.http.post(path, data={"csrf": operator.csrf, "parameters": ""})
     assert no_reason.status_code == 422 and "needs a reason" in no_reason.text
     before = len(runs.list_runs(ui.platform, definition="chain").items)
@@ -295,3 +296,29 @@ def test_every_step_without_the_sessions_csrf_token_is_refused(ui: Ui) -> None:
             assert "security token" in refused.text
     assert _states(ui, run_id)["second"] is InstanceState.FAILED
     assert len(runs.list_runs(ui.platform, definition="chain").items) == 1
+
+
+def test_a_clear_of_one_instance_says_this_instance(ui: Ui) -> None:
+    run_id, _ = _failed_run(ui)
+    operator = ui.signed_in(TokenRole.OPERATOR)
+    answer = operator.http.post(
+        f"/ui/runs/{run_id}/clear/preview",
+        data={"csrf": operator.csrf, "task": "third", "downstream": "no", "reason": "again"},
+    )
+    assert answer.status_code == 200, answer.text
+    assert len(PREVIEW_ROW.findall(answer.text)) == 1
+    assert "This instance will be cleared" in answer.text
+    assert "Clear this instance" in answer.text
+    assert "These 1" not in answer.text and "these 1" not in answer.text
+
+
+def test_a_rerun_refused_for_an_active_run_links_that_run(ui: Ui) -> None:
+    run_id, _ = _failed_run(ui)
+    active = runs.trigger_run(ui.platform, "chain", actor="test").run_id  # forbids another
+    operator = ui.signed_in(TokenRole.OPERATOR)
+    answer = operator.http.post(
+        f"/ui/runs/{run_id}/rerun",
+        data={"csrf": operator.csrf, "given": "{}", "version": "same", "reason": "again"},
+    )
+    assert answer.status_code == 409
+    assert f'<a href="/ui/runs/{active}"><code>{active[-8:]}</code></a>' in answer.text

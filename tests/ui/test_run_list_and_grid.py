@@ -182,6 +182,23 @@ def test_the_nav_leads_to_the_runs_list_and_it_needs_a_sign_in(served: Ui) -> No
 # -- the grid ---------------------------------------------------------------------------------
 
 
+def test_runs_made_together_show_different_short_ids_that_search_finds(served: Ui) -> None:
+    # Ids start with their millisecond: two runs a moment apart share their first characters.
+    made = [_trigger(served, "hello") for _ in range(2)]
+    assert made[0][:8] == made[1][:8]
+    http = served.signed_in(TokenRole.VIEWER).http
+    page = http.get("/ui/runs?definition=hello").text
+    shown = dict(
+        re.findall(r'<a class="run-link" href="/ui/runs/([^"]+)"><code>([^<]+)</code>', page)
+    )
+    assert set(shown) == set(made)
+    assert len(set(shown.values())) == 2
+    for run_id, short in shown.items():
+        assert run_id.endswith(short) and len(short) == 8
+        found = http.get("/ui/runs", params={"q": short}).text
+        assert re.findall(r'<tr data-run="([^"]+)"', found) == [run_id]
+
+
 def test_pipeline_order_is_topological_with_ties_in_definition_order() -> None:
     from veritask.definitions import parse
 
@@ -228,6 +245,52 @@ def test_the_grid_puts_tasks_in_pipeline_order_and_the_newest_run_at_the_right(
     assert 'data-live id="grid"' in page.text
     assert 'data-live-stream="/ui/live?since=' in page.text
     assert http.get(f"/ui/instances/{failed.id}").status_code == 200
+
+
+def test_the_grid_labels_its_run_rows_with_each_runs_logical_time_and_duration(
+    served: Ui,
+) -> None:
+    now = served.platform.now()
+    ended = _run(
+        served.platform,
+        "hello",
+        key="hello:ended",
+        kind=TriggerKind.SCHEDULE,
+        execution=RunExecutionState.SUCCESS,
+        publication=PublicationState.NOT_REQUIRED,
+        created_at=now - timedelta(hours=1),
+        logical_time=T0 - timedelta(days=1),
+    )
+    going = _run(
+        served.platform,
+        "hello",
+        key="hello:going",
+        kind=TriggerKind.SCHEDULE,
+        execution=RunExecutionState.RUNNING,
+        publication=PublicationState.NOT_REQUIRED,
+        created_at=now - timedelta(seconds=90),
+        logical_time=T0,
+    )
+    page = served.signed_in(TokenRole.VIEWER).http.get("/ui/definitions/hello/grid").text
+
+    def row(row_id: str) -> list[str]:
+        found = re.search(
+            rf'<tr id="{row_id}"><th class="task" scope="row">([^<]*)</th>(.*?)</tr>', page
+        )
+        assert found is not None, row_id
+        cells = re.findall(r'<th class="(?:run|when)">(.*?)</th>', found.group(2))
+        return [found.group(1), *cells]
+
+    label, *columns = row("grid-runs-row")
+    assert label == "Run" and len(columns) == 2
+    assert re.findall(r'<th class="run"><a href="/ui/runs/([^"]+)"', page) == [ended, going]
+    label, *times = row("grid-logical-times")
+    assert label == "Logical time"
+    assert [re.sub(r"<[^>]+>", "", shown) for shown in times] == ["02-29 00:00", "03-01 00:00"]
+    label, *durations = row("grid-durations")
+    assert label == "Duration"
+    assert durations[0] == "—"  # ended, with no change of state recorded
+    assert re.fullmatch(r"1m \d+s", durations[1]), durations
 
 
 def test_runs_picks_how_many_newest_runs_the_grid_shows(served: Ui) -> None:

@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from veritask import ids
 from veritask.ids import time_ordered_id
 
 
@@ -39,3 +40,10 @@ def test_ids_of_the_same_millisecond_are_distinct() -> None:
 def test_a_time_outside_48_bits_is_refused(unix_ms: int) -> None:
     with pytest.raises(ValueError, match="48 bits"):
         time_ordered_id(unix_ms=unix_ms)
+
+
+def test_short_forms_of_ids_of_the_same_millisecond_differ() -> None:
+    made = [time_ordered_id(unix_ms=1_767_225_600_000) for _ in range(100)]
+    shorts = {ids.short(one) for one in made}
+    assert len(shorts) == 100
+    assert all(one.endswith(ids.short(one)) and len(ids.short(one)) == 8 for one in made)

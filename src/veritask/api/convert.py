@@ -23,11 +23,12 @@ def run_summary(view: views.Run) -> schemas.Run:
     return schemas.Run.model_validate(_fields(view))
 
 
-def run_detail(view: views.RunDetail) -> schemas.RunDetail:
+def run_detail(view: views.RunDetail, next_cursor: str | None = None) -> schemas.RunDetail:
     return schemas.RunDetail.model_validate(
         {
             **_fields(view.run),
             "instances": view.instances,
+            "instances_next_cursor": next_cursor,
             "upstream_runs": view.upstream_runs,
         }
     )

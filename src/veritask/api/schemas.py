@@ -242,10 +242,23 @@ class UpstreamRun(Out):
 
 
 class RunDetail(Run):
-    instances: list[Instance]
+    instances: list[Instance] = Field(
+        description="Its instances in pipeline order: all of them, or for a large run the "
+        "first page (then `instances_next_cursor` continues)"
+    )
+    instances_next_cursor: str | None = Field(
+        default=None,
+        description="Null when `instances` is complete; else pass as `cursor` to "
+        "GET /api/v2/runs/{id}/instances for the next page",
+    )
     upstream_runs: list[UpstreamRun] = Field(
         default=[], description="The PUBLISHED runs that started it (trigger_kind published)"
     )
+
+
+class InstancePage(Out):
+    items: list[Instance]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null: last")
 
 
 class RunPage(Out):

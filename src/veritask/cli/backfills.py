@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 
 import click
 
@@ -17,8 +17,15 @@ _FINISHED = ("done", "cancelled")
 
 @click.command("backfill")
 @click.argument("name")
-@click.option("--from", "start", required=True, help="First logical time (inclusive), ISO 8601.")
-@click.option("--to", "end", required=True, help="End of the range (exclusive), ISO 8601.")
+@click.option(
+    "--from",
+    "start",
+    required=True,
+    help="First logical time (inclusive), ISO 8601; UTC if no zone.",
+)
+@click.option(
+    "--to", "end", required=True, help="End of the range (exclusive), ISO 8601; UTC if no zone."
+)
 @click.option("--param", "params", multiple=True, metavar="K=V", help="A run parameter.")
 @click.option("--max-active", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option(
@@ -108,13 +115,14 @@ def backfill_cancel_command(backfill_id: str, reason: str, as_json: bool) -> Non
 
 
 def _aware(value: str) -> str:
-    """The time as given; a time without a zone is refused here, naming the option."""
+    """The time as given; a date, or a time without a zone, is in UTC (as ``runs`` reads its
+    times): ``2026-01-01`` is its midnight, UTC."""
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        raise click.BadParameter(f"{value!r} is not an ISO 8601 time") from None
+        raise click.BadParameter(f"{value!r} is not an ISO 8601 date or time") from None
     if parsed.tzinfo is None:
-        raise click.BadParameter(f"{value!r} has no time zone (add Z or +08:00)")
+        parsed = parsed.replace(tzinfo=UTC)
     return parsed.isoformat()
 
 

@@ -13,7 +13,7 @@ from rich.live import Live
 
 from veritask.cli import render
 from veritask.cli.client import EXIT_FAILED, EXIT_OK, ApiClient, CliError
-from veritask.core.jsontypes import JSONObject
+from veritask.core.jsontypes import JSONObject, JSONValue
 
 POLL_SECONDS: Final = 0.5
 FINISHED_EXECUTION: Final = frozenset({"SUCCESS", "FAILED", "CANCELLED"})
@@ -42,6 +42,19 @@ def exit_code_of(run: JSONObject) -> int:
     return EXIT_OK if succeeded(run) else EXIT_FAILED
 
 
+def read_run(api: ApiClient, run_id: str) -> JSONObject:
+    """The run with every instance: a large run's ``GET /runs/{id}`` holds the first page of
+    its instances, and ``instances_next_cursor`` leads through the rest."""
+    run = api.get(f"/runs/{run_id}")
+    instances: list[JSONValue] = list(render.items(run.get("instances")))
+    cursor = run.get("instances_next_cursor")
+    while isinstance(cursor, str) and cursor:
+        page = api.get(f"/runs/{run_id}/instances", {"cursor": cursor})
+        instances.extend(render.items(page.get("items")))
+        cursor = page.get("next_cursor")
+    return {**run, "instances": instances, "instances_next_cursor": None}
+
+
 def wait_for_run(
     api: ApiClient,
     run_id: str,
@@ -61,7 +74,7 @@ def wait_for_run(
             on_change(run)
         last = pair
         if finished(run):
-            return api.get(f"/runs/{run_id}")
+            return read_run(api, run_id)
         if deadline is not None and time.monotonic() >= deadline:
             raise CliError(
                 EXIT_FAILED,
@@ -111,11 +124,11 @@ def watch(api: ApiClient, run_id: str) -> JSONObject:
             *render.run_header(run), render.instances_table(render.items(run.get("instances")))
         )
 
-    run = api.get(f"/runs/{run_id}")
+    run = read_run(api, run_id)
     with Live(view(run), console=render.out, refresh_per_second=4, transient=False) as live:
         while not finished(run):
             time.sleep(POLL_SECONDS)
-            run = api.get(f"/runs/{run_id}")
+            run = read_run(api, run_id)
             live.update(view(run))
     return run
 
@@ -125,7 +138,7 @@ def follow_logs(api: ApiClient, run_id: str, only_instance: str | None) -> None:
     offsets: dict[tuple[str, int], int] = {}
     current: tuple[str, int] | None = None
     while True:
-        run = api.get(f"/runs/{run_id}")
+        run = read_run(api, run_id)
         done = finished(run)
         for instance in render.items(run.get("instances")):
             instance_id = render.text(instance.get("id"))

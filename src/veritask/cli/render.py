@@ -111,7 +111,8 @@ def definitions_table(found: Iterable[JSONObject]) -> Table:
 
 def runs_table(found: Iterable[JSONObject]) -> Table:
     table = Table(title="Runs", title_justify="left")
-    for column in ("RUN", "DEFINITION", "EXECUTION", "PUBLICATION", "TRIGGER", "CREATED", "REASON"):
+    columns = ("RUN", "DEFINITION", "EXECUTION", "PUBLICATION", "TRIGGER", "LOGICAL TIME (UTC)")
+    for column in (*columns, "CREATED", "REASON"):
         table.add_column(column, overflow="fold")
     for r in found:
         table.add_row(
@@ -120,6 +121,7 @@ def runs_table(found: Iterable[JSONObject]) -> Table:
             state(r.get("execution_state")),
             state(r.get("publication_state")),
             text(r.get("trigger_kind")),
+            when(r.get("logical_time")),
             when(r.get("created_at")),
             text(r.get("execution_reason")),
         )

@@ -284,7 +284,7 @@ def show_command(ident: str, as_json: bool) -> None:
     with api_client() as api:
         kind = kind_of(api, ident)
         if kind == "run":
-            shown = api.get(f"/runs/{ident}")
+            shown = follow.read_run(api, ident)
             events = render.items(api.get(f"/runs/{ident}/events", {"limit": 1000}).get("events"))
             shown = {**shown, "object": "run", "events": list[JSONValue](events)}
         else:
@@ -371,7 +371,7 @@ def logs_command(
                 raise CliError(EXIT_USAGE, "--follow reads every attempt, without --search")
             follow.follow_logs(api, run_id, only)
             return
-        instances = render.items(api.get(f"/runs/{run_id}").get("instances"))
+        instances = render.items(follow.read_run(api, run_id).get("instances"))
         for instance in instances:
             instance_id = render.text(instance.get("id"))
             if only is not None and instance_id != only:

@@ -207,6 +207,24 @@ def attempts_of_run(connection: Connection, run_id: str) -> dict[str, list[Attem
     return found
 
 
+def attempts_of_instances(
+    connection: Connection, instance_ids: Collection[str]
+) -> dict[str, list[AttemptRow]]:
+    """The attempt rows of these instances (a page of a run's), by instance, first to last."""
+    if not instance_ids:
+        return {}
+    statement = (
+        sa.select(schema.attempts)
+        .where(_attempts.instance_id.in_(list(instance_ids)))
+        .order_by(_attempts.instance_id, _attempts.attempt_no)
+    )
+    found: dict[str, list[AttemptRow]] = {}
+    for row in connection.execute(statement):
+        attempt = AttemptRow.from_row(row)
+        found.setdefault(attempt.instance_id, []).append(attempt)
+    return found
+
+
 def definition_names(connection: Connection, definition_ids: Iterable[str]) -> dict[str, str]:
     """Definition names by id."""
     ids = sorted(set(definition_ids))

@@ -121,9 +121,21 @@ def _predicates(wanted: RunFilter) -> list[sa.ColumnElement[bool]]:
                 _runs.id.ilike(pattern, escape=_ESCAPE),
                 _runs.idempotency_key.ilike(pattern, escape=_ESCAPE),
                 sa.cast(_runs.parameters, sa.Text).ilike(pattern, escape=_ESCAPE),
+                *_parameter_equals(wanted.text),
             )
         )
     return found
+
+
+def _parameter_equals(text: str) -> list[sa.ColumnElement[bool]]:
+    """``name=value``: the run's parameter ``name`` is ``value`` (any case), as a person
+    types it; the parameters' JSON never holds ``name=value`` for the substring to find."""
+    name, equals, value = text.partition("=")
+    name, value = name.strip(), value.strip()
+    if not equals or not name:
+        return []
+    shown = sa.cast(_runs.parameters[name].as_string(), sa.Text)
+    return [sa.func.lower(shown) == value.lower()]
 
 
 def _escaped(text: str) -> str:

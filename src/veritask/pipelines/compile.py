@@ -84,16 +84,22 @@ def compile_pipeline(pipeline: Pipeline) -> Compiled:
     """The definition ``pipeline`` declares; :class:`PipelineError` if it is refused."""
     graph = pipeline.build()
     spec, places = _Spec(pipeline, graph).build()
-    if graph.problems:
-        raise PipelineError(graph.problems)
+    # Every refusal at once: the body's, then the definition checks' on what it could write
+    # (leaving out those about a field the body's refusals already name).
+    problems = list(graph.problems)
+    named = {p.field for p in problems if p.field}
     try:
         # An executor no engine has is refused here, at its Python line; whether the server
         # configures it is the server's to say.
         definition = parse.definition_from_json(spec, executors=engines.unknown_problem)
     except parse.DefinitionError as exc:
-        raise PipelineError(
-            [Refusal(*_place(places, p.field, pipeline), p.message, p.field) for p in exc.problems]
-        ) from None
+        problems.extend(
+            Refusal(*_place(places, p.field, pipeline), p.message, p.field)
+            for p in exc.problems
+            if not any(p.field == f or p.field.startswith(f"{f}.") for f in named)
+        )
+    if problems:
+        raise PipelineError(problems)
     return Compiled(pipeline, spec, definition)
 
 

@@ -7,7 +7,7 @@ database is busy or unreachable) passes through untouched: the API answers 503 f
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Self
 
@@ -35,9 +35,13 @@ class NotFound(ServiceError):
 class Conflict(ServiceError):
     """The request is illegal in the object's current state."""
 
-    def __init__(self, message: str, *, current_state: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, current_state: str | None = None, run_ids: Sequence[str] = ()
+    ) -> None:
         super().__init__(message)
         self.current_state = current_state
+        self.run_ids = tuple(run_ids)
+        """The runs the refusal is about (the active ones a ``forbid`` waits for), to link."""
 
 
 class StaleAttempt(Conflict):

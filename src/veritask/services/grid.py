@@ -14,13 +14,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Final
 
 from veritask.core import refusals
-from veritask.core.states import InstanceState
+from veritask.core.states import InstanceState, RunExecutionState
 from veritask.definitions import parse
 from veritask.ledger import dialects, run_lists
-from veritask.ledger.rows import InstanceRow
+from veritask.ledger.rows import InstanceRow, RunRow
 from veritask.services import ordering, reading, views
 from veritask.services.errors import InvalidInput
 from veritask.services.platform import Platform
@@ -58,6 +59,9 @@ class Grid:
     definition: str
     runs: tuple[views.Run, ...]
     rows: tuple[Row, ...]
+    durations: tuple[timedelta | None, ...] = ()
+    """Each run's duration, in the order of ``runs``: from its creation to its last change
+    of state once it ended (None if that was never recorded), or until now while it goes on."""
 
 
 def definition_grid(platform: Platform, name: str, *, runs: int = DEFAULT_RUNS) -> Grid:
@@ -102,7 +106,27 @@ def definition_grid(platform: Platform, name: str, *, runs: int = DEFAULT_RUNS) 
         )
         for task in (*task_order, *extra)
     )
-    return Grid(name, tuple(reading.run_view(run, name) for run in columns), rows)
+    now = platform.now()
+    return Grid(
+        name,
+        tuple(reading.run_view(run, name) for run in columns),
+        rows,
+        tuple(_duration(run, now) for run in columns),
+    )
+
+
+#: A run in one of these states has ended; its last change of state is when.
+_ENDED: Final = frozenset(
+    {RunExecutionState.SUCCESS, RunExecutionState.FAILED, RunExecutionState.CANCELLED}
+)
+
+
+def _duration(run: RunRow, now: datetime) -> timedelta | None:
+    if RunExecutionState(run.execution_state) not in _ENDED:
+        return max(timedelta(0), now - run.created_at)
+    if run.updated_observed_at is None:
+        return None
+    return max(timedelta(0), run.updated_observed_at - run.created_at)
 
 
 #: How much a state asks for attention, for the one instance a mapped task's cell shows.

@@ -244,7 +244,11 @@ def rerun(
     except triggers.Refused as exc:
         with dialects.read_transaction(platform.engine) as connection:
             own = queries.get_definition_by_id(connection, old.definition_id)
-        raise Conflict(str(exc), current_state=own.lifecycle if own else None) from None
+        # ``concurrency: forbid`` names the active runs it waits for: a page links them.
+        active = exc.active_run_ids if isinstance(exc, triggers.Overlap) else ()
+        raise Conflict(
+            str(exc), current_state=own.lifecycle if own else None, run_ids=active
+        ) from None
     with dialects.read_transaction(platform.engine) as connection:
         new = queries.get_run(connection, result.run_id)
     if new is None:
@@ -320,7 +324,8 @@ def _rerun_plan(
 
 
 def _invalid_parameters(exc: InvalidParameters) -> InvalidInput:
-    found = [FieldProblem(f"parameters.{p.field}", None, p.message) for p in exc.problems]
+    # The check names each field already (``parameters.region``), as a trigger's refusal does.
+    found = [FieldProblem(p.field, None, p.message) for p in exc.problems]
     return InvalidInput(str(exc), found)
 
 

@@ -6,11 +6,14 @@ visitor to sign in with the token that ``up`` printed.
 
 from __future__ import annotations
 
+import inspect
 from typing import Final
 
 from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from veritask.ui import context
@@ -66,6 +69,7 @@ def install(app: FastAPI) -> None:
     app.mount(STATIC_PATH, StaticFiles(packages=[("veritask.ui", "static")]), name="ui-static")
     app.add_exception_handler(context.SignInRequired, _to_sign_in)
     app.add_exception_handler(context.Refused, _refused)
+    _page_for_unknown_paths(app)
     app.add_middleware(SecurityHeaders)
 
 
@@ -107,6 +111,34 @@ def _refused(request: Request, exc: Exception) -> Response:
     found = context.visitor(request)
     message = found.t(exc.message_key, **exc.values)
     return context.render(found, "error.html", status=exc.status, message=message, detail=None)
+
+
+def _page_for_unknown_paths(app: FastAPI) -> None:
+    """An address under ``/ui`` that no page answers (404, or a method it has none for) is an
+    HTML page in the viewer's language; every other path keeps the API's problem document."""
+    api_handler = app.exception_handlers.get(StarletteHTTPException)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        path = request.url.path
+        if (
+            isinstance(exc, StarletteHTTPException)
+            and exc.status_code in (404, 405)
+            and (path == "/ui" or path.startswith("/ui/"))
+        ):
+            return await run_in_threadpool(_no_such_page, request, exc.status_code)
+        if api_handler is None:
+            raise exc
+        answered = api_handler(request, exc)
+        return await answered if inspect.isawaitable(answered) else answered
+
+    app.add_exception_handler(StarletteHTTPException, http_error)
+
+
+def _no_such_page(request: Request, status: int) -> Response:
+    found = context.visitor(request)
+    return context.render(
+        found, "error.html", status=status, message=found.t("error.no_page"), detail=None
+    )
 
 
 def _quote(path: str) -> str:

@@ -3,6 +3,10 @@
 Templates and page code call ``t(key, **values)``; a key missing from a catalog is a bug that
 the catalog test finds (both catalogs have the same keys, every key used exists), and at run
 time it shows as the key itself rather than failing the page.
+
+A count in a sentence (the value named ``n``, ``count`` or ``intervals``) that is 1 takes the
+key's ``.one`` form where the language has one: English says "1 interval", "This instance";
+Chinese has no plural forms, so its catalog has no ``.one`` keys.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from enum import StrEnum
 from importlib import resources
 from typing import Final
 
+from markupsafe import Markup, escape
+
 
 class Language(StrEnum):
     """A language the UI speaks; the value is the catalog's file name and the HTML lang."""
@@ -26,6 +32,10 @@ class Language(StrEnum):
 
 
 DEFAULT_LANGUAGE: Final = Language.EN
+#: The suffix of a key's form for a count of one.
+ONE: Final = ".one"
+#: The values that count what a sentence is about, in the order they are looked at.
+COUNTS: Final = ("n", "count", "intervals")
 LANGUAGE_NAMES: Final = {Language.EN: "English", Language.ZH: "简体中文"}
 
 
@@ -46,11 +56,23 @@ class Translator:
     language: Language
 
     def __call__(self, key: str, /, **values: object) -> str:
-        text = catalog(self.language).get(key, key)
+        texts = catalog(self.language)
+        if _is_one(values) and key + ONE in texts:
+            key += ONE
+        text = texts.get(key, key)
+        if any(isinstance(value, Markup) for value in values.values()):
+            # A value a helper wrote as HTML (a ``<time>``) stays HTML: the sentence is
+            # escaped, then filled in with the markup as it is and any other value escaped.
+            return escape(text).format(**values)
         return text.format(**values) if values else text
 
     def has(self, key: str) -> bool:
         return key in catalog(self.language)
+
+
+def _is_one(values: Mapping[str, object]) -> bool:
+    counted = next((values[name] for name in COUNTS if name in values), None)
+    return isinstance(counted, int) and not isinstance(counted, bool) and counted == 1
 
 
 def pick_language(cookie: str | None, accept_language: str | None) -> Language:

@@ -19,6 +19,7 @@ from typing import Final, assert_never
 import jinja2
 from markupsafe import Markup, escape
 
+from veritask import ids
 from veritask.core import phrasebook
 from veritask.core.phrases import Slot
 from veritask.definitions.schedule import ScheduleWords
@@ -83,6 +84,7 @@ def render(
         "zone": zone.key,
         "when": when_in(zone, t, now),
         "moment": moment_in(zone),
+        "compact": compact_in(zone),
         "duration": duration_in(t),
         "state": state_in(t),
         "alert_status": alert_status_in(t),
@@ -95,6 +97,7 @@ def render(
         "glyph": glyph,
         "glyph_at": glyph_at,
         "fit": labels.fit,
+        "short_id": ids.short,
         "dag": dag,
     }
     return _environment.get_template(template).render(**helpers, now=now, **values)
@@ -130,6 +133,15 @@ def moment_in(zone: zoneinfo.ZoneInfo) -> Callable[[datetime], str]:
         return value.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")
 
     return moment
+
+
+def compact_in(zone: zoneinfo.ZoneInfo) -> Callable[[datetime], str]:
+    """``compact(dt)``: month, day and time in the viewer's zone, for narrow columns."""
+
+    def compact(value: datetime) -> str:
+        return value.astimezone(zone).strftime("%m-%d %H:%M")
+
+    return compact
 
 
 def relative(t: i18n.Translator, moment: datetime, now: datetime) -> str:

@@ -11,7 +11,7 @@ from veritask.api import convert, problems, schemas
 from veritask.api.security import Operator, PlatformDep, Viewer
 from veritask.core.events import OverrideScope
 from veritask.core.states import InstanceState
-from veritask.services import logs, overrides, runs
+from veritask.services import logs, overrides, run_instances, runs
 from veritask.services.runs import SubjectType
 
 router = APIRouter(tags=["runs"])
@@ -27,7 +27,29 @@ Limit = Annotated[int, Query(ge=1, le=runs.MAX_HISTORY)]
     summary="Show a run: both states with reasons, instances with attempts",
 )
 def get_run(run_id: str, platform: PlatformDep, _: Viewer) -> schemas.RunDetail:
-    return convert.run_detail(runs.get_run(platform, run_id))
+    """A run of more than 500 instances shows its first 500 (in pipeline order) and
+    ``instances_next_cursor``; ``GET /runs/{id}/instances?cursor=`` gives the rest."""
+    head = run_instances.run_head(platform, run_id)
+    return convert.run_detail(head.detail, head.next_cursor)
+
+
+@router.get(
+    "/runs/{run_id}/instances",
+    response_model=schemas.InstancePage,
+    responses=problems.documented(404, 422),
+    summary="A run's instances, a page at a time, in pipeline order",
+)
+def get_run_instances(
+    run_id: str,
+    platform: PlatformDep,
+    _: Viewer,
+    cursor: Annotated[str | None, Query(max_length=2000)] = None,
+    limit: Annotated[int, Query(ge=1, le=run_instances.MAX_PAGE)] = run_instances.PAGE,
+) -> schemas.InstancePage:
+    found = run_instances.instances(platform, run_id, cursor=cursor, limit=limit)
+    return schemas.InstancePage.model_validate(
+        {"items": found.items, "next_cursor": found.next_cursor}
+    )
 
 
 @router.get(

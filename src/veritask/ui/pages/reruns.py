@@ -164,8 +164,10 @@ def rerun_page(
     preview: reruns.RerunPreview | None = None,
     given: JSONObject | None = None,
     status: int = 200,
+    runs_named: Sequence[str] = (),
 ) -> Response:
-    """The rerun's form, pre-filled with the run's parameters, or its confirm step."""
+    """The rerun's form, pre-filled with the run's parameters, or its confirm step;
+    ``runs_named``: the runs a refusal is about (the active ones it waits for), linked."""
     run = runs.get_run(found.platform, run_id).run
     lines = asked.lines
     if lines is None:
@@ -180,6 +182,7 @@ def rerun_page(
         problems=list(problems),
         preview=preview,
         given=json.dumps(given or {}, ensure_ascii=False, sort_keys=True),
+        runs=tuple(runs_named),
     )
 
 
@@ -254,7 +257,13 @@ async def _rerun_refused(
 ) -> Response:
     """The form again with the problem (an unknown run is the error page: no form to show)."""
     return await run_in_threadpool(
-        rerun_page, found, run_id, asked, problems=_problems_of(exc), status=status_of(exc)
+        rerun_page,
+        found,
+        run_id,
+        asked,
+        problems=_problems_of(exc),
+        status=status_of(exc),
+        runs_named=exc.run_ids if isinstance(exc, errors.Conflict) else (),
     )
 
 

@@ -56,4 +56,11 @@ def refusal_page(request: Request, exc: errors.ServiceError) -> Response:
     """The error page for a service's refusal."""
     status, key = _kind_of(exc)
     found = context.visitor(request)
-    return context.render(found, "error.html", status=status, message=found.t(key), detail=str(exc))
+    return context.render(
+        found,
+        "error.html",
+        status=status,
+        message=found.t(key),
+        detail=str(exc),
+        runs=exc.run_ids if isinstance(exc, errors.Conflict) else (),
+    )
