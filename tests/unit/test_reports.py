@@ -89,15 +89,18 @@ def _attempt(last: Event | None, progress: Event | None) -> AttemptFacts:
 LEASE = timedelta(seconds=60)
 
 
-def test_progress_within_a_second_of_the_last_is_refused_and_counted_as_rate() -> None:
+def test_progress_within_a_second_of_the_last_is_refused_once_past_the_free_bytes() -> None:
     first = _report()
     attempt = _attempt(first, first)
     soon = _report(at=T0 + timedelta(milliseconds=900), seq=3)
-    refused = reports.over_limit(attempt, soon, lease=LEASE, progress_bytes=0)
+    free = reports.FREE_PROGRESS_BYTES - 1
+    assert reports.over_limit(attempt, soon, lease=LEASE, progress_bytes=free) is None
+    spent = reports.FREE_PROGRESS_BYTES
+    refused = reports.over_limit(attempt, soon, lease=LEASE, progress_bytes=spent)
     assert refused is not None and refused.limit is reports.Limit.RATE
     assert refused.field == "event_time"
     later = _report(at=T0 + reports.MIN_INTERVAL, seq=3)
-    assert reports.over_limit(attempt, later, lease=LEASE, progress_bytes=0) is None
+    assert reports.over_limit(attempt, later, lease=LEASE, progress_bytes=spent) is None
 
 
 def test_a_heartbeat_is_limited_only_after_a_heartbeat_and_by_a_quarter_of_a_short_lease() -> None:

@@ -7,9 +7,10 @@ judge, which asks this module before anything else, so the checks exist once:
   a number past the 64-bit columns, a text longer than its column, a NUL character, NaN, a
   report larger than its kind may be). It is refused naming the field, and kept as refused
   evidence; the other reports delivered with it are recorded.
-- :func:`over_limit`: a well-formed report beyond what one attempt may record: progress and
-  heartbeats at most one every :data:`MIN_INTERVAL` (by the report's own time), progress at
-  most :data:`MAX_PROGRESS_BYTES` in all. It is refused and only counted: a flood is not kept.
+- :func:`over_limit`: a well-formed report beyond what one attempt may record: heartbeats at
+  most one every :data:`MIN_INTERVAL` (by the report's own time), progress too once the
+  attempt has recorded :data:`FREE_PROGRESS_BYTES` of it, and at most
+  :data:`MAX_PROGRESS_BYTES` in all. It is refused and only counted: a flood is not kept.
   ``completed`` is never refused here, so an attempt's end is never lost to a limit.
 
 Pure: the limits are data, the callers pass the report and the attempt's facts.
@@ -53,6 +54,9 @@ MAX_EVIDENCE_BYTES: Final = {
 #: Progress and heartbeats of one attempt closer together than this (by their own times)
 #: are not recorded: the latest of them is what the attempt's view and the lease need.
 MIN_INTERVAL: Final = timedelta(seconds=1)
+#: The progress an attempt records freely before the interval applies to it: a wait's or a
+#: SQL statement's few reports may come close together, a flood may not.
+FREE_PROGRESS_BYTES: Final = 64 * 1024
 #: The most progress evidence (JSON text) one attempt records in all.
 MAX_PROGRESS_BYTES: Final = 16 * 1024 * 1024
 #: The kinds a worker sends.
@@ -109,6 +113,8 @@ def over_limit(
     # report still counts (it is how the worker's beat begins).
     last = attempt.progress if event.kind is EventKind.PROGRESS else attempt.last_report
     if last is not None and last.kind is not event.kind:
+        last = None
+    if event.kind is EventKind.PROGRESS and progress_bytes < FREE_PROGRESS_BYTES:
         last = None
     if last is not None and abs(event.event_time - last.event_time) < window:
         gap = abs(event.event_time - last.event_time).total_seconds()
