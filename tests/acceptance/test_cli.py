@@ -214,6 +214,10 @@ def test_bad_input_exits_2(veritask: Veritask, tmp_path: Path) -> None:
     assert veritask.cli("apply", "-f", str(tmp_path / "missing.yaml")).returncode == 2
     assert veritask.cli("no-such-verb").returncode == 2
     assert veritask.cli("trigger", "greeting", "--param", "no-equals-sign").returncode == 2
+    # A name no task's environment could hold is refused at trigger (422), never queued.
+    bad_name = veritask.cli("trigger", "greeting", "--param", "a b=1")
+    assert bad_name.returncode == 2, bad_name.stderr
+    assert "parameters.a b" in bad_name.stderr and "not a parameter name" in bad_name.stderr
 
 
 def test_an_override_from_the_cli_is_audited(veritask: Veritask) -> None:

@@ -264,3 +264,34 @@ def test_a_scheduler_with_a_platform_setting_in_the_pass_through_refuses_to_star
 
     with pytest.raises(ValueError, match="veritask_token is a setting of the platform"):
         engines.from_environment(environ)
+
+
+#: What a run's parameters could put in a task's environment before triggers checked names,
+#: and what a value may still hold: none of it may crash the worker.
+WEIRD_VARIABLES = [
+    ("VERITASK_PARAM_a=b", "1", "named 'VERITASK_PARAM_a=b'"),
+    ("VERITASK_PARAM_nul\x00", "1", "named 'VERITASK_PARAM_nul\\x00'"),
+    ("", "1", "named ''"),
+    ("VERITASK_PARAM_v", "a\x00b", "'VERITASK_PARAM_v' holds a NUL character"),
+    ("VERITASK_PARAM_s", "\ud800", "'VERITASK_PARAM_s' is not text"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "said"), WEIRD_VARIABLES)
+@pytest.mark.parametrize("kind", ["shell", "callable"])
+def test_a_variable_no_environment_can_hold_is_a_start_error_not_a_crash(
+    engine: Engine, name: str, value: str, said: str, kind: str
+) -> None:
+    task: port.TaskSpec = (
+        port.ShellCommand("echo started")
+        if kind == "shell"
+        else port.PythonCallable("tests.execution.sample_tasks:environment", {"names": []})
+    )
+    base = engine.spec(task=task)
+    spec = dataclasses.replace(base, env={**base.env, name: value})
+
+    assert engine.run(spec).error_category is port.ErrorCategory.START_ERROR
+
+    reason = evidence(engine.wait_delivered(spec))["start_error"]
+    assert isinstance(reason, str) and said in reason, reason
+    assert "started" not in _log(engine, spec)

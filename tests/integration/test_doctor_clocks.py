@@ -40,7 +40,9 @@ def _reports_from(api: Api, host: str, *, clock_offset: timedelta) -> None:
     ]
     for seq, (kind, evidence) in enumerate(reports, start=1):
         event = worker_event(instance_id, attempt_no, token, seq, kind, evidence)
-        event["event_time"] = wire.format_time(now() + clock_offset)
+        # Seconds apart, as a worker beats (heartbeats closer than a second are coalesced).
+        earlier = timedelta(seconds=2 * (len(reports) - seq))
+        event["event_time"] = wire.format_time(now() + clock_offset - earlier)
         assert report(api, event, token).status_code == 200
 
 

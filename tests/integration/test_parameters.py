@@ -197,3 +197,34 @@ def test_the_same_key_with_other_parameters_is_409_naming_them(api: Api) -> None
     detail = other.json()["detail"]
     assert "'k'" in detail and first.json()["run_id"] in detail
     assert "rows, table differ" in detail
+
+
+UNDECLARED = """\
+name: undeclared
+tasks:
+  work: {run: "echo hi"}
+"""
+
+
+@pytest.mark.parametrize("name", ["a=b", "a b", "", "1st", "a-b", "é" * 3, "a" * 129])
+def test_a_parameter_name_no_task_could_receive_is_422_at_trigger(api: Api, name: str) -> None:
+    """Even where any parameter is taken (none declared), the name must be one a task's
+    environment and a placeholder can hold: a run never reaches a worker that cannot start."""
+    api.apply(UNDECLARED)
+    operator = api.client_with_role(TokenRole.OPERATOR)
+    refused = operator.post(
+        "/api/v2/definitions/undeclared/runs", json={"parameters": {name: 1, "fine": 2}}
+    )
+    assert refused.status_code == 422, refused.text
+    assert fields(refused.json()) == [f"parameters.{name[:128]}"]
+    assert "is not a parameter name" in refused.json()["detail"]
+    assert api.http.get("/api/v2/runs", params={"definition": "undeclared"}).json()["items"] == []
+    # Dotted names of letters, digits and '_' are taken, as ever.
+    assert api.trigger("undeclared", parameters={"fine": 2, "a.b_c": 3})
+
+
+def test_a_definition_declaring_such_a_parameter_is_refused_at_apply(api: Api) -> None:
+    source = 'name: eq\nparameters: {"a=b": 1}\ntasks:\n  work: {run: "true"}\n'
+    refused = api.http.post("/api/v2/definitions", json={"source": source})
+    assert refused.status_code == 422, refused.text
+    assert fields(refused.json()) == ["parameters.a=b"]

@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import assert_never
 
 from veritask.core import fold as folding
-from veritask.core import reasons, transitions
+from veritask.core import reasons, reports, transitions
 from veritask.core.events import (
     Event,
     EventKind,
@@ -53,6 +53,8 @@ class Verdict:
     reason: str
     before: InstanceSnapshot
     after: InstanceSnapshot
+    #: Set when a well-formed report was refused for its attempt's limit (counted, not kept).
+    over_limit: reports.Refusal | None = None
 
     @property
     def recorded(self) -> bool:
@@ -76,9 +78,11 @@ def judge(
     policy: TaskPolicy,
     *,
     known_fingerprint: str | None = None,
+    progress_bytes: int = 0,
 ) -> Verdict:
     """Classify ``event`` against ``snapshot``; ``known_fingerprint`` is that of an event
-    already recorded under the same id, if there is one."""
+    already recorded under the same id, if there is one; ``progress_bytes`` the progress its
+    attempt has recorded so far (the ledger counts it)."""
 
     def verdict(outcome: Outcome, reason: str, after: InstanceSnapshot = snapshot) -> Verdict:
         return Verdict(event, outcome, reason, snapshot, after)
@@ -89,11 +93,22 @@ def judge(
                 Outcome.DUPLICATE, reasons.ALREADY_RECORDED.format(event_id=event.event_id)
             )
         return verdict(Outcome.REJECTED, reasons.ID_REUSED.format(event_id=event.event_id))
+    refusal = reports.problem(event)
+    if refusal is not None:
+        return verdict(Outcome.REJECTED, refusal.reason)
     problem = malformation(event) or _subject_problem(snapshot, event)
     if problem is None and event.is_decision:
         problem = _decision_problem(snapshot, event)
     if problem is not None:
         return verdict(Outcome.REJECTED, problem)
+    limited = reports.over_limit(
+        snapshot.facts.attempt(event.attempt_no),
+        event,
+        lease=policy.lease,
+        progress_bytes=progress_bytes,
+    )
+    if limited is not None:
+        return Verdict(event, Outcome.REJECTED, limited.reason, snapshot, snapshot, limited)
     after = folding.step(snapshot, event, policy)
     off_the_table = _off_the_table(snapshot, after, event)
     if off_the_table is not None:

@@ -155,6 +155,36 @@ NOT_A_MOMENT = Phrase(
     "refusal.not_a_moment", "expected a date and time such as 2024-05-01T06:00, got {value!r}"
 )
 NO_NUL = Phrase("refusal.no_nul", "must not contain the NUL character (U+0000)")
+NEEDS_UTC_OFFSET = Phrase(
+    "refusal.needs_utc_offset",
+    "must carry its UTC offset (2024-05-01T06:00:00+00:00 or …Z), got {value!r}",
+)
+NOT_FINITE = Phrase("refusal.not_finite", "must be a finite number, not NaN or infinity")
+NOT_UNICODE = Phrase("refusal.not_unicode", "must be Unicode text (it holds an unpaired surrogate)")
+NESTED_TOO_DEEP = Phrase(
+    "refusal.nested_too_deep", "nests deeper than {depth} levels", depth=Slot.NUMBER
+)
+REPORT_TOO_LARGE = Phrase(
+    "refusal.report_too_large",
+    "is {size} bytes of JSON; a {kind} report may hold at most {limit}",
+    size=Slot.NUMBER,
+    kind=Slot.EVENT_KIND,
+    limit=Slot.NUMBER,
+)
+REPORT_TOO_SOON = Phrase(
+    "refusal.report_too_soon",
+    "a {kind} report {gap} s from the attempt's last one: at most one every {window} s is "
+    "recorded (send the latest)",
+    kind=Slot.EVENT_KIND,
+    gap=Slot.NUMBER,
+    window=Slot.NUMBER,
+)
+PROGRESS_FULL = Phrase(
+    "refusal.progress_full",
+    "the attempt has recorded {size} bytes of progress, the most an attempt may; later "
+    "progress is refused (its heartbeats and its end are still recorded)",
+    size=Slot.NUMBER,
+)
 ONE_SCOPE = Phrase("refusal.one_scope", "give exactly one of definition, run or instance")
 NOT_IN_GRAPH = Phrase(
     "refusal.not_in_graph",
@@ -179,6 +209,12 @@ UNKNOWN_PARAMETERS = Phrase(
     "refusal.unknown_parameters", "parameters: unknown {names}; known: {known}"
 )
 UNKNOWN_PARAMETER = Phrase("refusal.unknown_parameter", "unknown; known: {known}")
+NOT_A_PARAMETER_NAME = Phrase(
+    "refusal.not_a_parameter_name",
+    "{name!r} is not a parameter name: letters, digits and '_', not starting with a digit, "
+    "parts joined by '.', at most {n} characters",
+    n=Slot.NUMBER,
+)
 PARAMETER_LINE = Phrase(
     "refusal.parameter_line",
     "line {line} of the parameters, {text!r}, is not NAME=VALUE",

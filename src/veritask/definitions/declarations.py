@@ -18,6 +18,7 @@ from veritask.definitions.parameters import (
     MARKERS,
     Parameter,
     ParameterType,
+    name_problem,
     value_problem,
 )
 from veritask.definitions.placeholders import OUTPUTS, PARAMS, Where
@@ -40,6 +41,10 @@ def read_parameters(reader: Reader, entry: Entry | None) -> dict[str, Parameter]
     found: dict[str, Parameter] = {}
     for item in entry.value.entries:
         value = item.value
+        bad_name = name_problem(str(item.key))
+        if bad_name is not None:
+            reader.add(f"parameters.{str(item.key)[:128]}", item.key_line, bad_name)
+            continue
         if isinstance(value, Map) and any(value.get(marker) for marker in MARKERS):
             declared = _declaration(reader, f"parameters.{item.key}", value, item.key_line)
             if declared is not None:

@@ -30,6 +30,12 @@ from veritask.definitions.errors import Problem
 FIELDS = ("type", "default", "enum", "choices", "raw", "description")
 MARKERS = ("type", "default", "enum", "choices", "raw")
 
+#: A parameter's name: what ``{{ params.NAME }}`` writes and an environment variable's name
+#: can hold (``VERITASK_PARAM_NAME``, a dot written ``__``), so that no name can break a
+#: task's start or its command.
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+NAME_MAX_CHARS = 128
+
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _INTEGER = re.compile(r"[+-]?\d{1,30}")
 
@@ -139,7 +145,11 @@ def check_values(
     checked: dict[str, JSONValue] = {}
     known = ", ".join(declared)
     for name, value in given.items():
-        field = f"parameters.{name}"
+        field = f"parameters.{name[:NAME_MAX_CHARS]}"
+        bad_name = name_problem(name)
+        if bad_name is not None:
+            found.append(Problem(field, None, bad_name))
+            continue
         parameter = declared.get(name)
         if parameter is None:
             if declared:
@@ -158,6 +168,13 @@ def check_values(
     if found:
         raise InvalidParameters(found)
     return checked
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a parameter, or None."""
+    if len(name) <= NAME_MAX_CHARS and NAME.fullmatch(name):
+        return None
+    return refusals.NOT_A_PARAMETER_NAME.format(name=name[:NAME_MAX_CHARS], n=NAME_MAX_CHARS)
 
 
 def value_problem(parameter: Parameter, value: JSONValue) -> tuple[JSONValue] | str:

@@ -91,7 +91,28 @@ def build(
 ) -> dict[str, str]:
     """The task's whole environment; later layers win: inherited, declared (the spec's
     ``env``), resolved secrets, then the task's own ``VERITASK_*``."""
-    return {**inherited(environ), **declared, **secrets, **own}
+    built = {**inherited(environ), **declared, **secrets, **own}
+    for name, value in built.items():
+        problem = _variable_problem(name, value)
+        if problem is not None:
+            raise TaskEnvError(problem)
+    return built
+
+
+def _variable_problem(name: str, value: str) -> str | None:
+    """Why a process's environment cannot hold this variable (a run's parameter may name
+    anything a trigger sent), or None: the attempt then fails to start, naming it."""
+    shown = repr(name[:128])
+    if not name or "=" in name or "\x00" in name:
+        return f"the task's environment cannot hold a variable named {shown}"
+    if "\x00" in value:
+        return f"{shown} holds a NUL character, which no environment variable can"
+    for text in (name, value):
+        try:
+            text.encode(errors="surrogateescape")
+        except UnicodeEncodeError:
+            return f"{shown} is not text an environment variable can hold"
+    return None
 
 
 def finds_module(module: str, environ: Mapping[str, str]) -> bool:

@@ -241,7 +241,7 @@ def _start(
                         cwd=workdir,
                         process_group=0,
                     )
-                except OSError as exc:
+                except (OSError, ValueError) as exc:  # ValueError: an environment it refuses
                     os.close(read_fd)
                     raise StartFailed(f"could not start /bin/sh in {workdir}: {exc}") from exc
                 pid = popen.pid

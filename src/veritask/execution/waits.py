@@ -383,7 +383,8 @@ class WaitExecutor:
                 host=self._host,
                 pid=os.getpid(),
                 condition=wait.task.condition.value,
-                target=wait.task.target,
+                # Cut: a report's evidence is bounded (core/reports.py), a statement is not.
+                target=wait.task.target[:4096],
             )
             wait.reporter.send("started", evidence, seq=reports.STARTED_SEQ, event_time=wait.since)
         refused: str | None = None

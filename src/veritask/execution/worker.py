@@ -59,6 +59,7 @@ from veritask.execution import (
     layout,
     port,
     procfs,
+    progress,
     records,
     secrets,
     spool,
@@ -144,6 +145,7 @@ class AttemptRun:
         self._channel_fd: int | None = None
         self._channel_keepalive_fd: int | None = None
         self._channel_buffer = b""
+        self._progress = progress.Pacer(lambda evidence: self._emit("progress", evidence))
         #: Why the task could not be started, when the worker knows (a secret no one holds).
         self._start_error: str | None = None
         #: What the task's process cost, from the wait that reaped it.
@@ -222,7 +224,9 @@ class AttemptRun:
         while wait_status is None or (output_open and time.monotonic() < drain_until):
             timers = [drain_until if wait_status is not None else next_heartbeat]
             if wait_status is None:
-                timers += [t for t in (deadline, self._kill_at) if t is not None]
+                timers += [
+                    t for t in (deadline, self._kill_at, self._progress.due) if t is not None
+                ]
                 timers.append(self._companion_due)
             for key, _ in selector.select(max(0.0, min(timers) - time.monotonic())):
                 match key.data:
@@ -241,6 +245,7 @@ class AttemptRun:
             if wait_status is not None:
                 continue
             now = time.monotonic()
+            self._progress.send_due()
             if self._tick_companion(now):
                 self._request_stop(port.ErrorCategory.CANCELLED)
             if now >= next_heartbeat:
@@ -378,6 +383,7 @@ class AttemptRun:
             self._signal_task(self._task, signal.SIGKILL)
 
     def _complete(self, wait_status: int | None) -> int:
+        self._progress.flush()  # the task's last progress goes before its end
         exit_code, signum = (
             (None, None) if wait_status is None else task_process.decode_wait_status(wait_status)
         )
@@ -565,7 +571,7 @@ class AttemptRun:
                 raise TypeError("a notice is a JSON object")
             match notice.get("kind"):
                 case "progress":
-                    self._emit("progress", _progress_evidence(notice))
+                    self._progress.tell(progress.evidence_of(notice))
                 case "output_committed":
                     marker = notice.get("marker")
                     if not isinstance(marker, str):
@@ -691,29 +697,6 @@ def _has_children() -> bool:
 
 def _escapees(stats: list[procfs.ProcStat], task: task_process.TaskProcess) -> int:
     return sum(1 for stat in stats if stat.pgrp != task.pgid)
-
-
-def _progress_evidence(notice: dict[str, jsontypes.JSONValue]) -> wire.ProgressEvidence:
-    phase, message = notice.get("phase"), notice.get("message")
-    if not isinstance(phase, str):
-        raise TypeError("progress needs a string phase")
-    if message is not None and not isinstance(message, str):
-        raise TypeError("progress message must be a string or null")
-    return wire.ProgressEvidence(
-        phase=phase,
-        done=_optional_count(notice, "done"),
-        total=_optional_count(notice, "total"),
-        message=message,
-    )
-
-
-def _optional_count(notice: dict[str, jsontypes.JSONValue], name: str) -> int | None:
-    value = notice.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"progress {name} must be an integer or null")
-    return value
 
 
 def max_output_bytes(environ: Mapping[str, str]) -> int:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 
 import sqlalchemy as sa
 
+from veritask.core import reports
 from veritask.core.events import Event, EventKind
 from veritask.core.judge import Outcome
 from veritask.ledger import schema
@@ -20,11 +21,16 @@ from veritask.ledger.database import Connection
 
 #: The attempts' columns written here and nowhere else (the snapshot's upsert leaves them be).
 REPORT_COLUMNS = ("error_message", "cpu_user_seconds", "cpu_system_seconds", "peak_rss_bytes")
+#: Counters the ledger adds to as it records reports; the snapshot's upsert leaves them be.
+COUNTER_COLUMNS = ("progress_bytes",)
 #: A report's error is cut to this many characters, whoever sent it.
 ERROR_MESSAGE_MAX_CHARS = 4096
 #: Outcomes whose report is the attempt's own: a fenced attempt's late completion still tells
 #: how that attempt ended.
 _KEPT_OUTCOMES = frozenset({Outcome.APPLIED, Outcome.STALE})
+#: Outcomes of the events the events table holds: their progress counts.
+_RECORDED_OUTCOMES = frozenset({Outcome.APPLIED, Outcome.STALE, Outcome.CONFLICT})
+_CHUNK = 500
 
 _a = schema.attempts.c
 _RECORD = (
@@ -40,6 +46,33 @@ _RECORD = (
         }
     )
 )
+
+
+_ADD_PROGRESS = (
+    sa.update(schema.attempts)
+    .where(
+        _a.instance_id == sa.bindparam("b_instance_id"),
+        _a.attempt_no == sa.bindparam("b_attempt_no"),
+    )
+    .values(progress_bytes=sa.func.coalesce(_a.progress_bytes, 0) + sa.bindparam("b_bytes"))
+)
+
+
+def progress_spent(
+    connection: Connection, instance_ids: Iterable[str]
+) -> dict[tuple[str, int], int]:
+    """The progress bytes each attempt of these instances has recorded so far."""
+    ids = sorted(set(instance_ids))
+    spent: dict[tuple[str, int], int] = {}
+    for start in range(0, len(ids), _CHUNK):
+        found = connection.execute(
+            sa.select(_a.instance_id, _a.attempt_no, _a.progress_bytes).where(
+                _a.instance_id.in_(ids[start : start + _CHUNK])
+            )
+        )
+        for instance_id, attempt_no, progress_bytes in found:
+            spent[(instance_id, attempt_no)] = progress_bytes or 0
+    return spent
 
 
 def report_of(kind: str, evidence: Mapping[str, object]) -> dict[str, object] | None:
@@ -69,7 +102,11 @@ def report_of(kind: str, evidence: Mapping[str, object]) -> dict[str, object] | 
 def record(connection: Connection, reported: Iterable[tuple[Event, Outcome]]) -> None:
     """Write what these classified events report onto their attempts' rows, first one wins."""
     rows = []
+    progress: dict[tuple[str, int], int] = {}
     for event, outcome in reported:
+        if event.kind is EventKind.PROGRESS and outcome in _RECORDED_OUTCOMES:
+            key = (event.instance_id, event.attempt_no)
+            progress[key] = progress.get(key, 0) + reports.evidence_bytes(event.evidence)
         if outcome not in _KEPT_OUTCOMES:
             continue
         values = report_of(event.kind, event.evidence)
@@ -77,6 +114,14 @@ def record(connection: Connection, reported: Iterable[tuple[Event, Outcome]]) ->
             rows.append(_bound(event.instance_id, event.attempt_no, values))
     if rows:
         connection.execute(_RECORD, rows)
+    if progress:
+        connection.execute(
+            _ADD_PROGRESS,
+            [
+                {"b_instance_id": i, "b_attempt_no": n, "b_bytes": size}
+                for (i, n), size in sorted(progress.items())
+            ],
+        )
 
 
 def record_again(connection: Connection, instance_id: str) -> None:
@@ -99,6 +144,28 @@ def record_again(connection: Connection, instance_id: str) -> None:
             rows.append(_bound(instance_id, attempt_no, values))
     if rows:
         connection.execute(_RECORD, rows)
+    _count_progress_again(connection, instance_id)
+
+
+def _count_progress_again(connection: Connection, instance_id: str) -> None:
+    e = schema.events.c
+    found = connection.execute(
+        sa.select(e.attempt_no, e.evidence).where(
+            e.instance_id == instance_id,
+            e.kind == EventKind.PROGRESS.value,
+            e.outcome.in_([outcome.value for outcome in _RECORDED_OUTCOMES]),
+        )
+    )
+    spent: dict[int, int] = {}
+    for attempt_no, evidence in found:
+        if attempt_no is not None:
+            spent[attempt_no] = spent.get(attempt_no, 0) + reports.evidence_bytes(evidence)
+    for attempt_no, size in sorted(spent.items()):
+        connection.execute(
+            sa.update(schema.attempts)
+            .where(_a.instance_id == instance_id, _a.attempt_no == attempt_no)
+            .values(progress_bytes=size)
+        )
 
 
 def _bound(instance_id: str, attempt_no: int, values: Mapping[str, object]) -> dict[str, object]:

@@ -23,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from veritask.core import admission, codec, judge, new_events, outputs
+from veritask.core import admission, codec, judge, new_events, outputs, reports
 from veritask.core.events import Event, EventKind
 from veritask.core.fold import AttemptView, InstanceSnapshot, derive, empty
 from veritask.core.jsontypes import JSONValue
@@ -46,6 +46,8 @@ Clock = Callable[[], datetime]
 
 #: Snapshots kept decoded between transactions (see ``Ledger._snapshots``).
 _SNAPSHOT_CACHE = 10_000
+#: Reports refused for their attempt's limits, by kind and limit (``/metrics``).
+REFUSED_METRIC = "reports_refused_total"
 #: How many times a lost compare-and-set race is re-read and re-classified before giving up.
 MAX_RACES = 64
 
@@ -69,6 +71,8 @@ class Applied:
     original_outcome: Outcome | None = None
     #: For a recorded event: the instance's state just before it (what it may have moved).
     previous_state: InstanceState | None = None
+    #: For a report refused for its attempt's limit (``core.reports``): why.
+    over_limit: reports.Refusal | None = None
 
     @property
     def state(self) -> InstanceState | None:
@@ -548,6 +552,9 @@ class Ledger:
         if expected_versions is not None:
             _check_versions(loaded_by_id, expected_versions)
         known = self._known_many(connection, [e.event_id for e in events])
+        spent = attempt_reports.progress_spent(
+            connection, {e.instance_id for e in events if e.kind is EventKind.PROGRESS}
+        )
         rows: list[dict[str, object]] = []
         recorded: list[tuple[Event, Outcome]] = []
         results = []
@@ -562,17 +569,31 @@ class Ledger:
             if prior is not None:
                 results.append(self._as_known(connection, loaded, stamped, prior))
                 continue
-            verdict = judge.judge(loaded.snapshot, stamped, loaded.policy)
+            attempt_key = (event.instance_id, event.attempt_no)
+            verdict = judge.judge(
+                loaded.snapshot,
+                stamped,
+                loaded.policy,
+                progress_bytes=spent.get(attempt_key, 0),
+            )
             if verdict.outcome is Outcome.REJECTED and expected_versions is not None:
                 raise errors.LedgerConflict(
                     f"instance {event.instance_id}: {event.kind} refused ({verdict.reason})"
                 )
             if verdict.outcome is Outcome.REJECTED:
-                results.append(self._reject(connection, stamped, verdict.reason, loaded))
+                results.append(
+                    self._reject(
+                        connection, stamped, verdict.reason, loaded, over_limit=verdict.over_limit
+                    )
+                )
                 continue
             row = statements.event_row(stamped, loaded.run_id, verdict)
             rows.append(row)
             recorded.append((stamped, verdict.outcome))
+            if event.kind is EventKind.PROGRESS:  # counted for the batch's later progress
+                spent[attempt_key] = spent.get(attempt_key, 0) + reports.evidence_bytes(
+                    event.evidence
+                )
             # A second copy later in this batch is a duplicate of this one.
             known[event.event_id] = _Known(str(row["fingerprint"]), verdict.outcome, verdict.reason)
             loaded.snapshot = verdict.after
@@ -669,7 +690,11 @@ class Ledger:
         expected_version: int | None,
     ) -> Applied:
         """Classify the event and insert it; the caller writes the snapshot."""
-        verdict = judge.judge(loaded.snapshot, event, loaded.policy)
+        spent = 0
+        if event.kind is EventKind.PROGRESS:
+            found = attempt_reports.progress_spent(connection, [event.instance_id])
+            spent = found.get((event.instance_id, event.attempt_no), 0)
+        verdict = judge.judge(loaded.snapshot, event, loaded.policy, progress_bytes=spent)
         if loaded.unproven and (
             verdict.outcome is Outcome.REJECTED
             or (expected_version is not None and expected_version != loaded.version)
@@ -678,7 +703,9 @@ class Ledger:
         if verdict.outcome is Outcome.REJECTED:
             known = self._known(connection, event.event_id)
             if known is None:
-                return self._reject(connection, event, verdict.reason, loaded)
+                return self._reject(
+                    connection, event, verdict.reason, loaded, over_limit=verdict.over_limit
+                )
             return self._as_known(connection, loaded, event, known)
         if expected_version is not None and expected_version != loaded.version:
             raise StaleDecision(
@@ -740,9 +767,23 @@ class Ledger:
         loaded: _Loaded | None = None,
         *,
         about: tuple[str, int] | None = None,
+        over_limit: reports.Refusal | None = None,
     ) -> Applied:
         """Keep the refused event as evidence (within ``rejections``' bounds); ``about`` names
-        the attempt to keep it under when that is not the one the event names (its sender)."""
+        the attempt to keep it under when that is not the one the event names (its sender).
+        A report refused for its attempt's limit is only counted: a flood is not kept."""
+        if over_limit is not None:
+            metric_values.PROCESS_TALLY.add(
+                REFUSED_METRIC, {"kind": event.kind.value, "limit": str(over_limit.limit)}
+            )
+            return Applied(
+                event.event_id,
+                Outcome.REJECTED,
+                reason,
+                loaded.snapshot if loaded else None,
+                loaded.version if loaded else None,
+                over_limit=over_limit,
+            )
         instance_id, attempt_no = about or (event.instance_id, event.attempt_no)
         rejections.store(
             connection,

@@ -264,6 +264,9 @@ attempts = sa.Table(
     sa.Column("cpu_user_seconds", sa.Float, nullable=True),
     sa.Column("cpu_system_seconds", sa.Float, nullable=True),
     sa.Column("peak_rss_bytes", sa.BigInteger, nullable=True),
+    # The progress the attempt's reports recorded, in bytes of JSON, counted by the ledger as
+    # it records them (ledger/attempt_reports.py) and bounded (core/reports.py; 0014).
+    sa.Column("progress_bytes", sa.BigInteger, nullable=True),
     # The pool whose slots the attempt holds while it is active, written by the transaction
     # that opens it (ledger/pools.py, 0009); NULL for attempts opened before pools existed.
     sa.Column("pool", sa.String(64), nullable=True),

@@ -222,6 +222,7 @@ _ATTEMPT_COLUMNS = [
     for c in schema.attempts.columns
     if not c.primary_key
     and c.name not in attempt_reports.REPORT_COLUMNS
+    and c.name not in attempt_reports.COUNTER_COLUMNS
     # Written once, by the transaction that opens the attempt.
     and c.name not in pools.SLOT_COLUMNS
 ]

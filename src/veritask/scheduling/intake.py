@@ -1,7 +1,9 @@
 """Worker events from the wire into the core's events, and what their verdicts raise.
 
 Both ways a worker's report comes in (the outbox the scheduler's collector reads and the HTTP
-callback) go through here, so that what a verdict calls for is done once, for both.
+callback) go through here, so that what a verdict calls for is done once, for both. What a
+report may hold, and how much of it an attempt may record, is checked once too, by the judge
+both end in (``core/reports.py``): a bad report is refused alone, its batch recorded.
 """
 
 from __future__ import annotations

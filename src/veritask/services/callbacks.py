@@ -12,16 +12,16 @@ raises an alert.
 from __future__ import annotations
 
 import uuid
-from datetime import UTC
 from typing import Final
 
-from veritask.core import alert_messages, judge, new_events, reasons, refusals
+from veritask.core import alert_messages, judge, new_events, reasons, refusals, reports
 from veritask.core.events import Event, names_a_foreign_log
 from veritask.core.fold import AttemptView, InstanceSnapshot
 from veritask.core.jsontypes import JSONObject
 from veritask.core.states import AttemptState
 from veritask.execution import wire
 from veritask.ledger import alerts, dialects, queries
+from veritask.ledger.ledger import Applied
 from veritask.ledger.vocabulary import AlertCategory
 from veritask.scheduling import intake
 from veritask.services import views
@@ -72,7 +72,6 @@ def record_worker_report(
         event = intake.to_event(payload)
     except (ValueError, OverflowError) as exc:  # MalformedReport is a ValueError too
         raise InvalidInput(f"not a worker event: {exc}", []) from None
-    _refuse_what_the_ledger_cannot_hold(event)
     if (event.instance_id, event.attempt_no) != (sender.instance_id, sender.attempt_no):
         reason = reasons.OTHER_ATTEMPT.format(
             attempt_no=sender.attempt_no,
@@ -91,7 +90,7 @@ def record_worker_report(
     if applied.outcome is judge.Outcome.REJECTED:
         if names_a_foreign_log(event):
             _alert_foreign_log(platform, event)
-        raise InvalidInput(f"refused: {applied.reason}", [])
+        raise _refused(event, applied)
     duplicate = applied.outcome is judge.Outcome.DUPLICATE
     outcome = (
         applied.original_outcome if duplicate and applied.original_outcome else applied.outcome
@@ -105,27 +104,14 @@ def record_worker_report(
     )
 
 
-#: Evidence numbers kept in the database's integer columns, and their range.
-_COLUMN_RANGES: Final = {
-    "exit_code": (-(2**31), 2**31 - 1),
-    "signal": (-(2**31), 2**31 - 1),
-    "done": (-(2**63), 2**63 - 1),
-    "total": (-(2**63), 2**63 - 1),
-}
-
-
-def _refuse_what_the_ledger_cannot_hold(event: Event) -> None:
-    """A number or a time the ledger's columns cannot hold is refused here, not a 500 there."""
-    try:
-        event.event_time.astimezone(UTC)
-    except OverflowError:
-        raise InvalidInput.about("body.event_time", refusals.TIME_OUT_OF_RANGE.format()) from None
-    for key, (low, high) in _COLUMN_RANGES.items():
-        value = event.evidence.get(key)
-        if isinstance(value, int) and not low <= value <= high:
-            raise InvalidInput.about(
-                f"body.evidence.{key}", refusals.BETWEEN.format(low=low, high=high)
-            )
+def _refused(event: Event, applied: Applied) -> InvalidInput:
+    """The 422 for a refused report, naming its field when the report's checks name one."""
+    refusal = reports.problem(event)
+    if refusal is not None:
+        return InvalidInput.about(f"body.{refusal.field}", refusal.message)
+    if applied.over_limit is not None:
+        return InvalidInput.about(f"body.{applied.over_limit.field}", applied.over_limit.message)
+    return InvalidInput(f"refused: {applied.reason}", [])
 
 
 def _alert_foreign_log(platform: Platform, event: Event) -> None:

@@ -33,6 +33,7 @@ from veritask.ledger import (
     alerts,
     dialects,
     errors,
+    ledger,
     metric_values,
     observations,
     queries,
@@ -56,7 +57,12 @@ POSITION: Final = "durations_position"
 #: serializes writers, so there it needs no margin.
 POSTGRES_SETTLE: Final = timedelta(seconds=2)
 
-_COUNTERS: Final = ("events_total", "reconciler_decisions_total", rejections.DROPPED_METRIC)
+_COUNTERS: Final = (
+    "events_total",
+    "reconciler_decisions_total",
+    rejections.DROPPED_METRIC,
+    ledger.REFUSED_METRIC,
+)
 _HISTOGRAM: Final = ("phase_seconds_bucket", "phase_seconds_sum", "phase_seconds_count")
 _GAUGES: Final = ("executor_slots",)
 
@@ -240,6 +246,11 @@ def _stored(stored: list[metric_values.Value]) -> Iterator[Metric]:
         "Refused events counted but not stored: their attempt had its share of rejected_events",
         labels=["kind"],
     )
+    refused = CounterMetricFamily(
+        f"{PREFIX}_reports_refused",
+        "Worker reports refused for their attempt's limits (rate, total), counted, not stored",
+        labels=["kind", "limit"],
+    )
     slots = GaugeMetricFamily(
         f"{PREFIX}_executor_slots", "Slots each executor offers", labels=["executor"]
     )
@@ -254,6 +265,8 @@ def _stored(stored: list[metric_values.Value]) -> Iterator[Metric]:
                 decisions.add_metric([labels.get("kind", "")], value.value)
             case rejections.DROPPED_METRIC:
                 dropped.add_metric([labels.get("kind", "")], value.value)
+            case ledger.REFUSED_METRIC:
+                refused.add_metric([labels.get("kind", ""), labels.get("limit", "")], value.value)
             case "executor_slots":
                 slots.add_metric([labels.get("executor", "")], value.value)
             case "phase_seconds_bucket":
@@ -271,4 +284,4 @@ def _stored(stored: list[metric_values.Value]) -> Iterator[Metric]:
         counts = dict(found)
         ordered = [(_bound(b), counts.get(_bound(b), 0.0)) for b in (*BUCKETS, float("inf"))]
         histogram.add_metric(list(key), ordered, sums.get(key, 0.0))
-    yield from (events, decisions, dropped, slots, histogram)
+    yield from (events, decisions, dropped, refused, slots, histogram)

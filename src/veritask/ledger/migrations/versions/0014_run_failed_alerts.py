@@ -4,7 +4,7 @@
 
 Frozen like 0001: it does not import the package's metadata or types.
 
-Revision ID: 0014_rundone
+Revision ID: 0014
 Revises: 0013
 Create Date: 2026-12-04
 """
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0014_rundone"
+revision: str = "0014"
 down_revision: str | Sequence[str] | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
