@@ -14,7 +14,7 @@ The engine states and error categories are the core's vocabulary (``veritask.cor
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -389,3 +389,49 @@ class Resuming(Protocol):
         watches it now (it may have already). Raises ``ExecutorError`` when the engine cannot
         be asked, or holds the attempt under another token."""
         ...
+
+
+@runtime_checkable
+class LogReading(Protocol):
+    """Where an engine keeps its attempts' logs when they are not in the attempt directory on
+    the platform's host (a Celery worker on another host ships its log to the result backend).
+    The API server reads a log through it without running the engine's executor."""
+
+    def read_log(self, *, instance_id: str, attempt_no: int) -> bytes | None:
+        """The attempt's whole log as the engine holds it (capped by the worker), or None when
+        the engine holds none: the platform then reads the attempt directory's ``task.log``."""
+        ...
+
+
+def _always(environ: Mapping[str, str]) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An engine as the platform registers it (``execution/engines.py``): its executor name,
+    what configures it, how to build its executor, what it observes and where its logs are.
+
+    A registration imports nothing heavy: ``build`` and ``logs`` import the engine's client
+    packages when they are called, so a deployment that uses no such engine never loads them.
+    """
+
+    name: str
+    """The executor name a definition's ``executor:`` gives."""
+    description: str
+    setting: str | None = None
+    """What the environment sets to configure it (None: nothing; it is always served)."""
+    configured: Callable[[Mapping[str, str]], bool] = _always
+    """Whether the environment of a scheduler configures it."""
+    build: Callable[[Mapping[str, str]], Executor] | None = None
+    """The executor, from a configured environment. None for the engines every scheduler
+    builds itself (``local``, ``wait``)."""
+    sources: frozenset[ObservationSource] = frozenset()
+    """Where its observations come from: no two engines share one."""
+    logs: Callable[[Mapping[str, str]], LogReading | None] | None = None
+    """What reads its attempts' logs (None when the environment does not configure it), for
+    an engine that keeps them elsewhere than the attempt directory."""
+    packages: tuple[str, ...] = ()
+    """The importable packages it needs beside Veritask's own dependencies."""
+    install: str | None = None
+    """How to install those packages, e.g. ``pip install 'veritask[celery]'``."""
