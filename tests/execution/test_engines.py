@@ -62,6 +62,7 @@ def test_the_scheduler_and_the_api_do_not_import_celery() -> None:
         """
         import sys
         import veritask.services.runtime, veritask.api.app, veritask.cli.main
+        import veritask.scheduling.__main__
         from veritask.execution import engines
         engines.configured({}), engines.executor_problem("celery", {})
         print(sorted(m for m in sys.modules if m.split(".")[0] in ("celery", "kombu", "redis")))
@@ -92,3 +93,16 @@ def test_celery_asked_for_but_not_installed_names_the_extra() -> None:
         "pip install 'veritask[celery]'"
     )
     assert "pip install 'veritask[celery]'" in refused_to_start
+
+
+def test_a_celery_worker_without_the_extra_says_what_to_install() -> None:
+    done = _run(
+        """
+        import sys
+        sys.modules["celery"] = None  # as if the extra were not installed
+        from veritask.execution.celery import __main__
+        """
+    )
+    assert done.returncode == 1
+    assert "pip install 'veritask[celery]'" in done.stderr
+    assert "Traceback" not in done.stderr

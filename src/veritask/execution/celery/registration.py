@@ -13,6 +13,8 @@ from veritask.execution.celery import settings
 
 NAME = "celery"
 INSTALL = "pip install 'veritask[celery]'"
+#: The packages the extra brings (Celery's own transport packages among them).
+CLIENT_PACKAGES = ("celery", "kombu", "amqp", "redis")
 
 
 def _configured(environ: Mapping[str, str]) -> bool:
