@@ -16,7 +16,13 @@ from veritask.execution import engines
 
 #: A third party's engine: its executor, its registration, and a log it keeps itself.
 ENGINE_MODULE = """
+from enum import StrEnum
+
 from veritask.execution import port
+
+
+class Source(StrEnum):
+    API = f"{NAME}_api"
 
 
 class ThirdPartyExecutor:
@@ -30,7 +36,7 @@ class ThirdPartyExecutor:
         return port.Observation(
             external_id=external_id,
             engine_state=port.EngineState.NOT_FOUND,
-            source=port.ObservationSource.ATTEMPT_DIR,
+            source=Source.API,
         )
 
     def cancel(self, *, external_id):
@@ -50,7 +56,22 @@ ENGINE = port.Engine(
     description="a third party's engine",
     build=ThirdPartyExecutor,
     logs=lambda environ: KeptLogs(),
+    sources=frozenset(Source),
 )
+"""
+
+#: An engine whose observations would read as the local executor's.
+CLASHING_MODULE = """
+from enum import StrEnum
+
+from veritask.execution import port
+
+
+class Source(StrEnum):
+    EXIT = "exit_record"
+
+
+ENGINE = port.Engine(name={name!r}, description="", sources=frozenset(Source))
 """
 
 
@@ -62,6 +83,8 @@ class Plugin:
     """An engine that loads."""
     broken: str
     """An engine whose module raises on import."""
+    clashing: str
+    """An engine that declares an observation source of the local executor."""
     module: str
 
 
@@ -81,15 +104,25 @@ def install(root: Path, entries: Mapping[str, str], modules: Mapping[str, str]) 
 @pytest.fixture
 def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Plugin]:
     suffix = uuid.uuid4().hex[:8]
-    found = Plugin(engine=f"thirdparty{suffix}", broken=f"broken{suffix}", module=f"tp_{suffix}")
+    found = Plugin(
+        engine=f"thirdparty{suffix}",
+        broken=f"broken{suffix}",
+        clashing=f"clashing{suffix}",
+        module=f"tp_{suffix}",
+    )
     root = tmp_path / "site"
     root.mkdir()
     install(
         root,
-        {found.engine: f"{found.module}:ENGINE", found.broken: f"{found.module}_broken:ENGINE"},
+        {
+            found.engine: f"{found.module}:ENGINE",
+            found.broken: f"{found.module}_broken:ENGINE",
+            found.clashing: f"{found.module}_clashing:ENGINE",
+        },
         {
             found.module: f"NAME = {found.engine!r}\n" + ENGINE_MODULE,
             f"{found.module}_broken": "raise ImportError('the client library is missing')\n",
+            f"{found.module}_clashing": CLASHING_MODULE.format(name=found.clashing),
         },
     )
     monkeypatch.syspath_prepend(str(root))
@@ -98,5 +131,5 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Plugin]:
         yield found
     finally:
         engines.registry.cache_clear()
-        for name in (found.module, f"{found.module}_broken"):
+        for name in (found.module, f"{found.module}_broken", f"{found.module}_clashing"):
             sys.modules.pop(name, None)

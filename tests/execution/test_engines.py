@@ -12,13 +12,18 @@ import pytest
 
 from tests.execution.engine_plugins import Plugin, plugin
 from veritask.execution import engines, port
+from veritask.execution.celery import registration as celery_registration
 
 __all__ = ["plugin"]
 
 
-def test_every_observation_source_is_declared_by_exactly_one_engine() -> None:
-    declared = [source for engine in engines.BUILT_IN for source in engine.sources]
-    assert sorted(declared) == sorted(port.ObservationSource)
+def test_each_engine_declares_its_own_observation_sources() -> None:
+    declared = [str(source) for engine in engines.BUILT_IN for source in engine.sources]
+    assert len(declared) == len(set(declared))
+    assert engines.registry().engines["celery"].sources == frozenset(celery_registration.Source)
+    assert {"exit_record", "process_table", "supervisor", "attempt_dir"} == {
+        str(source) for source in engines.registry().engines["local"].sources
+    }
 
 
 def test_an_entry_point_engine_is_known_configured_and_built(plugin: Plugin) -> None:
@@ -27,7 +32,9 @@ def test_an_entry_point_engine_is_known_configured_and_built(plugin: Plugin) -> 
     assert plugin.engine in engines.configured({})
     built = engines.from_environment({"SOME": "setting"})[plugin.engine]
     assert type(built).__name__ == "ThirdPartyExecutor"
-    assert built.describe(external_id="x").engine_state is port.EngineState.NOT_FOUND
+    seen = built.describe(external_id="x")
+    assert seen.engine_state is port.EngineState.NOT_FOUND
+    assert seen.source in engines.registry().engines[plugin.engine].sources
     assert engines.read_log(plugin.engine, {}, instance_id="i", attempt_no=2) == (
         f"i/2 kept by {plugin.engine}\n".encode()
     )
@@ -45,6 +52,17 @@ def test_an_entry_point_that_fails_to_import_is_logged_and_refused(
     # The platform goes on: the built-in engines and the other entry point still work.
     assert engines.executor_problem("local", {}) is None
     assert plugin.broken not in engines.from_environment({})
+
+
+def test_an_engine_declaring_another_engines_observation_source_is_refused(
+    plugin: Plugin,
+) -> None:
+    problem = engines.unknown_problem(plugin.clashing)
+    assert problem == (
+        f"the executor {plugin.clashing!r} cannot be used here: it declares the observation "
+        "source 'exit_record' of the engine 'local'"
+    )
+    assert engines.unknown_problem(plugin.engine) is None
 
 
 def _run(code: str) -> subprocess.CompletedProcess[str]:

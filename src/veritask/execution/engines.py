@@ -19,13 +19,13 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Final
 
 from veritask.core import problems
-from veritask.execution import port, task_env
+from veritask.execution import local, port, task_env, waits
 from veritask.execution.celery import registration as celery_registration
 from veritask.execution.sql import registration as sql_registration
 
@@ -43,19 +43,12 @@ BUILT_IN: Final = (
     port.Engine(
         name=LOCAL_EXECUTOR,
         description="processes on this host, run by the embedded supervisor",
-        sources=frozenset(
-            {
-                port.ObservationSource.EXIT_RECORD,
-                port.ObservationSource.PROCESS_TABLE,
-                port.ObservationSource.SUPERVISOR,
-                port.ObservationSource.ATTEMPT_DIR,
-            }
-        ),
+        sources=frozenset(local.Source),
     ),
     port.Engine(
         name=WAIT_EXECUTOR,
         description="a condition the scheduler process checks on an interval",
-        sources=frozenset({port.ObservationSource.WAIT_CHECKER}),
+        sources=frozenset(waits.Source),
     ),
     sql_registration.ENGINE,
     celery_registration.ENGINE,
@@ -86,6 +79,18 @@ def _entry_point_engine(entry: metadata.EntryPoint) -> port.Engine:
     return found
 
 
+def _shared_sources(engine: port.Engine, others: Iterable[port.Engine]) -> str | None:
+    """Why ``engine`` may not be registered beside ``others``: it declares an observation
+    source another engine declares (evidence would not tell which engine answered)."""
+    for other in others:
+        shared = {str(source) for source in engine.sources} & {str(s) for s in other.sources}
+        if shared:
+            return (
+                f"it declares the observation source {min(shared)!r} of the engine {other.name!r}"
+            )
+    return None
+
+
 @functools.cache
 def registry() -> Registry:
     """The built-in engines, then those the installed distributions register (read once)."""
@@ -101,11 +106,17 @@ def registry() -> Registry:
             )
             continue
         try:
-            found[entry.name] = _entry_point_engine(entry)
+            engine = _entry_point_engine(entry)
         except Exception as exc:  # a third party's import: anything may fail
-            reason = f"its entry point {entry.value} failed to load ({type(exc).__name__}: {exc})"
-            log.error("the engine %r cannot be used: %s", entry.name, reason)
-            broken[entry.name] = reason
+            problem = f"its entry point {entry.value} failed to load ({type(exc).__name__}: {exc})"
+        else:
+            shared = _shared_sources(engine, found.values())
+            if shared is None:
+                found[entry.name] = engine
+                continue
+            problem = shared
+        log.error("the engine %r cannot be used: %s", entry.name, problem)
+        broken[entry.name] = problem
     return Registry(engines=found, broken=broken)
 
 

@@ -35,35 +35,10 @@ DetailValue: TypeAlias = str | int | float | bool | None
 MAX_INSTANCE_ID_LENGTH = 200
 
 
-class ObservationSource(StrEnum):
-    """Where an observation's answer came from. A new engine adds the sources it reads."""
-
-    EXIT_RECORD = "exit_record"
-    """The exit record the worker wrote when the task ended."""
-    PROCESS_TABLE = "process_table"
-    """The operating system's process table (/proc), checked by pid and start time."""
-    SUPERVISOR = "supervisor"
-    """The local supervisor's queue."""
-    ATTEMPT_DIR = "attempt_dir"
-    """The attempt directory on disk: its presence, its spec, its identity files."""
-    CELERY_RESULT = "celery_result"
-    """The Celery result backend: the outcome a Celery task returned (the worker's exit record)."""
-    CELERY_INSPECT = "celery_inspect"
-    """Celery's ``inspect`` broadcast: the task is active, reserved or scheduled on a worker."""
-    CELERY_CLAIM = "celery_claim"
-    """The per-attempt claim and lease that a Veritask Celery worker keeps while it runs it."""
-    CELERY_CONTROL = "celery_control"
-    """A Veritask Celery worker's main process, asked by remote control about the task's process
-    group on its host (the process running the delivery may be frozen)."""
-    CELERY_SUBMISSION = "celery_submission"
-    """The executor's own record that it sent the attempt to the broker (queued, not taken)."""
-    SQL_ACTIVITY = "sql_activity"
-    """The SQL server's activity view (``pg_stat_activity``), by application name and pid."""
-    SQL_MARKER = "sql_marker"
-    """The marker tables in the SQL server: the claim row and the completion row written in the
-    same transaction as the work."""
-    WAIT_CHECKER = "wait_checker"
-    """The scheduler process's wait checker: the waits it holds and how each ended."""
+#: Where an observation's answer came from: a member of the ``StrEnum`` its adapter declares
+#: (``local.Source``, ``waits.Source``, ``sql/registration.py``'s, ``celery/registration.py``'s)
+#: and lists in its registration (:class:`Engine`); no two engines share a value.
+ObservationSource: TypeAlias = StrEnum
 
 
 @dataclass(frozen=True)
@@ -427,7 +402,7 @@ class Engine:
     """The executor, from a configured environment. None for the engines every scheduler
     builds itself (``local``, ``wait``)."""
     sources: frozenset[ObservationSource] = frozenset()
-    """Where its observations come from: no two engines share one."""
+    """Where its observations come from (its own ``StrEnum``): no two engines share a value."""
     logs: Callable[[Mapping[str, str]], LogReading | None] | None = None
     """What reads its attempts' logs (None when the environment does not configure it), for
     an engine that keeps them elsewhere than the attempt directory."""

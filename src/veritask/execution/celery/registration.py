@@ -7,12 +7,32 @@ Celery and its Redis client are the ``celery`` extra (``pip install 'veritask[ce
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import StrEnum
 
 from veritask.execution import port
 from veritask.execution.celery import settings
 
 NAME = "celery"
 INSTALL = "pip install 'veritask[celery]'"
+
+
+class Source(StrEnum):
+    """Where the Celery executor's observations come from."""
+
+    RESULT = "celery_result"
+    """The Celery result backend: the outcome a Celery task returned (the worker's exit
+    record)."""
+    INSPECT = "celery_inspect"
+    """Celery's ``inspect`` broadcast: the task is active, reserved or scheduled on a worker."""
+    CLAIM = "celery_claim"
+    """The per-attempt claim and lease that a Veritask Celery worker keeps while it runs it."""
+    CONTROL = "celery_control"
+    """A Veritask Celery worker's main process, asked by remote control about the task's
+    process group on its host (the process running the delivery may be frozen)."""
+    SUBMISSION = "celery_submission"
+    """The executor's own record that it sent the attempt to the broker (queued, not taken)."""
+
+
 #: The packages the extra brings (Celery's own transport packages among them).
 CLIENT_PACKAGES = ("celery", "kombu", "amqp", "redis")
 
@@ -57,15 +77,7 @@ ENGINE = port.Engine(
     setting=settings.BROKER_ENV,
     configured=_configured,
     build=_build,
-    sources=frozenset(
-        {
-            port.ObservationSource.CELERY_RESULT,
-            port.ObservationSource.CELERY_INSPECT,
-            port.ObservationSource.CELERY_CLAIM,
-            port.ObservationSource.CELERY_CONTROL,
-            port.ObservationSource.CELERY_SUBMISSION,
-        }
-    ),
+    sources=frozenset(Source),
     logs=_logs,
     packages=("celery", "redis"),
     install=INSTALL,

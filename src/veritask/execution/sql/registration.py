@@ -4,11 +4,22 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import StrEnum
 
 from veritask.execution import port
 from veritask.execution.sql import connections
 
 NAME = "sql"
+
+
+class Source(StrEnum):
+    """Where the SQL engine's observations come from."""
+
+    ACTIVITY = "sql_activity"
+    """The SQL server's activity view (``pg_stat_activity``), by application name and pid."""
+    MARKER = "sql_marker"
+    """The marker tables in the SQL server: the claim row and the completion row written in
+    the same transaction as the work."""
 
 
 def _configured(environ: Mapping[str, str]) -> bool:
@@ -27,5 +38,5 @@ ENGINE = port.Engine(
     setting=f"{connections.ENV_PREFIX}<NAME>",
     configured=_configured,
     build=_build,
-    sources=frozenset({port.ObservationSource.SQL_ACTIVITY, port.ObservationSource.SQL_MARKER}),
+    sources=frozenset(Source),
 )
