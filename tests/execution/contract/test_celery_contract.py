@@ -31,6 +31,7 @@ HOST = "host-a"
 class CeleryHarness(Harness):
     """One host (a Celery worker process) consuming the test's own queue."""
 
+    engine_name = "celery"
     patience = 30.0
     killed_evidence: ClassVar[dict[str, port.DetailValue]] = {
         "signal": signal.SIGKILL,

@@ -18,6 +18,7 @@ from veritask.execution import layout, local, port, procfs, records
 class LocalHarness(Harness):
     """One slot, so that a second attempt waits in the supervisor's queue behind the first."""
 
+    engine_name = "local"
     killed_evidence: ClassVar[dict[str, port.DetailValue]] = {
         "signal": signal.SIGKILL,
         "exit_record": True,

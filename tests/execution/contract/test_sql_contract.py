@@ -22,6 +22,7 @@ class SqlHarness(Harness):
     outside transactions, so a start shows while the statement runs and after it rolled back.
     """
 
+    engine_name = "sql"
     killed_evidence: ClassVar[dict[str, port.DetailValue]] = {
         "error_sqlstate": "57P01",  # terminating connection due to administrator command
         "completion_marker": False,

@@ -30,6 +30,7 @@ def check(log: str, holds: bool) -> bool:
 
 
 class WaitHarness(Harness):
+    engine_name = "wait"
     unknown_source = waits.Source.CHECKER
     queued_source = waits.Source.CHECKER
     ended_source = waits.Source.CHECKER
