@@ -41,3 +41,22 @@ def test_an_attempts_log_is_read_through_its_engine(api: Api, plugin: Plugin) ->
     chunk = api.http.get(f"/api/v2/instances/{instance_id}/logs").json()
     assert chunk["text"] == f"{instance_id}/{attempt_no} kept by {plugin.engine}\n"
     assert chunk["log_location"] == f"{plugin.engine}:{instance_id}/{attempt_no}"
+
+
+def test_a_search_reads_the_logs_an_engine_keeps(api: Api, plugin: Plugin) -> None:
+    api.apply(_source(plugin.engine))
+    instance_id = api.instance_ids(api.trigger("elsewhere"))["a"]
+    attempt_no = open_attempt(
+        api.platform, instance_id, "token-" + uuid.uuid4().hex, executor=plugin.engine
+    )
+    response = api.http.get(
+        "/api/v2/logs/search", params={"text": "KEPT BY", "instance": instance_id}
+    )
+    assert response.status_code == 200, response.text
+    [match] = response.json()["matches"]
+    assert (match["instance_id"], match["attempt_no"], match["line_no"]) == (
+        instance_id,
+        attempt_no,
+        1,
+    )
+    assert match["line"] == f"{instance_id}/{attempt_no} kept by {plugin.engine}"

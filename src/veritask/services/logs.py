@@ -12,7 +12,7 @@ that names another log). Every answer is capped.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Final, NamedTuple
 
@@ -131,7 +131,8 @@ def search_logs(
     """The lines containing ``text`` (case-insensitive) in every attempt's log of a
     definition's recent runs, of a run, or of an instance; exactly one scope is needed.
 
-    Attempts whose log this server does not hold (another host's engine keeps it) are skipped,
+    An attempt's log is the one its engine keeps, when it keeps one (a Celery worker's shipped
+    log), else the file in its attempt directory. Attempts whose log neither holds are skipped,
     not refused: one unreadable attempt does not hide the others' matches.
     """
     if not text.strip():
@@ -165,10 +166,15 @@ def search_logs(
     matches: list[views.LogMatch] = []
     budget = MAX_CHUNK
     for attempt in attempts:
-        location = _location(platform, attempt.instance_id, attempt.attempt_no)
-        if location is None:
-            continue
-        for line_no, line in _matching_lines(Path(location), text):
+        shipped = shipped_log(attempt.executor, attempt.instance_id, attempt.attempt_no)
+        if shipped is not None:
+            found = _matching(shipped.data.splitlines(keepends=True), text)
+        else:
+            location = _location(platform, attempt.instance_id, attempt.attempt_no)
+            if location is None:
+                continue
+            found = _matching_lines(Path(location), text)
+        for line_no, line in found:
             if len(matches) >= max_matches or len(line) > budget:
                 return views.LogSearch(text, tuple(matches), len(attempts), True)
             budget -= len(line)
@@ -185,14 +191,18 @@ def search_logs(
     return views.LogSearch(text, tuple(matches), len(attempts), truncated)
 
 
-def _matching_lines(path: Path, needle: str) -> Iterator[tuple[int, str]]:
+def _matching(lines: Iterable[bytes], needle: str) -> Iterator[tuple[int, str]]:
     wanted = needle.casefold()
+    for number, raw in enumerate(lines, start=1):
+        line = raw.decode(errors="replace")
+        if wanted in line.casefold():
+            yield number, line.rstrip("\n")
+
+
+def _matching_lines(path: Path, needle: str) -> Iterator[tuple[int, str]]:
     try:
         with path.open("rb") as handle:
-            for number, raw in enumerate(handle, start=1):
-                line = raw.decode(errors="replace")
-                if wanted in line.casefold():
-                    yield number, line.rstrip("\n")
+            yield from _matching(handle, needle)
     except (FileNotFoundError, IsADirectoryError):
         return
 
