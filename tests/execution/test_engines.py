@@ -80,9 +80,13 @@ def test_the_scheduler_and_the_api_do_not_import_celery() -> None:
         """
         import sys
         import veritask.services.runtime, veritask.api.app, veritask.cli.main
-        import veritask.scheduling.__main__
+        import veritask.scheduling.__main__, veritask.ui.app, veritask.cli.processes
+        import veritask.services.logs, veritask.services.log_pages, veritask.services.definitions
+        import veritask.pipelines.compile
         from veritask.execution import engines
         engines.configured({}), engines.executor_problem("celery", {})
+        engines.from_environment({"VERITASK_SQL_URL_W": "postgresql://127.0.0.1:1/w"})
+        engines.read_log("celery", {}, instance_id="i", attempt_no=1)
         print(sorted(m for m in sys.modules if m.split(".")[0] in ("celery", "kombu", "redis")))
         """
     )
