@@ -94,7 +94,7 @@ def test_attempts_survive_the_death_of_the_process_that_submitted_them(
         ended = engine.wait_ended(external_id)
 
         assert ended.engine_state is port.EngineState.SUCCEEDED
-        assert ended.source is port.ObservationSource.EXIT_RECORD
+        assert ended.source is local.Source.EXIT_RECORD
         assert done.exists()
         assert executor.supervisor_pid() is not None  # the supervisor outlived its starter too
     finally:

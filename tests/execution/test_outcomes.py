@@ -9,7 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from tests.execution.conftest import Engine, evidence, wait_until
-from veritask.execution import port, records
+from veritask.execution import local, port, records
 
 
 def test_success_sends_started_and_completed_with_the_token(engine: Engine) -> None:
@@ -18,7 +18,7 @@ def test_success_sends_started_and_completed_with_the_token(engine: Engine) -> N
     observation = engine.run(spec)
 
     assert observation.engine_state is port.EngineState.SUCCEEDED
-    assert observation.source is port.ObservationSource.EXIT_RECORD
+    assert observation.source is local.Source.EXIT_RECORD
     assert observation.exit_code == 0
     assert observation.error_category is port.ErrorCategory.NONE
     assert observation.started_at is not None and observation.ended_at is not None

@@ -13,7 +13,7 @@ import pytest
 
 from tests.execution.conftest import Engine, FakePlatform, engine_on, evidence, wait_until
 from veritask.core.states import PROCESSES_ENDED
-from veritask.execution import port, procfs, records
+from veritask.execution import local, port, procfs, records
 
 
 def _ended(pid: int) -> bool:
@@ -103,7 +103,7 @@ def test_a_killed_worker_leaves_evidence_not_a_verdict(engine: Engine) -> None:
 
     # The task outlived its worker: the process table says it runs, and that nobody watches it.
     assert orphaned.engine_state is port.EngineState.RUNNING
-    assert orphaned.source is port.ObservationSource.PROCESS_TABLE
+    assert orphaned.source is local.Source.PROCESS_TABLE
     assert orphaned.details["orphaned"] is True
     assert orphaned.details["worker_alive"] is False
     assert orphaned.details["exit_record"] is False
@@ -158,7 +158,7 @@ def test_a_frozen_workers_task_group_is_stopped_by_the_repeated_cancel(engine: E
         # The task ignores SIGTERM: only the SIGKILL after the second grace period ends it.
         assert time.monotonic() - cancelled_at >= 2 * grace.total_seconds()
         assert stopped.engine_state is port.EngineState.UNKNOWN
-        assert stopped.source is port.ObservationSource.PROCESS_TABLE
+        assert stopped.source is local.Source.PROCESS_TABLE
         assert stopped.details[PROCESSES_ENDED] is True
         assert stopped.details["worker_stopped"] is True
         assert stopped.details["worker_alive"] is True
@@ -211,7 +211,7 @@ def test_cancelling_a_queued_attempt_confirms_at_once_without_starting_it(
     cancelled = one_slot.wait_ended(second_id)
 
     assert queued.engine_state is port.EngineState.PENDING
-    assert queued.source is port.ObservationSource.SUPERVISOR
+    assert queued.source is local.Source.SUPERVISOR
     assert queued.details["queue_position"] == 0
     assert cancelled.error_category is port.ErrorCategory.CANCELLED
     assert cancelled.started_at is None and cancelled.exit_code is None

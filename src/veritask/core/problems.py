@@ -232,6 +232,9 @@ EXECUTOR_NOT_CONFIGURED = Phrase(
     "problem.executor_not_configured",
     "the executor {name!r} is not configured here: set {setting} where the scheduler runs",
 )
+ENGINE_UNAVAILABLE = Phrase(
+    "problem.engine_unavailable", "the executor {name!r} cannot be used here: {reason}"
+)
 MODULE_NOT_FOUND_BY_WORKERS = Phrase(
     "problem.module_not_found_by_workers",
     "the local workers cannot import {module!r}: no folder on their PYTHONPATH ({path}) holds "

@@ -31,6 +31,7 @@ import uuid
 import weakref
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from enum import StrEnum
 from pathlib import Path
 
 from veritask.core import jsontypes
@@ -58,6 +59,19 @@ _PING_INTERVAL = 0.01
 
 def external_id(instance_id: str, attempt_no: int) -> str:
     return EXTERNAL_ID_PREFIX + layout.attempt_key(instance_id, attempt_no)
+
+
+class Source(StrEnum):
+    """Where the local executor's observations come from."""
+
+    EXIT_RECORD = "exit_record"
+    """The exit record the worker wrote when the task ended."""
+    PROCESS_TABLE = "process_table"
+    """The operating system's process table (/proc), checked by pid and start time."""
+    SUPERVISOR = "supervisor"
+    """The local supervisor's queue."""
+    ATTEMPT_DIR = "attempt_dir"
+    """The attempt directory on disk: its presence, its spec, its identity files."""
 
 
 class LocalExecutor:
@@ -125,7 +139,7 @@ class LocalExecutor:
         attempt = self._attempt_of(external_id)
         observe = _Observer(external_id)
         if not attempt.path.is_dir():
-            return observe.make(port.EngineState.NOT_FOUND, port.ObservationSource.ATTEMPT_DIR)
+            return observe.make(port.EngineState.NOT_FOUND, Source.ATTEMPT_DIR)
         worker = records.read_process_record(attempt.worker_record)
         # Liveness before the exit record: a worker writes the record, then ends. Read in this
         # order, "gone and no record" cannot be a record written between the two reads.
@@ -146,19 +160,19 @@ class LocalExecutor:
         if worker is None:
             return self._describe_waiting(observe, attempt)
         if worker_alive and task is None:
-            return observe.make(port.EngineState.PENDING, port.ObservationSource.PROCESS_TABLE)
+            return observe.make(port.EngineState.PENDING, Source.PROCESS_TABLE)
         task_alive = task is not None and escalation.task_alive(task, attempt)
         observe.details.update(exit_record=False, task_alive=task_alive)
         if task_alive:
             if not worker_alive:
                 # The worker died and its task runs on: nobody will write its exit record.
                 observe.details["orphaned"] = True
-            return observe.make(port.EngineState.RUNNING, port.ObservationSource.PROCESS_TABLE)
+            return observe.make(port.EngineState.RUNNING, Source.PROCESS_TABLE)
         if task is not None:
             # The task's group ended and no exit record says how: its worker is gone, frozen
             # (it cannot reap and record), or about to write it. Not running, not ended.
             observe.details[PROCESSES_ENDED] = True
-        return observe.make(port.EngineState.UNKNOWN, port.ObservationSource.PROCESS_TABLE)
+        return observe.make(port.EngineState.UNKNOWN, Source.PROCESS_TABLE)
 
     def _cancel(self, external_id: str) -> None:
         attempt = self._attempt_of(external_id)
@@ -483,10 +497,10 @@ class LocalExecutor:
                 observe.details["supervisor_restarted"] = True
             except errors.ExecutorError as exc:
                 observe.details["supervisor_error"] = str(exc)
-            return observe.make(port.EngineState.PENDING, port.ObservationSource.ATTEMPT_DIR)
+            return observe.make(port.EngineState.PENDING, Source.ATTEMPT_DIR)
         position = answer.get("position")
         observe.details["queue_position"] = position if isinstance(position, int) else None
-        return observe.make(port.EngineState.PENDING, port.ObservationSource.SUPERVISOR)
+        return observe.make(port.EngineState.PENDING, Source.SUPERVISOR)
 
 
 class _KeptConnection:
@@ -517,7 +531,7 @@ class _Observer:
         self.started_at: datetime | None = None
         self.details: dict[str, port.DetailValue] = {}
 
-    def make(self, state: port.EngineState, source: port.ObservationSource) -> port.Observation:
+    def make(self, state: port.EngineState, source: Source) -> port.Observation:
         return port.Observation(
             external_id=self.external_id,
             engine_state=state,
@@ -541,7 +555,7 @@ class _Observer:
         return port.Observation(
             external_id=self.external_id,
             engine_state=port.EngineState.SUCCEEDED if succeeded else port.EngineState.FAILED,
-            source=port.ObservationSource.EXIT_RECORD,
+            source=Source.EXIT_RECORD,
             engine_id=self.engine_id,
             exit_code=record.exit_code,
             error_category=category,

@@ -14,7 +14,7 @@ The engine states and error categories are the core's vocabulary (``veritask.cor
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -35,35 +35,10 @@ DetailValue: TypeAlias = str | int | float | bool | None
 MAX_INSTANCE_ID_LENGTH = 200
 
 
-class ObservationSource(StrEnum):
-    """Where an observation's answer came from. A new engine adds the sources it reads."""
-
-    EXIT_RECORD = "exit_record"
-    """The exit record the worker wrote when the task ended."""
-    PROCESS_TABLE = "process_table"
-    """The operating system's process table (/proc), checked by pid and start time."""
-    SUPERVISOR = "supervisor"
-    """The local supervisor's queue."""
-    ATTEMPT_DIR = "attempt_dir"
-    """The attempt directory on disk: its presence, its spec, its identity files."""
-    CELERY_RESULT = "celery_result"
-    """The Celery result backend: the outcome a Celery task returned (the worker's exit record)."""
-    CELERY_INSPECT = "celery_inspect"
-    """Celery's ``inspect`` broadcast: the task is active, reserved or scheduled on a worker."""
-    CELERY_CLAIM = "celery_claim"
-    """The per-attempt claim and lease that a Veritask Celery worker keeps while it runs it."""
-    CELERY_CONTROL = "celery_control"
-    """A Veritask Celery worker's main process, asked by remote control about the task's process
-    group on its host (the process running the delivery may be frozen)."""
-    CELERY_SUBMISSION = "celery_submission"
-    """The executor's own record that it sent the attempt to the broker (queued, not taken)."""
-    SQL_ACTIVITY = "sql_activity"
-    """The SQL server's activity view (``pg_stat_activity``), by application name and pid."""
-    SQL_MARKER = "sql_marker"
-    """The marker tables in the SQL server: the claim row and the completion row written in the
-    same transaction as the work."""
-    WAIT_CHECKER = "wait_checker"
-    """The scheduler process's wait checker: the waits it holds and how each ended."""
+#: Where an observation's answer came from: a member of the ``StrEnum`` its adapter declares
+#: (``local.Source``, ``waits.Source``, ``sql/registration.py``'s, ``celery/registration.py``'s)
+#: and lists in its registration (:class:`Engine`); no two engines share a value.
+ObservationSource: TypeAlias = StrEnum
 
 
 @dataclass(frozen=True)
@@ -389,3 +364,49 @@ class Resuming(Protocol):
         watches it now (it may have already). Raises ``ExecutorError`` when the engine cannot
         be asked, or holds the attempt under another token."""
         ...
+
+
+@runtime_checkable
+class LogReading(Protocol):
+    """Where an engine keeps its attempts' logs when they are not in the attempt directory on
+    the platform's host (a Celery worker on another host ships its log to the result backend).
+    The API server reads a log through it without running the engine's executor."""
+
+    def read_log(self, *, instance_id: str, attempt_no: int) -> bytes | None:
+        """The attempt's whole log as the engine holds it (capped by the worker), or None when
+        the engine holds none: the platform then reads the attempt directory's ``task.log``."""
+        ...
+
+
+def _always(environ: Mapping[str, str]) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An engine as the platform registers it (``execution/engines.py``): its executor name,
+    what configures it, how to build its executor, what it observes and where its logs are.
+
+    A registration imports nothing heavy: ``build`` and ``logs`` import the engine's client
+    packages when they are called, so a deployment that uses no such engine never loads them.
+    """
+
+    name: str
+    """The executor name a definition's ``executor:`` gives."""
+    description: str
+    setting: str | None = None
+    """What the environment sets to configure it (None: nothing; it is always served)."""
+    configured: Callable[[Mapping[str, str]], bool] = _always
+    """Whether the environment of a scheduler configures it."""
+    build: Callable[[Mapping[str, str]], Executor] | None = None
+    """The executor, from a configured environment. None for the engines every scheduler
+    builds itself (``local``, ``wait``)."""
+    sources: frozenset[ObservationSource] = frozenset()
+    """Where its observations come from (its own ``StrEnum``): no two engines share a value."""
+    logs: Callable[[Mapping[str, str]], LogReading | None] | None = None
+    """What reads its attempts' logs (None when the environment does not configure it), for
+    an engine that keeps them elsewhere than the attempt directory."""
+    packages: tuple[str, ...] = ()
+    """The importable packages it needs beside Veritask's own dependencies."""
+    install: str | None = None
+    """How to install those packages, e.g. ``pip install 'veritask[celery]'``."""

@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from veritask.core import jsontypes
 from veritask.execution import errors, port, secrets, wait_http, wire
@@ -64,6 +65,13 @@ _HANDED_KINDS = frozenset({"progress", "heartbeat"})
 #: How late a check may be so that the checks due within it are handed over together.
 _GATHER_SECONDS = 0.1
 log = logging.getLogger(__name__)
+
+
+class Source(StrEnum):
+    """Where the wait executor's observations come from."""
+
+    CHECKER = "wait_checker"
+    """The scheduler process's wait checker: the waits it holds and how each ended."""
 
 
 @dataclass(frozen=True)
@@ -189,19 +197,17 @@ class WaitExecutor:
                 draft = port.ObservationDraft(external_id, details)
                 draft.started_at = started_at
                 state = port.EngineState.RUNNING if started_at else port.EngineState.PENDING
-                return draft.make(state, port.ObservationSource.WAIT_CHECKER)
+                return draft.make(state, Source.CHECKER)
         if ended is not None:
             details.update(checks=ended.checks, seen=ended.seen, held=False)
             draft = port.ObservationDraft(external_id, details)
             draft.started_at, draft.ended_at = ended.started_at, ended.ended_at
-            return draft.make(
-                ended.state, port.ObservationSource.WAIT_CHECKER, category=ended.category
-            )
+            return draft.make(ended.state, Source.CHECKER, category=ended.category)
         # Not held here: the process that held it is gone (a restart). A condition is checked
         # again from anywhere, so the wait still "runs": the reconciler resumes it.
         details.update(held=False, reason="not held by this process; resume takes it up")
         draft = port.ObservationDraft(external_id, details)
-        return draft.make(port.EngineState.RUNNING, port.ObservationSource.WAIT_CHECKER)
+        return draft.make(port.EngineState.RUNNING, Source.CHECKER)
 
     def cancel(self, *, external_id: str) -> None:
         key = _parse(external_id)
@@ -519,7 +525,7 @@ class WaitExecutor:
             output=output,
             engine={
                 "engine_state": ended.state.value,
-                "source": port.ObservationSource.WAIT_CHECKER.value,
+                "source": Source.CHECKER.value,
                 "engine_id": None,
                 "details": {"checks": ended.checks, "seen": ended.seen},
             },

@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     scheduler = Scheduler(
         ledger,
         executors={
-            "local": LocalExecutor(home=home, slots=args.slots),
+            engines.LOCAL_EXECUTOR: LocalExecutor(home=home, slots=args.slots),
             **engines.from_environment(os.environ),
         },
         tokens=AttemptTokens.from_home(home),

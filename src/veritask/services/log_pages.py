@@ -203,10 +203,9 @@ def attempt_log(platform: Platform, instance_id: str, attempt_no: int | None) ->
     number, attempt = logs.attempt_of(platform, instance_id, attempt_no)
     ended = attempt.state.is_terminal
     source: Source | None = None
-    if attempt.executor == logs.CELERY_EXECUTOR:
-        shipped = logs.shipped_log(instance_id, number)
-        if shipped is not None:
-            source = BytesSource(f"celery:{instance_id}/{number}", shipped)
+    shipped = logs.shipped_log(attempt.executor, instance_id, number)
+    if shipped is not None:
+        source = BytesSource(shipped.location, shipped.data)
     if source is None:
         location = logs.own_log_location(platform, instance_id, number)
         if location is not None:

@@ -1,9 +1,10 @@
 """An attempt's log: the tail, a byte range to follow it, or the lines that match a search.
 
-The server decides where an attempt's log is, from the attempt's identity alone: its attempt
-directory under ``VERITASK_HOME/executor/attempts/<instance id>/<attempt no>/task.log``, where
-the local executor's worker writes it (and a Celery worker on this host too), or the copy a
-Celery worker shipped to the result backend. The path a worker's report names is never read: a
+The server decides where an attempt's log is, from the attempt's identity alone: the copy its
+engine keeps elsewhere, when the engine has one (``execution/engines.py``, ``read_log``: a
+Celery worker ships its log to the result backend), else its attempt directory under
+``VERITASK_HOME/executor/attempts/<instance id>/<attempt no>/task.log``, where the local
+executor's worker writes it. The path a worker's report names is never read: a
 report must not be a way to read any other file of the server (the judge refuses a report
 that names another log). Every answer is capped.
 """
@@ -11,14 +12,13 @@ that names another log). Every answer is capped.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 from veritask.core import refusals
 from veritask.core.fold import AttemptView
-from veritask.execution import layout
-from veritask.execution.celery import settings as celery_settings
+from veritask.execution import engines, layout
 from veritask.ledger import dialects, queries
 from veritask.services import reading, views
 from veritask.services.errors import InvalidInput, NotFound
@@ -31,8 +31,13 @@ DEFAULT_TAIL: Final = 64 * 1024
 MAX_SEARCHED_ATTEMPTS: Final = 500
 #: The most matching lines one search returns.
 MAX_MATCHES: Final = 1000
-#: Its workers run on other hosts and ship their logs to the result backend (Redis).
-CELERY_EXECUTOR: Final = "celery"
+
+
+class ShippedLog(NamedTuple):
+    """A log its engine keeps away from this server, and what an answer calls it."""
+
+    location: str
+    data: bytes
 
 
 def attempt_of(
@@ -75,10 +80,19 @@ def read_log(
         raise InvalidInput.about("offset", refusals.NOT_NEGATIVE.format())
     number, attempt = attempt_of(platform, instance_id, attempt_no)
     ended = attempt.state.is_terminal
-    if attempt.executor == CELERY_EXECUTOR:
-        shipped = shipped_log(instance_id, number)
-        if shipped is not None:
-            return _from_bytes(instance_id, number, shipped, offset, tail, search, limit, ended)
+    shipped = shipped_log(attempt.executor, instance_id, number)
+    if shipped is not None:
+        return _from_bytes(
+            shipped.location,
+            instance_id,
+            number,
+            shipped.data,
+            offset,
+            tail,
+            search,
+            limit,
+            ended,
+        )
     location = _location(platform, instance_id, number)
     if location is None:
         return views.LogChunk(instance_id, number, None, 0, 0, 0, "", False, ended)
@@ -117,7 +131,8 @@ def search_logs(
     """The lines containing ``text`` (case-insensitive) in every attempt's log of a
     definition's recent runs, of a run, or of an instance; exactly one scope is needed.
 
-    Attempts whose log this server does not hold (another host's engine keeps it) are skipped,
+    An attempt's log is the one its engine keeps, when it keeps one (a Celery worker's shipped
+    log), else the file in its attempt directory. Attempts whose log neither holds are skipped,
     not refused: one unreadable attempt does not hide the others' matches.
     """
     if not text.strip():
@@ -151,10 +166,15 @@ def search_logs(
     matches: list[views.LogMatch] = []
     budget = MAX_CHUNK
     for attempt in attempts:
-        location = _location(platform, attempt.instance_id, attempt.attempt_no)
-        if location is None:
-            continue
-        for line_no, line in _matching_lines(Path(location), text):
+        shipped = shipped_log(attempt.executor, attempt.instance_id, attempt.attempt_no)
+        if shipped is not None:
+            found = _matching(shipped.data.splitlines(keepends=True), text)
+        else:
+            location = _location(platform, attempt.instance_id, attempt.attempt_no)
+            if location is None:
+                continue
+            found = _matching_lines(Path(location), text)
+        for line_no, line in found:
             if len(matches) >= max_matches or len(line) > budget:
                 return views.LogSearch(text, tuple(matches), len(attempts), True)
             budget -= len(line)
@@ -171,14 +191,18 @@ def search_logs(
     return views.LogSearch(text, tuple(matches), len(attempts), truncated)
 
 
-def _matching_lines(path: Path, needle: str) -> Iterator[tuple[int, str]]:
+def _matching(lines: Iterable[bytes], needle: str) -> Iterator[tuple[int, str]]:
     wanted = needle.casefold()
+    for number, raw in enumerate(lines, start=1):
+        line = raw.decode(errors="replace")
+        if wanted in line.casefold():
+            yield number, line.rstrip("\n")
+
+
+def _matching_lines(path: Path, needle: str) -> Iterator[tuple[int, str]]:
     try:
         with path.open("rb") as handle:
-            for number, raw in enumerate(handle, start=1):
-                line = raw.decode(errors="replace")
-                if wanted in line.casefold():
-                    yield number, line.rstrip("\n")
+            yield from _matching(handle, needle)
     except (FileNotFoundError, IsADirectoryError):
         return
 
@@ -258,21 +282,19 @@ def _search(path: Path, needle: str, limit: int) -> tuple[str, bool]:
     return "".join(found), False
 
 
-def shipped_log(instance_id: str, attempt_no: int) -> bytes | None:
-    """The log a Celery worker shipped, from the backend that VERITASK_CELERY_* names."""
-    configured = celery_settings.CelerySettings.from_environment(os.environ)
-    if configured is None:
+def shipped_log(executor: str | None, instance_id: str, attempt_no: int) -> ShippedLog | None:
+    """The attempt's log as its engine keeps it away from this server (a Celery worker's, in
+    the result backend), or None when the engine keeps none."""
+    if executor is None:
         return None
-    from veritask.execution.celery import claims  # the Redis client, only when configured
-
-    store = claims.Claims.connect(configured.backend_url, retention=configured.retention)
-    try:
-        return store.read_log(claims.attempt_key(instance_id, attempt_no))
-    finally:
-        store.client.close()
+    data = engines.read_log(executor, os.environ, instance_id=instance_id, attempt_no=attempt_no)
+    if data is None:
+        return None
+    return ShippedLog(f"{executor}:{instance_id}/{attempt_no}", data)
 
 
 def _from_bytes(
+    location: str,
     instance_id: str,
     attempt_no: int,
     data: bytes,
@@ -284,7 +306,6 @@ def _from_bytes(
 ) -> views.LogChunk:
     """The same answer as for a file, over a log held in memory (capped by the worker)."""
     size = len(data)
-    location = f"celery:{instance_id}/{attempt_no}"
     if search:
         wanted = search.casefold()
         found: list[str] = []

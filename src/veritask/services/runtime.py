@@ -32,7 +32,6 @@ from veritask.services.platform import Platform
 
 log = logging.getLogger(__name__)
 
-LOCAL_EXECUTOR: Final = "local"
 OUTBOX: Final = "outbox"
 RESTART_DELAY_SECONDS: Final = 1.0
 #: How often the lease's heartbeat is written and deletions are moved on.
@@ -99,7 +98,7 @@ class SchedulerRuntime:
         # A supervisor left by an earlier start would give new attempts its old environment
         # (PYTHONPATH, secrets): replaced now, with a warning, if its settings differ.
         executor.replace_stale_supervisor()
-        self.executors = {LOCAL_EXECUTOR: executor, **engines.from_environment(os.environ)}
+        self.executors = {engines.LOCAL_EXECUTOR: executor, **engines.from_environment(os.environ)}
         scheduler = Scheduler(
             self.platform.ledger,
             executors=self.executors,

@@ -22,6 +22,7 @@ from veritask.core.states import PROCESSES_ENDED
 from veritask.execution import errors, layout, port, procfs, records, transports, wire
 from veritask.execution.celery import app as celery_app
 from veritask.execution.celery import executor as celery_executor
+from veritask.execution.celery import registration as celery_registration
 from veritask.execution.celery.settings import CelerySettings
 from veritask.scheduling import dispatch
 from veritask.scheduling.tokens import AttemptTokens
@@ -182,7 +183,7 @@ def test_a_cancel_before_any_worker_took_it_is_confirmed_at_once(
     submitted = executor.submit(spec=spec(f"echo start >> {marker}", tmp_path / "o"))
     pending = executor.describe(external_id=submitted.external_id)
     assert pending.engine_state is port.EngineState.PENDING
-    assert pending.source is port.ObservationSource.CELERY_SUBMISSION
+    assert pending.source is celery_registration.Source.SUBMISSION
     executor.cancel(external_id=submitted.external_id)
     seen = executor.describe(external_id=submitted.external_id)
     assert seen.engine_state is port.EngineState.FAILED
@@ -214,7 +215,7 @@ def test_a_host_killed_mid_task_leaves_an_unknown_attempt_and_no_second_copy(
         what="the redelivery to be refused",
     )
     seen = observe(executor, submitted.external_id, port.EngineState.UNKNOWN)
-    assert seen.source is port.ObservationSource.CELERY_CLAIM
+    assert seen.source is celery_registration.Source.CLAIM
     assert str(seen.details["claimed_by"]).startswith("host-a")
     assert len(starts(marker)) == 1
 
@@ -284,7 +285,7 @@ def test_a_result_that_a_worker_of_an_earlier_release_stored_in_celery_is_still_
             submitted.external_id, {**ended, "exit_record": None}, "SUCCESS"
         )
     seen = executor.describe(external_id=submitted.external_id)
-    assert seen.source is port.ObservationSource.CELERY_RESULT
+    assert seen.source is celery_registration.Source.RESULT
     assert seen.engine_state is port.EngineState.UNKNOWN  # it ended, without an exit record
     assert seen.details["worker"] == "old@host:1" and seen.details["exit_record"] is False
 
@@ -405,7 +406,7 @@ def test_a_frozen_pool_process_s_task_group_is_stopped_by_the_workers_main_proce
                 return seen if seen.engine_state is port.EngineState.UNKNOWN else None
 
             seen = wait_for(stopped, what="the frozen delivery's task group to be stopped")
-            assert seen.source is port.ObservationSource.CELERY_CONTROL
+            assert seen.source is celery_registration.Source.CONTROL
             assert seen.details[PROCESSES_ENDED] is True
             assert seen.details["delivery_stopped"] is True
             assert seen.details["task_alive"] is False

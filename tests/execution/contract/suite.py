@@ -22,7 +22,7 @@ from typing import ClassVar, TypeVar
 import pytest
 
 from tests.scheduling.harness import wait_for
-from veritask.execution import errors, port
+from veritask.execution import engines, errors, port
 
 _T = TypeVar("_T")
 
@@ -73,6 +73,8 @@ class Harness(ABC):
         """Whether any of the attempt's work still runs, seen without the executor (the
         process table, the server's activity): a confirmed stop is checked against it."""
 
+    #: The executor name the engine registers (``execution/engines.py``).
+    engine_name: ClassVar[str]
     #: Where each answer comes from: an attempt the engine never had, a queued one, one that
     #: ended by itself, one that a stop ended, one killed outside Veritask.
     unknown_source: ClassVar[port.ObservationSource]
@@ -115,6 +117,21 @@ class ExecutorContract:
     @pytest.fixture
     def harness(self) -> Harness:
         raise NotImplementedError("a contract subclass provides the harness fixture")
+
+    # -- registration -----------------------------------------------------------------------
+
+    def test_it_is_registered_and_answers_from_its_own_sources(self, harness: Harness) -> None:
+        registered = engines.registry().engines[harness.engine_name]
+        queued = getattr(harness, "queued_source", None)  # an engine with no queue has none
+        named = {
+            harness.unknown_source,
+            *([] if queued is None else [queued]),
+            harness.ended_source,
+            harness.stopped_source,
+            harness.killed_source,
+            *harness.also_stopped_by,
+        }
+        assert named <= registered.sources
 
     # -- submit -----------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from tests.execution.celery.conftest import (  # noqa: F401
 from tests.execution.contract.suite import ExecutorContract, Harness, Work
 from veritask.execution import layout, port, procfs, records
 from veritask.execution.celery import executor as celery_executor
+from veritask.execution.celery import registration as celery_registration
 
 pytestmark = [pytest.mark.slow]
 HOST = "host-a"
@@ -30,16 +31,17 @@ HOST = "host-a"
 class CeleryHarness(Harness):
     """One host (a Celery worker process) consuming the test's own queue."""
 
+    engine_name = "celery"
     patience = 30.0
     killed_evidence: ClassVar[dict[str, port.DetailValue]] = {
         "signal": signal.SIGKILL,
         "exit_record": True,
     }
-    unknown_source = port.ObservationSource.CELERY_SUBMISSION
-    queued_source = port.ObservationSource.CELERY_SUBMISSION
-    ended_source = port.ObservationSource.CELERY_RESULT
-    stopped_source = port.ObservationSource.CELERY_RESULT
-    killed_source = port.ObservationSource.CELERY_RESULT
+    unknown_source = celery_registration.Source.SUBMISSION
+    queued_source = celery_registration.Source.SUBMISSION
+    ended_source = celery_registration.Source.RESULT
+    stopped_source = celery_registration.Source.RESULT
+    killed_source = celery_registration.Source.RESULT
 
     def __init__(self, hosts: Hosts, tmp_path: Path) -> None:
         self.hosts = hosts

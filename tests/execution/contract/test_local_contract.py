@@ -18,15 +18,16 @@ from veritask.execution import layout, local, port, procfs, records
 class LocalHarness(Harness):
     """One slot, so that a second attempt waits in the supervisor's queue behind the first."""
 
+    engine_name = "local"
     killed_evidence: ClassVar[dict[str, port.DetailValue]] = {
         "signal": signal.SIGKILL,
         "exit_record": True,
     }
-    unknown_source = port.ObservationSource.ATTEMPT_DIR
-    queued_source = port.ObservationSource.SUPERVISOR
-    ended_source = port.ObservationSource.EXIT_RECORD
-    stopped_source = port.ObservationSource.EXIT_RECORD
-    killed_source = port.ObservationSource.EXIT_RECORD
+    unknown_source = local.Source.ATTEMPT_DIR
+    queued_source = local.Source.SUPERVISOR
+    ended_source = local.Source.EXIT_RECORD
+    stopped_source = local.Source.EXIT_RECORD
+    killed_source = local.Source.EXIT_RECORD
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

@@ -12,6 +12,7 @@ from tests.execution.contract.suite import ExecutorContract, Harness, Work
 from tests.execution.sql.conftest import warehouse_query, warehouse_url  # noqa: F401
 from veritask.execution import port
 from veritask.execution.sql import engine, markers
+from veritask.execution.sql import registration as sql_registration
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -21,18 +22,19 @@ class SqlHarness(Harness):
     outside transactions, so a start shows while the statement runs and after it rolled back.
     """
 
+    engine_name = "sql"
     killed_evidence: ClassVar[dict[str, port.DetailValue]] = {
         "error_sqlstate": "57P01",  # terminating connection due to administrator command
         "completion_marker": False,
         "backend_alive": False,
     }
-    unknown_source = port.ObservationSource.SQL_MARKER
-    ended_source = port.ObservationSource.SQL_MARKER
-    stopped_source = port.ObservationSource.SQL_MARKER
+    unknown_source = sql_registration.Source.MARKER
+    ended_source = sql_registration.Source.MARKER
+    stopped_source = sql_registration.Source.MARKER
     # The server's activity can answer before the marker: the backend is still connected, its
     # statement cancelled and its transaction aborted, until the watcher closes the connection.
-    also_stopped_by = frozenset({port.ObservationSource.SQL_ACTIVITY})
-    killed_source = port.ObservationSource.SQL_MARKER
+    also_stopped_by = frozenset({sql_registration.Source.ACTIVITY})
+    killed_source = sql_registration.Source.MARKER
 
     def __init__(self, url: str) -> None:
         self.url = url

@@ -30,11 +30,12 @@ def check(log: str, holds: bool) -> bool:
 
 
 class WaitHarness(Harness):
-    unknown_source = port.ObservationSource.WAIT_CHECKER
-    queued_source = port.ObservationSource.WAIT_CHECKER
-    ended_source = port.ObservationSource.WAIT_CHECKER
-    stopped_source = port.ObservationSource.WAIT_CHECKER
-    killed_source = port.ObservationSource.WAIT_CHECKER
+    engine_name = "wait"
+    unknown_source = waits.Source.CHECKER
+    queued_source = waits.Source.CHECKER
+    ended_source = waits.Source.CHECKER
+    stopped_source = waits.Source.CHECKER
+    killed_source = waits.Source.CHECKER
 
     def __init__(self, home: Path) -> None:
         self.home = home

@@ -18,9 +18,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from veritask.execution import layout, task_env
-from veritask.execution.celery import app as celery_app
-from veritask.execution.celery import claims, task
+from veritask.execution.celery import registration
 from veritask.execution.celery.settings import BACKEND_ENV, BROKER_ENV, CelerySettings
+
+try:
+    from veritask.execution.celery import app as celery_app
+    from veritask.execution.celery import claims, task
+except ModuleNotFoundError as missing:  # the celery extra is not installed
+    if (missing.name or "").split(".")[0] not in registration.CLIENT_PACKAGES:
+        raise
+    raise SystemExit(
+        f"veritask-celery-worker needs the package {missing.name}: {registration.INSTALL}"
+    ) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

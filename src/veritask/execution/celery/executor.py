@@ -34,7 +34,7 @@ from veritask.core.states import PROCESSES_ENDED
 from veritask.execution import errors, port, records
 from veritask.execution.celery import app as celery_app
 from veritask.execution.celery import claims as claim_records
-from veritask.execution.celery import control, publisher
+from veritask.execution.celery import control, publisher, registration
 from veritask.execution.celery import task as celery_task
 from veritask.execution.celery.settings import CelerySettings
 
@@ -235,13 +235,13 @@ class CeleryExecutor:
             if holder.cancelled_before_start:
                 return observe.make(
                     port.EngineState.FAILED,
-                    port.ObservationSource.CELERY_CLAIM,
+                    registration.Source.CLAIM,
                     category=port.ErrorCategory.CANCELLED,
                 )
             observe.engine_id = holder.worker
             if lease is not None:
                 details["lease_holder"] = lease
-                return observe.make(port.EngineState.RUNNING, port.ObservationSource.CELERY_CLAIM)
+                return observe.make(port.EngineState.RUNNING, registration.Source.CLAIM)
             # Claimed and the lease lapsed: its host died, or the process running the delivery
             # is frozen. In that case the worker's main process still answers, and can tell
             # whether the task's group runs.
@@ -256,7 +256,7 @@ class CeleryExecutor:
                 port.EngineState.RUNNING if state == "active" else port.EngineState.PENDING
             )
             details["inspect_state"] = state
-            return observe.make(engine_state, port.ObservationSource.CELERY_INSPECT)
+            return observe.make(engine_state, registration.Source.INSPECT)
         if holder is not None:
             if not broker_answered:
                 # A worker cut off from the broker may hold it between its claim and its lease:
@@ -269,14 +269,12 @@ class CeleryExecutor:
             # process that ran it is gone, and nothing tells how the task ended.
             details["lease"] = False
             details["exit_record"] = False
-            return observe.make(port.EngineState.UNKNOWN, port.ObservationSource.CELERY_CLAIM)
+            return observe.make(port.EngineState.UNKNOWN, registration.Source.CLAIM)
         sent = self.claims.submission(key)
         if sent is None:
-            return observe.make(
-                port.EngineState.NOT_FOUND, port.ObservationSource.CELERY_SUBMISSION
-            )
+            return observe.make(port.EngineState.NOT_FOUND, registration.Source.SUBMISSION)
         details["queue"] = str(sent.get("queue"))
-        return observe.make(port.EngineState.PENDING, port.ObservationSource.CELERY_SUBMISSION)
+        return observe.make(port.EngineState.PENDING, registration.Source.SUBMISSION)
 
     def _ask_task_group(
         self, observe: port.ObservationDraft, holder: claim_records.Claim, key: str
@@ -301,10 +299,10 @@ class CeleryExecutor:
             task_alive=task_alive,
         )
         if task_alive:
-            return observe.make(port.EngineState.RUNNING, port.ObservationSource.CELERY_CONTROL)
+            return observe.make(port.EngineState.RUNNING, registration.Source.CONTROL)
         observe.details["exit_record"] = False
         observe.details[PROCESSES_ENDED] = True
-        return observe.make(port.EngineState.UNKNOWN, port.ObservationSource.CELERY_CONTROL)
+        return observe.make(port.EngineState.UNKNOWN, registration.Source.CONTROL)
 
     def _inspect(self, task_id: str) -> tuple[tuple[str, str] | None, bool]:
         """Which worker holds the task (active, reserved or scheduled), by broadcast; and
@@ -374,7 +372,7 @@ def _ended(
         return port.Observation(
             external_id=external_id,
             engine_state=port.EngineState.UNKNOWN,
-            source=port.ObservationSource.CELERY_RESULT,
+            source=registration.Source.RESULT,
             engine_id=worker,
             details=details,
         )
@@ -392,7 +390,7 @@ def _ended(
     return port.Observation(
         external_id=external_id,
         engine_state=port.EngineState.SUCCEEDED if succeeded else port.EngineState.FAILED,
-        source=port.ObservationSource.CELERY_RESULT,
+        source=registration.Source.RESULT,
         engine_id=worker,
         exit_code=record.exit_code,
         error_category=category,

@@ -33,7 +33,7 @@ from psycopg.rows import dict_row
 
 from veritask.core import jsontypes
 from veritask.execution import errors, port, secrets
-from veritask.execution.sql import connections, markers, reports
+from veritask.execution.sql import connections, markers, registration, reports
 
 EXTERNAL_ID_PREFIX = "sql:"
 CONNECT_TIMEOUT_SECONDS = 5
@@ -545,15 +545,15 @@ def _describe(conn: psycopg.Connection[dict[str, object]], target: _Target) -> p
         # No claim: the script has not reached it, was stopped before it, or never came.
         if backends:
             details["backend_pid"] = _int(backends[0]["pid"])
-            return observe.make(port.EngineState.PENDING, port.ObservationSource.SQL_ACTIVITY)
+            return observe.make(port.EngineState.PENDING, registration.Source.ACTIVITY)
         if row["requested_at"] is not None:
             details["reason"] = "cancelled before it started"
             return observe.make(
                 port.EngineState.FAILED,
-                port.ObservationSource.SQL_MARKER,
+                registration.Source.MARKER,
                 category=port.ErrorCategory.CANCELLED,
             )
-        return observe.make(port.EngineState.NOT_FOUND, port.ObservationSource.SQL_MARKER)
+        return observe.make(port.EngineState.NOT_FOUND, registration.Source.MARKER)
     pid = _int(row["backend_pid"])
     observe.engine_id = f"{target.connection}:{pid}:{_time(row['backend_start']).isoformat()}"
     observe.started_at = _time(row["started_at"])
@@ -565,7 +565,7 @@ def _describe(conn: psycopg.Connection[dict[str, object]], target: _Target) -> p
         observe.ended_at = _time(row["ended_at"])
         return observe.make(
             port.EngineState.SUCCEEDED,
-            port.ObservationSource.SQL_MARKER,
+            registration.Source.MARKER,
             category=port.ErrorCategory.NONE,
         )
     if own and own[0]["state"] in ("active", "idle in transaction"):
@@ -573,13 +573,13 @@ def _describe(conn: psycopg.Connection[dict[str, object]], target: _Target) -> p
         query_start = own[0]["query_start"]
         if isinstance(query_start, datetime):
             details["query_start"] = query_start.isoformat()
-        return observe.make(port.EngineState.RUNNING, port.ObservationSource.SQL_ACTIVITY)
+        return observe.make(port.EngineState.RUNNING, registration.Source.ACTIVITY)
     details["backend_alive"] = bool(own)
     if own:
         details["backend_state"] = _str(own[0]["state"])
     return observe.make(
         port.EngineState.FAILED,
-        port.ObservationSource.SQL_ACTIVITY if own else port.ObservationSource.SQL_MARKER,
+        registration.Source.ACTIVITY if own else registration.Source.MARKER,
         category=_category(row),
     )
 
