@@ -205,6 +205,15 @@ def open_attempt(
     return opened.attempt_no
 
 
+def hello_attempt(api: Api) -> tuple[str, int, str]:
+    """A fresh run of HELLO with its instance's attempt 1 open and acknowledged:
+    (instance, attempt, token)."""
+    api.apply(HELLO)
+    instance_id = api.instance_ids(api.trigger("hello"))["greet"]
+    token = "token-" + uuid.uuid4().hex
+    return instance_id, open_attempt(api.platform, instance_id, token), token
+
+
 def worker_event(
     instance_id: str,
     attempt_no: int,

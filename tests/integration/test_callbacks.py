@@ -8,10 +8,10 @@ import uuid
 import sqlalchemy as sa
 
 from tests.integration.conftest import (
-    HELLO,
     MAX_BODY,
     Api,
     completed,
+    hello_attempt,
     now,
     open_attempt,
     report,
@@ -21,14 +21,6 @@ from tests.integration.conftest import (
 from veritask.core.events import Event, EventKind
 from veritask.core.jsontypes import JSONObject
 from veritask.ledger import rejections, schema
-
-
-def _attempt(api: Api) -> tuple[str, int, str]:
-    """A fresh instance with attempt 1 open and acknowledged: (instance, attempt, token)."""
-    api.apply(HELLO)
-    instance_id = api.instance_ids(api.trigger("hello"))["greet"]
-    token = "token-" + uuid.uuid4().hex
-    return instance_id, open_attempt(api.platform, instance_id, token), token
 
 
 def _fence(api: Api, instance_id: str, attempt_no: int) -> None:
@@ -58,7 +50,7 @@ def _fence(api: Api, instance_id: str, attempt_no: int) -> None:
 
 
 def test_a_report_with_the_attempt_token_is_applied(api: Api) -> None:
-    instance_id, attempt_no, token = _attempt(api)
+    instance_id, attempt_no, token = hello_attempt(api)
     response = report(api, started(instance_id, attempt_no, token), token)
     assert response.status_code == 200
     assert response.json() == {
@@ -71,13 +63,13 @@ def test_a_report_with_the_attempt_token_is_applied(api: Api) -> None:
 
 
 def test_the_token_comes_from_the_header_not_the_body(api: Api) -> None:
-    instance_id, attempt_no, token = _attempt(api)
+    instance_id, attempt_no, token = hello_attempt(api)
     event = started(instance_id, attempt_no, "a-token-in-the-body")
     assert report(api, event, token).status_code == 200
 
 
 def test_a_duplicate_answers_with_the_original_outcome(api: Api) -> None:
-    instance_id, attempt_no, token = _attempt(api)
+    instance_id, attempt_no, token = hello_attempt(api)
     event = started(instance_id, attempt_no, token)
     first = report(api, event, token)
     again = report(api, event, token)
@@ -113,7 +105,7 @@ def _rejected_count(api: Api) -> int:
 
 
 def test_a_token_that_names_no_attempt_is_401_and_stores_nothing(api: Api) -> None:
-    instance_id, attempt_no, _token = _attempt(api)
+    instance_id, attempt_no, _token = hello_attempt(api)
     response = report(api, started(instance_id, attempt_no, "stolen"), "stolen")
     assert response.status_code == 401
     assert response.json()["type"] == "/problems/unauthenticated"
@@ -126,7 +118,7 @@ def test_a_token_that_names_no_attempt_is_401_and_stores_nothing(api: Api) -> No
 
 
 def test_an_attempt_may_write_only_its_own_events(api: Api) -> None:
-    instance_id, attempt_no, token = _attempt(api)
+    instance_id, attempt_no, token = hello_attempt(api)
     # Its token, another instance: refused, and kept as evidence about the sender.
     other, other_attempt, _ = _attempt_of_new_run(api)
     assert report(api, started(other, other_attempt, token), token).status_code == 403
@@ -140,7 +132,7 @@ def test_an_attempt_may_write_only_its_own_events(api: Api) -> None:
 
 
 def test_what_a_refused_sender_leaves_is_bounded_in_size_and_count(api: Api) -> None:
-    instance_id, attempt_no, token = _attempt(api)
+    instance_id, attempt_no, token = hello_attempt(api)
     big: JSONObject = {"phase": "x", "message": "y" * (MAX_BODY - 4096)}
     for seq in range(1, rejections.MAX_PER_ATTEMPT + 11):
         # A stolen-but-real token spraying reports about an attempt not its own.
@@ -173,7 +165,7 @@ def _attempt_of_new_run(api: Api) -> tuple[str, int, str]:
 
 
 def test_a_callback_without_a_token_is_401(api: Api) -> None:
-    instance_id, attempt_no, token = _attempt(api)
+    instance_id, attempt_no, token = hello_attempt(api)
     response = api.client(None).post(
         "/api/v2/callbacks/events", json=started(instance_id, attempt_no, token)
     )
@@ -201,7 +193,7 @@ def test_a_malformed_report_without_a_valid_token_is_401_before_the_body(api: Ap
 
 
 def test_a_malformed_report_is_422(api: Api) -> None:
-    instance_id, attempt_no, token = _attempt(api)
+    instance_id, attempt_no, token = hello_attempt(api)
     event = worker_event(instance_id, attempt_no, token, 1, "progress", {"done": 1})
     response = report(api, event, token)  # progress needs a phase
     assert response.status_code == 422
@@ -212,7 +204,7 @@ def test_a_malformed_report_is_422(api: Api) -> None:
 
 
 def test_a_report_from_a_fenced_attempt_is_kept_as_stale_and_told_to_stop(api: Api) -> None:
-    instance_id, attempt_no, token = _attempt(api)
+    instance_id, attempt_no, token = hello_attempt(api)
     report(api, started(instance_id, attempt_no, token), token)
     _fence(api, instance_id, attempt_no)
     late = report(api, completed(instance_id, attempt_no, token, seq=2), token)
@@ -225,7 +217,7 @@ def test_a_report_from_a_fenced_attempt_is_kept_as_stale_and_told_to_stop(api: A
 
 
 def test_a_report_of_a_cancelling_attempt_is_told_to_stop(api: Api) -> None:
-    instance_id, attempt_no, token = _attempt(api)
+    instance_id, attempt_no, token = hello_attempt(api)
     report(api, started(instance_id, attempt_no, token), token)
     assert api.http.post(f"/api/v2/instances/{instance_id}/cancel", json={}).status_code == 202
     beat = report(api, worker_event(instance_id, attempt_no, token, 2), token)
@@ -233,7 +225,7 @@ def test_a_report_of_a_cancelling_attempt_is_told_to_stop(api: Api) -> None:
 
 
 def test_a_commit_from_the_current_attempt_is_accepted_and_recorded(api: Api) -> None:
-    instance_id, attempt_no, token = _attempt(api)
+    instance_id, attempt_no, token = hello_attempt(api)
     report(api, started(instance_id, attempt_no, token), token)
     body = {"instance_id": instance_id, "attempt_no": attempt_no, "marker": "s3://out/1"}
     response = api.client(token).post("/api/v2/callbacks/commit", json=body)
@@ -249,7 +241,7 @@ def test_a_commit_from_the_current_attempt_is_accepted_and_recorded(api: Api) ->
 
 
 def test_a_commit_from_a_stale_attempt_is_409(api: Api) -> None:
-    instance_id, attempt_no, token = _attempt(api)
+    instance_id, attempt_no, token = hello_attempt(api)
     report(api, started(instance_id, attempt_no, token), token)
     _fence(api, instance_id, attempt_no)
     body = {"instance_id": instance_id, "attempt_no": attempt_no, "marker": "s3://out/1"}
@@ -276,7 +268,7 @@ def test_a_commit_from_a_stale_attempt_is_409(api: Api) -> None:
 
 
 def test_a_commit_with_a_wrong_token_is_401_and_with_another_attempts_403(api: Api) -> None:
-    instance_id, attempt_no, token = _attempt(api)
+    instance_id, attempt_no, token = hello_attempt(api)
     body = {"instance_id": instance_id, "attempt_no": attempt_no, "marker": "m"}
     assert api.client("wrong").post("/api/v2/callbacks/commit", json=body).status_code == 401
     missing = {"instance_id": "nope", "attempt_no": 1, "marker": "m"}
@@ -285,7 +277,7 @@ def test_a_commit_with_a_wrong_token_is_401_and_with_another_attempts_403(api: A
 
 
 def test_a_conflicting_completion_over_http_raises_the_conflict_alert(api: Api) -> None:
-    instance_id, attempt_no, token = _attempt(api)
+    instance_id, attempt_no, token = hello_attempt(api)
     assert report(api, started(instance_id, attempt_no, token), token).status_code == 200
     first = report(api, completed(instance_id, attempt_no, token, 2, exit_code=0), token)
     assert first.json()["outcome"] == "applied"

@@ -29,11 +29,13 @@ from veritask.services import doctor, operations
 NO_RETRY = PIPELINE.replace('"echo transform"', '"echo transform", retry: {max_retries: 0}')
 
 
-def _failed_by_the_engine(api: Api) -> tuple[str, dict[str, str], str, int]:
+def _failed_by_the_engine(
+    api: Api, definition: str = NO_RETRY, name: str = "pipeline"
+) -> tuple[str, dict[str, str], str, int]:
     """extract SUCCESS; transform FAILED on the engine's exit record while its worker's own
     completion is still on its way; (run, ids, transform's token, its attempt)."""
-    api.apply(NO_RETRY)
-    run_id = api.trigger("pipeline")
+    api.apply(definition)
+    run_id = api.trigger(name)
     ids = api.instance_ids(run_id)
     token = "token-" + uuid.uuid4().hex
     attempt_no = open_attempt(api.platform, ids["extract"], token)
@@ -177,29 +179,7 @@ tasks:
 def _pair_ended_on_the_engines_failure(api: Api) -> tuple[str, dict[str, str], str, int]:
     """extract SUCCESS; transform FAILED on the engine's exit record, and the run ended
     FAILED on it while the worker's own exit 0 is still on its way."""
-    api.apply(TWO_TASKS)
-    run_id = api.trigger("pair")
-    ids = api.instance_ids(run_id)
-    token = "token-" + uuid.uuid4().hex
-    attempt_no = open_attempt(api.platform, ids["extract"], token)
-    report(api, started(ids["extract"], attempt_no, token), token)
-    report(api, completed(ids["extract"], attempt_no, token, seq=2), token)
-    token = "token-" + uuid.uuid4().hex
-    attempt_no = open_attempt(api.platform, ids["transform"], token)
-    report(api, started(ids["transform"], attempt_no, token), token)
-    exit_record = decide.Observation(
-        EngineState.FAILED, "exit_record", now(), exit_code=137, error_category="killed"
-    )
-    failed = api.platform.ledger.apply(
-        new_events.engine_observed(
-            event_id=str(uuid.uuid4()),
-            instance_id=ids["transform"],
-            attempt_no=attempt_no,
-            event_time=now(),
-            observation=exit_record,
-        )
-    )
-    assert failed.state is InstanceState.FAILED
+    run_id, ids, token, attempt_no = _failed_by_the_engine(api, TWO_TASKS, "pair")
     with api.platform.engine.begin() as connection:
         version, state = run_store.run_version(connection, run_id)
         run_store.set_execution_state(

@@ -5,7 +5,6 @@ attempt's end always recorded."""
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -13,11 +12,10 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.conftest import (
-    HELLO,
     Api,
     completed,
+    hello_attempt,
     now,
-    open_attempt,
     report,
     started,
     worker_event,
@@ -28,13 +26,6 @@ from veritask.core.jsontypes import JSONObject
 from veritask.execution import wire
 from veritask.ledger import metric_values, rejections, schema
 from veritask.services import metrics
-
-
-def _attempt(api: Api) -> tuple[str, int, str]:
-    api.apply(HELLO)
-    instance_id = api.instance_ids(api.trigger("hello"))["greet"]
-    token = "token-" + uuid.uuid4().hex
-    return instance_id, open_attempt(api.platform, instance_id, token), token
 
 
 def _rejected(api: Api, instance_id: str) -> list[sa.Row[tuple[object, ...]]]:
@@ -75,7 +66,7 @@ def _problem_fields(response_json: JSONObject) -> list[object]:
 
 
 def test_a_time_without_its_offset_is_422_naming_it_and_kept_as_refused(api: Api) -> None:
-    instance_id, attempt_no, token = _attempt(api)
+    instance_id, attempt_no, token = hello_attempt(api)
     naive = started(instance_id, attempt_no, token) | {"event_time": "2026-01-02T03:04:05"}
     response = report(api, naive, token)
     assert response.status_code == 422, response.text
@@ -90,7 +81,7 @@ def test_a_time_without_its_offset_is_422_naming_it_and_kept_as_refused(api: Api
 
 
 def test_numbers_and_texts_past_the_columns_are_422_naming_them_and_kept(api: Api) -> None:
-    instance_id, attempt_no, token = _attempt(api)
+    instance_id, attempt_no, token = hello_attempt(api)
     assert report(api, started(instance_id, attempt_no, token), token).status_code == 200
     sent: list[tuple[JSONObject, str]] = [
         ({"phase": "p", "done": 2**63, "total": None, "message": None}, "body.evidence.done"),
@@ -133,7 +124,7 @@ def test_twenty_large_progress_reports_stay_within_the_bounds_and_the_end_lands(
 ) -> None:
     monkeypatch.setattr(metrics, "POSTGRES_SETTLE", timedelta())
     metric_values.PROCESS_TALLY.take()  # counts of earlier tests belong to their databases
-    instance_id, attempt_no, token = _attempt(api)
+    instance_id, attempt_no, token = hello_attempt(api)
     assert report(api, started(instance_id, attempt_no, token), token).status_code == 200
     # Twenty reports as large as a report may be, in a burst: the first few are recorded
     # (an attempt's first 64 KiB of progress are free), the others are too soon (only the
@@ -172,7 +163,7 @@ def test_progress_past_the_attempts_total_is_refused_but_its_beats_and_end_are_n
     monkeypatch.setattr(reports, "MAX_PROGRESS_BYTES", 30 * 1024)
     monkeypatch.setattr(metrics, "POSTGRES_SETTLE", timedelta())
     metric_values.PROCESS_TALLY.take()
-    instance_id, attempt_no, token = _attempt(api)
+    instance_id, attempt_no, token = hello_attempt(api)
     assert report(api, started(instance_id, attempt_no, token), token).status_code == 200
     start = now()
 
