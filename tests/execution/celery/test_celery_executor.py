@@ -37,7 +37,9 @@ def spec(command: str, outbox: Path, *, instance: str | None = None) -> port.Att
     return port.AttemptSpec(
         instance_id=instance or f"celery-{secrets.token_hex(4)}",
         attempt_no=1,
-        attempt_token="token-1",
+        # Unique: a stop ends every process on the machine whose environment holds the
+        # attempt's token, so a token shared with another test run would end its tasks too.
+        attempt_token=f"token-{secrets.token_hex(8)}",
         task=port.ShellCommand(command),
         callback=port.OutboxCallback(outbox),
         grace_period=port.AttemptSpec.grace_period / 10,
