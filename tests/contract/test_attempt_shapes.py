@@ -36,9 +36,14 @@ def test_the_row_mapping_writes_every_column_of_the_attempts_table() -> None:
     written = set(statements.attempt_row("instance-1", ended, TaskPolicy()))
 
     # The worker's report (its last error and what it cost) is written once, by its own
-    # statement, and so is the pool an attempt holds (by the transaction that opens it),
-    # never again with the fold's columns: together they are every column.
-    once = set(attempt_reports.REPORT_COLUMNS) | set(pools.SLOT_COLUMNS)
+    # statement, and so is the pool an attempt holds (by the transaction that opens it); the
+    # progress it recorded is counted by its own statement too: never with the fold's columns,
+    # and together they are every column.
+    once = (
+        set(attempt_reports.REPORT_COLUMNS)
+        | set(attempt_reports.COUNTER_COLUMNS)
+        | set(pools.SLOT_COLUMNS)
+    )
     assert written | once == _columns()
     assert not written & once
 

@@ -132,6 +132,9 @@ class AttemptRow(_FromRow):
     pool: str | None
     """The pool whose slots the attempt holds while it is active; None: taken from none."""
     pool_slots: int | None
+    progress_bytes: int | None
+    """The JSON bytes of the progress reports recorded for the attempt, against its total
+    (``core/reports.py``); None before the first."""
 
 
 @dataclass(frozen=True)
