@@ -1,0 +1,388 @@
+"""``ContainerExecutor``: each attempt is one container of a container engine (Docker or
+Podman) reached over the Docker Engine API (``client``).
+
+The container's name is derived from the attempt alone (``container_name``), so submitting the
+same attempt twice, from this process or after a restart, finds the container made the first
+time instead of making a second one. Its labels say which definition, run, instance and
+attempt it runs, and a hash of the attempt token (never the token). The engine is the source
+of truth: no worker of ours runs beside the task and nothing reports for it; ``describe``
+reads the container's state (exit code, ``OOMKilled``, ``StartedAt``/``FinishedAt``) and the
+reconciler turns what it says into the attempt's events, as it does for any engine.
+
+The external id is ``container:<name>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Final
+
+from veritask.core import jsontypes
+from veritask.execution import errors, port, secrets
+from veritask.execution.container import client, registration
+
+EXTERNAL_ID_PREFIX: Final = "container:"
+NAME_PREFIX: Final = "veritask-"
+LABEL_PREFIX: Final = "io.veritask."
+LABEL_INSTANCE: Final = LABEL_PREFIX + "instance"
+LABEL_ATTEMPT: Final = LABEL_PREFIX + "attempt"
+LABEL_TOKEN: Final = LABEL_PREFIX + "token-sha256"
+LABEL_DEFINITION: Final = LABEL_PREFIX + "definition"
+LABEL_RUN: Final = LABEL_PREFIX + "run"
+LABEL_SKIP_EXIT_CODE: Final = LABEL_PREFIX + "skip-exit-code"
+#: How long a stop may take beyond the grace period before the request gives up (the stop is
+#: confirmed by ``describe`` anyway).
+STOP_SLACK_SECONDS: Final = 10.0
+#: A container made this long ago and never started was left by a process that died between
+#: making and starting it: a submission of the same attempt starts it.
+UNSTARTED_AFTER: Final = timedelta(seconds=10)
+_SAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
+_RUNNING = ("running", "paused", "restarting", "removing")
+_ENDED = ("exited", "dead", "stopped")
+log = logging.getLogger(__name__)
+
+
+def container_name(instance_id: str, attempt_no: int) -> str:
+    """The one name an attempt's container has: readable, and unique by the instance's hash."""
+    digest = hashlib.sha256(instance_id.encode()).hexdigest()[:12]
+    readable = _SAFE.sub("-", instance_id).strip("-.")[:80]
+    return f"{NAME_PREFIX}{readable}-{digest}-a{attempt_no}"
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class ContainerExecutor:
+    """Runs ``ContainerRun`` attempts on the engine at ``host`` (``unix://…`` or ``tcp://…``).
+
+    ``log_dir``, when given, keeps each container's log as ``<name>.log`` when ``cleanup``
+    removes the container (the engine drops a container's log with it).
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        log_dir: Path | None = None,
+        secret_providers: Sequence[secrets.SecretProvider] | None = None,
+    ) -> None:
+        self.client = client.Client(host)
+        self.log_dir = log_dir
+        self._secret_providers = secret_providers
+        self._lock = threading.Lock()
+        #: Containers this process was asked to stop: their end is a cancellation.
+        self._cancelled: set[str] = set()
+
+    # --- the port -----------------------------------------------------------------------
+
+    def submit(self, *, spec: port.AttemptSpec) -> port.Submission:
+        task = spec.task
+        if not isinstance(task, port.ContainerRun):
+            raise errors.ExecutorError(
+                "the container executor runs container tasks only (a task with image: and run:)",
+                retryable=False,
+            )
+        name = container_name(spec.instance_id, spec.attempt_no)
+        external_id = EXTERNAL_ID_PREFIX + name
+        found = self.client.call("GET", f"/containers/{client.path_name(name)}/json")
+        if found.status == 200:
+            self._adopt(spec, name, found.json())
+            return port.Submission(external_id, created=False)
+        if found.status != 404:
+            raise _failure("inspect", name, found)
+        self._ensure_image(task)
+        made = self.client.call(
+            "POST", "/containers/create", params={"name": name}, body=self._body(spec, task)
+        )
+        if made.status != 201:
+            # A name in use (Docker answers 409, Podman 500): made at the same moment by
+            # another submission, which starts it; adopt it.
+            again = self.client.call("GET", f"/containers/{client.path_name(name)}/json")
+            if again.status != 200:
+                raise _failure("create", name, made)
+            self._adopt(spec, name, again.json())
+            return port.Submission(external_id, created=False)
+        self._start(name)
+        return port.Submission(external_id, created=True)
+
+    def describe(self, *, external_id: str) -> port.Observation:
+        name = _name(external_id)
+        found = self.client.call("GET", f"/containers/{client.path_name(name)}/json")
+        details: dict[str, port.DetailValue] = {"container": name}
+        observe = port.ObservationDraft(external_id, details)
+        if found.status == 404:
+            return observe.make(port.EngineState.NOT_FOUND, registration.Source.INSPECT)
+        if found.status != 200:
+            raise _failure("inspect", name, found)
+        inspected = found.json()
+        state = _object(inspected.get("State"))
+        status = str(state.get("Status") or "")
+        details["status"] = status
+        container_id = inspected.get("Id")
+        if isinstance(container_id, str):
+            observe.engine_id = container_id
+        observe.started_at = client.parse_time(state.get("StartedAt"))
+        if status in _RUNNING:
+            return observe.make(port.EngineState.RUNNING, registration.Source.INSPECT)
+        if status not in _ENDED:
+            return observe.make(port.EngineState.PENDING, registration.Source.INSPECT)
+        observe.ended_at = client.parse_time(state.get("FinishedAt"))
+        exit_code = state.get("ExitCode")
+        code = exit_code if isinstance(exit_code, int) else None
+        details["exit_code"] = code
+        # The engine says 128 + n for a process a signal ended (its init passes it on).
+        signal = code - 128 if code is not None and 128 < code < 160 else None
+        if signal is not None:
+            details["signal"] = signal
+        oom = state.get("OOMKilled") is True
+        details["oom_killed"] = oom
+        problem = state.get("Error")
+        if isinstance(problem, str) and problem:
+            details["error_message"] = problem
+        labels = _object(_object(inspected.get("Config")).get("Labels"))
+        category = self._category(name, code, oom, problem, labels)
+        engine_state = (
+            port.EngineState.SUCCEEDED
+            if category in (port.ErrorCategory.NONE, port.ErrorCategory.SKIPPED)
+            else port.EngineState.FAILED
+        )
+        made = observe.make(engine_state, registration.Source.INSPECT, category=category)
+        return port.Observation(
+            external_id=made.external_id,
+            engine_state=made.engine_state,
+            source=made.source,
+            engine_id=made.engine_id,
+            exit_code=None if signal is not None else code,
+            error_category=category,
+            started_at=made.started_at,
+            ended_at=made.ended_at,
+            details=made.details,
+        )
+
+    def cancel(self, *, external_id: str) -> None:
+        """Ask the engine to stop the container: SIGTERM, then SIGKILL after the attempt's
+        grace period (kept in the container's stop timeout). Returns at once."""
+        name = _name(external_id)
+        with self._lock:
+            self._cancelled.add(name)
+        threading.Thread(
+            target=self._stop, args=(name,), name=f"container-stop-{name}", daemon=True
+        ).start()
+
+    def cleanup(self, *, external_id: str) -> None:
+        name = _name(external_id)
+        observation = self.describe(external_id=external_id)
+        if observation.engine_state is port.EngineState.NOT_FOUND:
+            return
+        if not observation.ended:
+            raise errors.ExecutorError(
+                f"{external_id} is {observation.engine_state}: cancel it before cleanup",
+                retryable=True,
+            )
+        self._keep_log(name)
+        removed = self.client.call("DELETE", f"/containers/{client.path_name(name)}")
+        if removed.status not in (200, 204, 404):
+            raise _failure("remove", name, removed)
+        with self._lock:
+            self._cancelled.discard(name)
+
+    def read_log(self, *, instance_id: str, attempt_no: int) -> bytes | None:
+        """The container's output (stdout and stderr as written), from the engine while the
+        container exists, else from the copy kept when it was removed; None when neither."""
+        name = container_name(instance_id, attempt_no)
+        found = self.client.call(
+            "GET",
+            f"/containers/{client.path_name(name)}/logs",
+            params={"stdout": "1", "stderr": "1"},
+        )
+        if found.status == 200:
+            return client.demultiplex(found.body)
+        if found.status != 404:
+            raise _failure("read the log of", name, found)
+        kept = self._kept_log(name)
+        if kept is not None and kept.exists():
+            return kept.read_bytes()
+        return None
+
+    def close(self) -> None:
+        self.client.close()
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _adopt(self, spec: port.AttemptSpec, name: str, inspected: jsontypes.JSONObject) -> None:
+        labels = _object(_object(inspected.get("Config")).get("Labels"))
+        if labels.get(LABEL_TOKEN) != token_hash(spec.attempt_token):
+            raise errors.ExecutorError(
+                f"the container {name} runs attempt {spec.attempt_no} under another token",
+                retryable=False,
+            )
+        # Starting an ended container runs it again: only one made and never started for a
+        # while (the process that made it died before it started it) is started here.
+        made_at = client.parse_time(inspected.get("Created"))
+        status = _object(inspected.get("State")).get("Status")
+        if (
+            status in ("created", "configured")
+            and made_at is not None
+            and datetime.now(UTC) - made_at > UNSTARTED_AFTER
+        ):
+            self._start(name)
+
+    def _start(self, name: str) -> None:
+        started = self.client.call("POST", f"/containers/{client.path_name(name)}/start")
+        if started.status not in (204, 304):
+            raise _failure("start", name, started)
+
+    def _ensure_image(self, task: port.ContainerRun) -> None:
+        found = self.client.call("GET", f"/images/{client.path_name(task.image)}/json")
+        if found.status == 200:
+            return
+        if found.status != 404:
+            raise _failure("inspect the image", task.image, found)
+        if task.pull is port.Pull.NEVER:
+            raise errors.ExecutorError(
+                f"the image {task.image!r} is not on the container engine's host "
+                "and the task says pull: never",
+                retryable=False,
+            )
+        image, _, tag = task.image.partition("@")[0].rpartition(":")
+        if not image or "/" in tag:
+            image, tag = task.image, "latest"
+        pulled = self.client.call(
+            "POST",
+            "/images/create",
+            params={"fromImage": image, "tag": tag},
+            timeout=600.0,
+        )
+        if pulled.status != 200:
+            raise _failure("pull", task.image, pulled)
+
+    def _body(self, spec: port.AttemptSpec, task: port.ContainerRun) -> jsontypes.JSONObject:
+        env = dict(spec.env)
+        env.update(self._secrets(spec))
+        labels: dict[str, jsontypes.JSONValue] = {
+            LABEL_INSTANCE: spec.instance_id,
+            LABEL_ATTEMPT: str(spec.attempt_no),
+            LABEL_TOKEN: token_hash(spec.attempt_token),
+            LABEL_SKIP_EXIT_CODE: str(spec.skip_exit_code),
+        }
+        for label, variable in (
+            (LABEL_DEFINITION, "VERITASK_DEFINITION"),
+            (LABEL_RUN, "VERITASK_RUN_ID"),
+        ):
+            if variable in spec.env:
+                labels[label] = spec.env[variable]
+        host: dict[str, jsontypes.JSONValue] = {"Init": True}
+        if task.cpus is not None:
+            host["NanoCpus"] = int(task.cpus * 1_000_000_000)
+        if task.memory is not None:
+            host["Memory"] = task.memory
+            host["MemorySwap"] = task.memory  # no swap beyond the limit: OOM is OOM
+        body: dict[str, jsontypes.JSONValue] = {
+            "Image": task.image,
+            "Cmd": list(task.command),
+            "Env": [f"{key}={value}" for key, value in env.items()],
+            "Labels": labels,
+            "HostConfig": host,
+            "StopTimeout": max(1, int(spec.grace_period.total_seconds())),
+            "StopSignal": "SIGTERM",
+        }
+        if task.workdir:
+            body["WorkingDir"] = task.workdir
+        return body
+
+    def _secrets(self, spec: port.AttemptSpec) -> dict[str, str]:
+        if not spec.secret_env:
+            return {}
+        providers = self._secret_providers
+        if providers is None:
+            providers = secrets.providers_from_environment(os.environ)
+        try:
+            return secrets.resolve(spec.secret_env, providers=providers)
+        except secrets.SecretError as exc:
+            raise errors.ExecutorError(str(exc), retryable=False) from None
+
+    def _category(
+        self,
+        name: str,
+        code: int | None,
+        oom: bool,
+        problem: object,
+        labels: jsontypes.JSONObject,
+    ) -> port.ErrorCategory:
+        with self._lock:
+            cancelled = name in self._cancelled
+        if code == 0:
+            return port.ErrorCategory.NONE
+        if cancelled:
+            return port.ErrorCategory.CANCELLED
+        if oom:
+            return port.ErrorCategory.KILLED
+        if code is not None and str(code) == labels.get(LABEL_SKIP_EXIT_CODE):
+            return port.ErrorCategory.SKIPPED
+        if isinstance(problem, str) and problem and code in (None, 125, 126, 127):
+            return port.ErrorCategory.START_ERROR
+        if code is not None and code > 128:
+            return port.ErrorCategory.KILLED
+        return port.ErrorCategory.TASK_ERROR
+
+    def _stop(self, name: str) -> None:
+        inspected = self.client.call("GET", f"/containers/{client.path_name(name)}/json")
+        if inspected.status != 200:
+            return
+        grace = _object(inspected.json().get("Config")).get("StopTimeout")
+        seconds = grace if isinstance(grace, int) else 10
+        try:
+            stopped = self.client.call(
+                "POST",
+                f"/containers/{client.path_name(name)}/stop",
+                params={"t": str(seconds)},
+                timeout=seconds + STOP_SLACK_SECONDS,
+            )
+        except errors.ExecutorError as exc:
+            log.warning("could not stop the container %s: %s", name, exc)
+            return
+        if stopped.status not in (204, 304, 404):
+            log.warning("could not stop the container %s: %s", name, stopped.message)
+
+    def _kept_log(self, name: str) -> Path | None:
+        return None if self.log_dir is None else self.log_dir / f"{name}.log"
+
+    def _keep_log(self, name: str) -> None:
+        kept = self._kept_log(name)
+        if kept is None:
+            return
+        found = self.client.call(
+            "GET",
+            f"/containers/{client.path_name(name)}/logs",
+            params={"stdout": "1", "stderr": "1"},
+        )
+        if found.status == 200:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_bytes(client.demultiplex(found.body))
+
+
+def _name(external_id: str) -> str:
+    name = external_id.removeprefix(EXTERNAL_ID_PREFIX)
+    if not external_id.startswith(EXTERNAL_ID_PREFIX) or not name.startswith(NAME_PREFIX):
+        raise errors.ExecutorError(f"not a container external id: {external_id!r}")
+    return name
+
+
+def _object(value: object) -> jsontypes.JSONObject:
+    return value if isinstance(value, dict) else {}
+
+
+def _failure(what: str, name: str, answer: client.Answer) -> errors.ExecutorError:
+    """A refusal of the engine: a server error may pass, a bad request will not."""
+    return errors.ExecutorError(
+        f"the container engine could not {what} {name}: {answer.message} (HTTP {answer.status})",
+        retryable=answer.status >= 500,
+    )
