@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket as socket_module
 import subprocess
 import tarfile
 import time
@@ -24,6 +25,20 @@ from veritask.execution.container import engine
 IMAGE = "veritask-test-busybox"
 _CONF = Path("/etc/containers/containers.conf")
 _APPLETS = ("sh", "sleep", "echo", "cat", "trap", "true", "false", "head", "dd", "env")
+
+
+def _answers(path: Path) -> bool:
+    """Whether the service answers a ping on its socket (a raw connection first: a refused
+    one is closed here, not left to the garbage collector)."""
+    if not path.exists():
+        return False
+    with socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(path))) as http:
+        return http.get("http://engine/_ping").status_code == 200
 
 
 def _unavailable(message: str) -> None:
@@ -91,12 +106,8 @@ def container_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         deadline = time.monotonic() + 30
         while True:
-            try:
-                with httpx.Client(transport=httpx.HTTPTransport(uds=str(socket))) as http:
-                    if http.get("http://engine/_ping").status_code == 200:
-                        break
-            except httpx.HTTPError:
-                pass
+            if _answers(socket):
+                break
             if service.poll() is not None or time.monotonic() > deadline:
                 log = (work / "service.log").read_text(errors="replace")[-2000:]
                 _unavailable(f"podman system service did not start: {log}")
