@@ -1,0 +1,52 @@
+"""Container tasks through a scheduler (in this process, ticked by the test) on a real Podman:
+no report comes from the container, so the run's outcome is what ``describe`` said."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.execution.container.conftest import IMAGE
+from tests.scheduling.harness import Harness
+from veritask.core.states import InstanceState, RunExecutionState
+from veritask.execution.container import engine
+
+DEFINITION = f"""
+name: boxes
+tasks:
+  ok:
+    image: {IMAGE}
+    pull: never
+    run: echo hello from $VERITASK_TASK
+  broken:
+    image: {IMAGE}
+    pull: never
+    run: exit 3
+    retry: {{max_retries: 0}}
+"""
+
+
+@pytest.fixture
+def boxes(database_url: str, tmp_path: Path, container_host: str) -> Iterator[Harness]:
+    containers = engine.ContainerExecutor(host=container_host)
+    made = Harness(database_url, tmp_path / "home", others={"container": containers})
+    yield made
+    made.close()
+    containers.close()
+
+
+def test_a_container_tasks_outcome_is_what_the_engine_says(boxes: Harness) -> None:
+    boxes.apply(DEFINITION)
+    run_id = boxes.trigger("boxes")
+
+    state, _ = boxes.finish(run_id, timeout=60)
+
+    instances = boxes.instances(run_id)
+    assert state is RunExecutionState.FAILED
+    assert instances["ok"].state is InstanceState.SUCCESS
+    assert instances["broken"].state is InstanceState.FAILED
+    [(number, _, exit_code, external_id)] = boxes.attempts(instances["broken"].id)
+    assert (number, exit_code) == (1, 3)
+    assert external_id is not None and external_id.startswith(engine.EXTERNAL_ID_PREFIX)
