@@ -10,7 +10,7 @@ import pytest
 
 from tests.execution.container import helpers
 from tests.scheduling.harness import wait_for
-from veritask.execution import errors, port
+from veritask.execution import engines, errors, port
 from veritask.execution.container import engine
 
 
@@ -159,3 +159,16 @@ def test_an_image_absent_with_pull_never_is_refused_for_good(
 
     assert "pull: never" in str(refused.value)
     assert refused.value.retryable is False
+
+
+def test_the_platform_reads_a_containers_log_through_the_engine_registry(
+    container_executor: engine.ContainerExecutor, container_host: str
+) -> None:
+    spec = helpers.spec("echo from the box")
+    _ended(container_executor, container_executor.submit(spec=spec).external_id)
+    environ = {"VERITASK_CONTAINER_HOST": container_host}
+
+    found = engines.read_log("container", environ, instance_id=spec.instance_id, attempt_no=1)
+    absent = engines.read_log("container", environ, instance_id="never-ran", attempt_no=1)
+
+    assert (found, absent) == (b"from the box\n", None)

@@ -8,9 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from veritask.execution import port
+
+if TYPE_CHECKING:
+    from veritask.execution.container import engine as engine_module
 
 NAME: Final = "container"
 #: Where the logs of removed containers are kept (``<dir>/<container name>.log``).
@@ -30,7 +33,7 @@ def _configured(environ: Mapping[str, str]) -> bool:
     return client.configured(environ)
 
 
-def _build(environ: Mapping[str, str]) -> port.Executor:
+def _executor(environ: Mapping[str, str]) -> engine_module.ContainerExecutor:
     from veritask.execution.container import client, engine
 
     log_dir = environ.get(LOG_DIR_ENV)
@@ -38,18 +41,31 @@ def _build(environ: Mapping[str, str]) -> port.Executor:
         host=client.host_from_environment(environ),
         log_dir=Path(log_dir) if log_dir else None,
     )
+
+
+def _build(environ: Mapping[str, str]) -> port.Executor:
+    return _executor(environ)
+
+
+class _LogReader:
+    """Reads a container's log on a connection of its own, closed after each read (the API
+    server reads a log now and then; it keeps no connection to the engine open)."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self.environ = dict(environ)
+
+    def read_log(self, *, instance_id: str, attempt_no: int) -> bytes | None:
+        executor = _executor(self.environ)
+        try:
+            return executor.read_log(instance_id=instance_id, attempt_no=attempt_no)
+        finally:
+            executor.close()
 
 
 def _logs(environ: Mapping[str, str]) -> port.LogReading | None:
-    from veritask.execution.container import client, engine
+    from veritask.execution.container import client
 
-    if not client.configured(environ):
-        return None
-    log_dir = environ.get(LOG_DIR_ENV)
-    return engine.ContainerExecutor(
-        host=client.host_from_environment(environ),
-        log_dir=Path(log_dir) if log_dir else None,
-    )
+    return _LogReader(environ) if client.configured(environ) else None
 
 
 ENGINE = port.Engine(
