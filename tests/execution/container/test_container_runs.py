@@ -11,6 +11,7 @@ import pytest
 from tests.execution.container.conftest import IMAGE
 from tests.scheduling.harness import Harness
 from veritask.core.states import InstanceState, RunExecutionState
+from veritask.execution import port
 from veritask.execution.container import engine
 
 DEFINITION = f"""
@@ -50,3 +51,36 @@ def test_a_container_tasks_outcome_is_what_the_engine_says(boxes: Harness) -> No
     [(number, _, exit_code, external_id)] = boxes.attempts(instances["broken"].id)
     assert (number, exit_code) == (1, 3)
     assert external_id is not None and external_id.startswith(engine.EXTERNAL_ID_PREFIX)
+
+
+def test_a_container_past_its_timeout_is_stopped_and_the_engine_confirms_it(
+    boxes: Harness, container_host: str
+) -> None:
+    boxes.apply(
+        f"""
+name: slow
+tasks:
+  sleepy:
+    image: {IMAGE}
+    pull: never
+    run: sleep 30
+    timeout: 1s
+    retry: {{max_retries: 0}}
+"""
+    )
+    run_id = boxes.trigger("slow")
+
+    state, _ = boxes.finish(run_id, timeout=60)
+
+    sleepy = boxes.instances(run_id)["sleepy"]
+    [(_, _, _, external_id)] = boxes.attempts(sleepy.id)
+    assert state is RunExecutionState.FAILED
+    assert sleepy.state is InstanceState.TIMEOUT
+    assert external_id is not None
+    seen = engine.ContainerExecutor(host=container_host)
+    try:
+        observation = seen.describe(external_id=external_id)
+    finally:
+        seen.close()
+    assert observation.ended and observation.details["signal"] == 15  # SIGTERM
+    assert observation.error_category is port.ErrorCategory.TIMEOUT

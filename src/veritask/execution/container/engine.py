@@ -37,9 +37,13 @@ LABEL_TOKEN: Final = LABEL_PREFIX + "token-sha256"
 LABEL_DEFINITION: Final = LABEL_PREFIX + "definition"
 LABEL_RUN: Final = LABEL_PREFIX + "run"
 LABEL_SKIP_EXIT_CODE: Final = LABEL_PREFIX + "skip-exit-code"
+LABEL_TIMEOUT: Final = LABEL_PREFIX + "timeout-seconds"
 #: How long a stop may take beyond the grace period before the request gives up (the stop is
 #: confirmed by ``describe`` anyway).
 STOP_SLACK_SECONDS: Final = 10.0
+#: How much sooner than its timeout a container may have ended by a stop that was its timeout's
+#: (the engine's times and the timer's differ by the moment it takes to start).
+TIMEOUT_SLACK: Final = timedelta(seconds=0.5)
 #: A container made this long ago and never started was left by a process that died between
 #: making and starting it: a submission of the same attempt starts it.
 UNSTARTED_AFTER: Final = timedelta(seconds=10)
@@ -111,6 +115,10 @@ class ContainerExecutor:
             self._adopt(spec, name, again.json())
             return port.Submission(external_id, created=False)
         self._start(name)
+        if spec.timeout is not None:
+            timer = threading.Timer(spec.timeout.total_seconds(), self._stop, args=(name,))
+            timer.daemon = True
+            timer.start()
         return port.Submission(external_id, created=True)
 
     def describe(self, *, external_id: str) -> port.Observation:
@@ -130,7 +138,20 @@ class ContainerExecutor:
         if isinstance(container_id, str):
             observe.engine_id = container_id
         observe.started_at = client.parse_time(state.get("StartedAt"))
+        labels = _object(_object(inspected.get("Config")).get("Labels"))
+        timeout = _seconds(labels.get(LABEL_TIMEOUT))
         if status in _RUNNING:
+            started = observe.started_at
+            late = (
+                timeout is not None
+                and started is not None
+                and datetime.now(UTC) - started >= timedelta(seconds=timeout)
+            )
+            if late:
+                # Past its timeout: stopped whichever process asks (the timer of the one that
+                # made it may have died with it).
+                details["timed_out"] = True
+                self._stop_in_background(name)
             return observe.make(port.EngineState.RUNNING, registration.Source.INSPECT)
         if status not in _ENDED:
             return observe.make(port.EngineState.PENDING, registration.Source.INSPECT)
@@ -147,8 +168,22 @@ class ContainerExecutor:
         problem = state.get("Error")
         if isinstance(problem, str) and problem:
             details["error_message"] = problem
-        labels = _object(_object(inspected.get("Config")).get("Labels"))
-        category = self._category(name, code, oom, problem, labels)
+        ran = (
+            observe.ended_at - observe.started_at
+            if observe.ended_at is not None and observe.started_at is not None
+            else None
+        )
+        timed_out = (
+            timeout is not None
+            and ran is not None
+            and signal in (9, 15)
+            and ran >= timedelta(seconds=timeout) - TIMEOUT_SLACK
+        )
+        category = (
+            port.ErrorCategory.TIMEOUT
+            if timed_out
+            else self._category(name, code, oom, problem, labels)
+        )
         engine_state = (
             port.EngineState.SUCCEEDED
             if category in (port.ErrorCategory.NONE, port.ErrorCategory.SKIPPED)
@@ -173,9 +208,7 @@ class ContainerExecutor:
         name = _name(external_id)
         with self._lock:
             self._cancelled.add(name)
-        threading.Thread(
-            target=self._stop, args=(name,), name=f"container-stop-{name}", daemon=True
-        ).start()
+        self._stop_in_background(name)
 
     def cleanup(self, *, external_id: str) -> None:
         name = _name(external_id)
@@ -273,6 +306,8 @@ class ContainerExecutor:
             LABEL_TOKEN: token_hash(spec.attempt_token),
             LABEL_SKIP_EXIT_CODE: str(spec.skip_exit_code),
         }
+        if spec.timeout is not None:
+            labels[LABEL_TIMEOUT] = str(spec.timeout.total_seconds())
         for label, variable in (
             (LABEL_DEFINITION, "VERITASK_DEFINITION"),
             (LABEL_RUN, "VERITASK_RUN_ID"),
@@ -333,6 +368,11 @@ class ContainerExecutor:
             return port.ErrorCategory.KILLED
         return port.ErrorCategory.TASK_ERROR
 
+    def _stop_in_background(self, name: str) -> None:
+        threading.Thread(
+            target=self._stop, args=(name,), name=f"container-stop-{name}", daemon=True
+        ).start()
+
     def _stop(self, name: str) -> None:
         inspected = self.client.call("GET", f"/containers/{client.path_name(name)}/json")
         if inspected.status != 200:
@@ -374,6 +414,13 @@ def _name(external_id: str) -> str:
     if not external_id.startswith(EXTERNAL_ID_PREFIX) or not name.startswith(NAME_PREFIX):
         raise errors.ExecutorError(f"not a container external id: {external_id!r}")
     return name
+
+
+def _seconds(value: object) -> float | None:
+    try:
+        return float(str(value)) if value is not None else None
+    except ValueError:
+        return None
 
 
 def _object(value: object) -> jsontypes.JSONObject:
