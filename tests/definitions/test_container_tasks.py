@@ -84,3 +84,40 @@ def test_apply_refuses_a_container_task_where_no_container_engine_is_configured(
     [problem] = refused.value.problems
     assert problem.field == "tasks.a.executor"
     assert "VERITASK_CONTAINER_HOST" in problem.message
+
+
+def test_a_run_list_is_the_containers_argv_passed_as_written() -> None:
+    definition = parse_definition(
+        "name: x\ntasks:\n  a:\n    image: alpine\n    run: [python, -c, 'print(1)']\n"
+    )
+
+    task = definition.tasks["a"]
+    assert task.container is not None
+    assert task.container.argv == ("python", "-c", "print(1)")
+    assert task.run == "python -c 'print(1)'"
+    again = definition_from_json(definition_to_json(definition))
+    assert again.tasks["a"].container == task.container
+
+
+@pytest.mark.parametrize(
+    ("run", "message"),
+    [
+        ("[echo, '{{ params.day }}']", "passed as it is written"),
+        ("[echo, 3]", "expected a string"),
+    ],
+)
+def test_a_bad_run_list_is_refused_naming_the_item(run: str, message: str) -> None:
+    with pytest.raises(DefinitionError) as refused:
+        parse_definition(f"name: x\ntasks:\n  a:\n    image: alpine\n    run: {run}\n")
+
+    [problem] = refused.value.problems
+    assert (problem.field, problem.line) == ("tasks.a.run[1]", 5)
+    assert message in problem.message
+
+
+def test_a_run_list_is_for_container_tasks_only() -> None:
+    with pytest.raises(DefinitionError) as refused:
+        parse_definition("name: x\ntasks:\n  a:\n    run: [echo, hi]\n")
+
+    assert [(p.field, p.line) for p in refused.value.problems] == [("tasks.a.run", 4)]
+    assert "container tasks" in refused.value.problems[0].message

@@ -206,6 +206,10 @@ CONTAINER_NEEDS_RUN = Phrase(
 CONTAINER_ONLY = Phrase(
     "problem.container_only", "{name} is for container tasks (executor: container)"
 )
+RUN_LIST_PLACEHOLDER = Phrase(
+    "problem.run_list_placeholder",
+    "a run list is passed as it is written: write run as a shell line to use placeholders",
+)
 NOT_CALLABLE = Phrase(
     "problem.not_callable", "{call!r} is not module:function, such as jobs.transform:main"
 )

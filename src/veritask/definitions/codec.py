@@ -155,6 +155,8 @@ def _task(task: TaskSpec, priority: int) -> JSONObject:
         data["log_limit"] = task.log_limit
     if task.container is not None:
         data["image"] = task.container.image
+        if task.container.argv:
+            data["run"] = list(task.container.argv)
         data["pull"] = task.container.pull.value
         for name, value in (
             ("cpus", task.container.cpus),

@@ -244,6 +244,9 @@ class ContainerSpec:
     """The memory limit in bytes."""
     workdir: str | None = None
     pull: ContainerPull = ContainerPull.MISSING
+    argv: tuple[str, ...] = ()
+    """The command when ``run`` is a list, passed as written (no shell); empty when ``run``
+    is a shell line (run as ``/bin/sh -c``)."""
 
 
 @dataclass(frozen=True)

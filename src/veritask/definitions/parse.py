@@ -8,6 +8,7 @@ collected in one pass: a refusal lists all of them, in line order.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -318,6 +319,9 @@ class _Reader(Reader):
         else:
             sql, connection = self.sql(f, path, line)
             run, call = (None, None) if sql is not None else self.step(f, path, line)
+        argv = self.run_list(f, path) if sql is None and "wait" not in f else ()
+        if argv:
+            run = shlex.join(argv)
         with_ = self.json_object(f.get("with"), f"{path}.with")
         after = self.after(f.get("after"), key)
         role = self.choice(f.get("role"), f"{path}.role", TaskRole, TaskRole.WORK)
@@ -358,7 +362,9 @@ class _Reader(Reader):
             else DEFAULT_EXECUTOR
         )
         executor = self.slug(f.get("executor"), f"{path}.executor", default_executor)
-        container = self.container(f, path, line, executor or default_executor, run, call, sql)
+        container = self.container(
+            f, path, line, executor or default_executor, run, call, sql, argv
+        )
         if "wait" in f and executor not in (None, WAIT_EXECUTOR):
             self.add(
                 f"{path}.executor",
@@ -553,9 +559,13 @@ class _Reader(Reader):
         run: str | None,
         call: str | None,
         sql: str | None,
+        argv: tuple[str, ...],
     ) -> ContainerSpec | None:
         """``image`` and the container's limits: for a ``run`` of the container executor."""
         if executor != CONTAINER_EXECUTOR:
+            if argv:
+                run_line = entry_line(f.get("run"))
+                self.add(f"{path}.run", run_line, problems.CONTAINER_ONLY.format(name="a run list"))
             for name in CONTAINER_FIELDS:
                 if name in f and "wait" not in f:
                     where = f"{path}.{name}"
@@ -595,13 +605,37 @@ class _Reader(Reader):
         pull = self.choice(f.get("pull"), f"{path}.pull", ContainerPull, ContainerPull.MISSING)
         if image is None or not image.strip() or run is None:
             return None
-        return ContainerSpec(image=image, cpus=cpus, memory=memory, workdir=workdir, pull=pull)
+        return ContainerSpec(
+            image=image, cpus=cpus, memory=memory, workdir=workdir, pull=pull, argv=argv
+        )
+
+    def run_list(self, f: Mapping[str, Entry], path: str) -> tuple[str, ...]:
+        """``run`` written as a list (a container task's argv): strings, no placeholders."""
+        entry = f.get("run")
+        if entry is None or not isinstance(entry.value, Seq):
+            return ()
+        argv: list[str] = []
+        for i, item in enumerate(entry.value.items):
+            if not (isinstance(item, Scalar) and isinstance(item.value, str)):
+                self.add(
+                    f"{path}.run[{i}]", item.line, problems.EXPECTED_STRING.format(kind=kind(item))
+                )
+                return ()
+            if "{{" in item.value:
+                self.add(f"{path}.run[{i}]", item.line, problems.RUN_LIST_PLACEHOLDER.format())
+                return ()
+            argv.append(item.value)
+        if not argv:
+            self.add(f"{path}.run", entry_line(entry), problems.EMPTY_COMMAND.format())
+        return tuple(argv)
 
     def step(
         self, f: Mapping[str, Entry], path: str, line: int | None
     ) -> tuple[str | None, str | None]:
         """``run`` or ``call``: exactly one, non-empty, and a call that looks importable."""
-        run = self.text(f.get("run"), f"{path}.run")
+        run_entry = f.get("run")
+        listed = run_entry is not None and isinstance(run_entry.value, Seq)
+        run = "(a run list)" if listed else self.text(run_entry, f"{path}.run")
         call = self.text(f.get("call"), f"{path}.call")
         if run is not None and call is not None:
             self.add(path, line, problems.RUN_AND_CALL.format())

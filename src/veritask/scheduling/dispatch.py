@@ -183,7 +183,7 @@ class Dispatcher:
                 box = task.container
                 work = port.ContainerRun(
                     image=box.image,
-                    command=("/bin/sh", "-c", command),
+                    command=box.argv or ("/bin/sh", "-c", command),
                     cpus=box.cpus,
                     memory=box.memory,
                     workdir=box.workdir,

@@ -21,6 +21,10 @@ tasks:
     image: {IMAGE}
     pull: never
     run: echo hello from $VERITASK_TASK
+  listed:
+    image: {IMAGE}
+    pull: never
+    run: [/bin/sh, -c, 'test "$0" = "a b"', "a b"]
   broken:
     image: {IMAGE}
     pull: never
@@ -47,6 +51,7 @@ def test_a_container_tasks_outcome_is_what_the_engine_says(boxes: Harness) -> No
     instances = boxes.instances(run_id)
     assert state is RunExecutionState.FAILED
     assert instances["ok"].state is InstanceState.SUCCESS
+    assert instances["listed"].state is InstanceState.SUCCESS
     assert instances["broken"].state is InstanceState.FAILED
     [(number, _, exit_code, external_id)] = boxes.attempts(instances["broken"].id)
     assert (number, exit_code) == (1, 3)
