@@ -84,6 +84,8 @@ class ContainerExecutor:
         self._lock = threading.Lock()
         #: Containers this process was asked to stop: their end is a cancellation.
         self._cancelled: set[str] = set()
+        #: Containers a thread of this process is stopping now: a new request waits for it.
+        self._stopping: set[str] = set()
 
     # --- the port -----------------------------------------------------------------------
 
@@ -116,7 +118,9 @@ class ContainerExecutor:
             return port.Submission(external_id, created=False)
         self._start(name)
         if spec.timeout is not None:
-            timer = threading.Timer(spec.timeout.total_seconds(), self._stop, args=(name,))
+            timer = threading.Timer(
+                spec.timeout.total_seconds(), self._stop_in_background, args=(name,)
+            )
             timer.daemon = True
             timer.start()
         return port.Submission(external_id, created=True)
@@ -369,9 +373,22 @@ class ContainerExecutor:
         return port.ErrorCategory.TASK_ERROR
 
     def _stop_in_background(self, name: str) -> None:
+        with self._lock:
+            if name in self._stopping:
+                return
+            self._stopping.add(name)
         threading.Thread(
-            target=self._stop, args=(name,), name=f"container-stop-{name}", daemon=True
+            target=self._stop_once, args=(name,), name=f"container-stop-{name}", daemon=True
         ).start()
+
+    def _stop_once(self, name: str) -> None:
+        try:
+            self._stop(name)
+        except errors.ExecutorError as exc:
+            log.warning("could not stop the container %s: %s", name, exc)
+        finally:
+            with self._lock:
+                self._stopping.discard(name)
 
     def _stop(self, name: str) -> None:
         inspected = self.client.call("GET", f"/containers/{client.path_name(name)}/json")
