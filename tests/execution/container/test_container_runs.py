@@ -89,3 +89,5 @@ tasks:
         seen.close()
     assert observation.ended and observation.details["signal"] == 15  # SIGTERM
     assert observation.error_category is port.ErrorCategory.TIMEOUT
+    # No report comes from a container: the engine's word (engine_observed) ends it.
+    assert boxes.instance_states_path(sleepy.id) == ["CREATED", "SCHEDULED", "QUEUED", "TIMEOUT"]
