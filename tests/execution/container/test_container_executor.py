@@ -172,3 +172,59 @@ def test_the_platform_reads_a_containers_log_through_the_engine_registry(
     absent = engines.read_log("container", environ, instance_id="never-ran", attempt_no=1)
 
     assert (found, absent) == (b"from the box\n", None)
+
+
+def test_a_restarted_scheduler_finds_the_container_by_its_name_and_stops_it(
+    container_executor: engine.ContainerExecutor, container_host: str
+) -> None:
+    spec = helpers.spec("echo started; sleep 60")
+    first = container_executor.submit(spec=spec)
+    restarted = engine.ContainerExecutor(host=container_host)
+    try:
+        again = restarted.submit(spec=spec)
+        running = restarted.describe(external_id=first.external_id)
+        restarted.cancel(external_id=first.external_id)
+        stopped = _ended(restarted, first.external_id)
+    finally:
+        restarted.close()
+
+    assert (first.created, again) == (True, port.Submission(first.external_id, created=False))
+    assert running.engine_state in (port.EngineState.PENDING, port.EngineState.RUNNING)
+    assert stopped.error_category is port.ErrorCategory.CANCELLED
+    assert len(helpers.containers_of(container_host, spec.instance_id)) == 1
+
+
+def test_a_container_made_and_never_started_is_started_by_the_next_submit(
+    container_host: str,
+) -> None:
+    spec = helpers.spec("echo started")
+    name = engine.container_name(spec.instance_id, spec.attempt_no)
+    skew = [timedelta(0)]
+    executor = engine.ContainerExecutor(
+        host=container_host,
+        unstarted_after=timedelta(seconds=10),
+        clock=lambda: datetime.now(UTC) + skew[0],
+    )
+    try:
+        # What a scheduler killed between making the container and starting it leaves.
+        assert isinstance(spec.task, port.ContainerRun)
+        made = executor.client.call(
+            "POST",
+            "/containers/create",
+            params={"name": name},
+            body=executor._body(spec, spec.task),
+        )
+        assert made.status == 201
+        too_soon = executor.submit(spec=spec)
+        unstarted = executor.describe(external_id=too_soon.external_id)
+        skew[0] = timedelta(seconds=11)  # past unstarted_after: the maker is taken for dead
+        later = executor.submit(spec=spec)
+        ended = _ended(executor, later.external_id)
+        log = executor.read_log(instance_id=spec.instance_id, attempt_no=1)
+    finally:
+        executor.close()
+
+    assert (too_soon.created, later.created) == (False, False)
+    assert unstarted.engine_state is port.EngineState.PENDING
+    assert ended.engine_state is port.EngineState.SUCCEEDED
+    assert log == b"started\n"

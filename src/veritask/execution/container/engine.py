@@ -19,7 +19,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
@@ -53,6 +53,10 @@ _ENDED = ("exited", "dead", "stopped")
 log = logging.getLogger(__name__)
 
 
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
 def container_name(instance_id: str, attempt_no: int) -> str:
     """The one name an attempt's container has: readable, and unique by the instance's hash."""
     digest = hashlib.sha256(instance_id.encode()).hexdigest()[:12]
@@ -77,8 +81,12 @@ class ContainerExecutor:
         host: str,
         log_dir: Path | None = None,
         secret_providers: Sequence[secrets.SecretProvider] | None = None,
+        unstarted_after: timedelta = UNSTARTED_AFTER,
+        clock: Callable[[], datetime] = _utc_now,
     ) -> None:
         self.client = client.Client(host)
+        self.unstarted_after = unstarted_after
+        self.clock = clock
         self.log_dir = log_dir
         self._secret_providers = secret_providers
         self._lock = threading.Lock()
@@ -149,7 +157,7 @@ class ContainerExecutor:
             late = (
                 timeout is not None
                 and started is not None
-                and datetime.now(UTC) - started >= timedelta(seconds=timeout)
+                and self.clock() - started >= timedelta(seconds=timeout)
             )
             if late:
                 # Past its timeout: stopped whichever process asks (the timer of the one that
@@ -268,7 +276,7 @@ class ContainerExecutor:
         if (
             status in ("created", "configured")
             and made_at is not None
-            and datetime.now(UTC) - made_at > UNSTARTED_AFTER
+            and self.clock() - made_at > self.unstarted_after
         ):
             self._start(name)
 
