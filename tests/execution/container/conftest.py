@@ -86,6 +86,29 @@ def _build_image(podman: str, work: Path) -> None:
     )
 
 
+def _remove_test_containers(podman: str) -> None:
+    """The containers the tests made (of the test image, with Veritask's labels): each run
+    leaves none behind in the host's storage."""
+    listed = subprocess.run(
+        [
+            podman,
+            "ps",
+            "--all",
+            "--quiet",
+            "--filter",
+            f"label={engine.LABEL_INSTANCE}",
+            "--filter",
+            f"ancestor=localhost/{IMAGE}:latest",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    ids = listed.stdout.split()
+    if ids:
+        subprocess.run([podman, "rm", "--force", *ids], capture_output=True, timeout=120)
+
+
 @pytest.fixture(scope="session")
 def container_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``unix://<socket>`` of a Podman service started for the session, with the test image."""
@@ -114,6 +137,7 @@ def container_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             time.sleep(0.05)
         _build_image(podman, work)
         yield host
+        _remove_test_containers(podman)
     finally:
         service.terminate()
         try:
