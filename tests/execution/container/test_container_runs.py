@@ -4,6 +4,7 @@ no report comes from the container, so the run's outcome is what ``describe`` sa
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,10 @@ def test_a_container_tasks_outcome_is_what_the_engine_says(boxes: Harness) -> No
     [(number, _, exit_code, external_id)] = boxes.attempts(instances["broken"].id)
     assert (number, exit_code) == (1, 3)
     assert external_id is not None and external_id.startswith(engine.EXTERNAL_ID_PREFIX)
+    [details] = boxes.engine_details(instances["broken"].id, "engine_observed")
+    assert details["exit_code"] == 3 and details["status"] == "exited"
+    started = datetime.fromisoformat(str(details["started_at"]))
+    assert started <= datetime.fromisoformat(str(details["finished_at"]))
 
 
 def test_a_container_past_its_timeout_is_stopped_and_the_engine_confirms_it(

@@ -150,6 +150,9 @@ class ContainerExecutor:
         if isinstance(container_id, str):
             observe.engine_id = container_id
         observe.started_at = client.parse_time(state.get("StartedAt"))
+        # The engine's times, in the details too: they are the evidence the ledger keeps.
+        if observe.started_at is not None:
+            details["started_at"] = observe.started_at.isoformat()
         labels = _object(_object(inspected.get("Config")).get("Labels"))
         timeout = _seconds(labels.get(LABEL_TIMEOUT))
         if status in _RUNNING:
@@ -168,6 +171,8 @@ class ContainerExecutor:
         if status not in _ENDED:
             return observe.make(port.EngineState.PENDING, registration.Source.INSPECT)
         observe.ended_at = client.parse_time(state.get("FinishedAt"))
+        if observe.ended_at is not None:
+            details["finished_at"] = observe.ended_at.isoformat()
         exit_code = state.get("ExitCode")
         code = exit_code if isinstance(exit_code, int) else None
         details["exit_code"] = code
