@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -41,6 +42,9 @@ LABEL_TIMEOUT: Final = LABEL_PREFIX + "timeout-seconds"
 #: How long a stop may take beyond the grace period before the request gives up (the stop is
 #: confirmed by ``describe`` anyway).
 STOP_SLACK_SECONDS: Final = 10.0
+#: How long a submission that found the container's name in use waits for the engine to show
+#: the container another submission is making.
+NAME_IN_USE_PATIENCE_SECONDS: Final = 10.0
 #: How much sooner than its timeout a container may have ended by a stop that was its timeout's
 #: (the engine's times and the timer's differ by the moment it takes to start).
 TIMEOUT_SLACK: Final = timedelta(seconds=0.5)
@@ -117,12 +121,12 @@ class ContainerExecutor:
             "POST", "/containers/create", params={"name": name}, body=self._body(spec, task)
         )
         if made.status != 201:
-            # A name in use (Docker answers 409, Podman 500): made at the same moment by
-            # another submission, which starts it; adopt it.
-            again = self.client.call("GET", f"/containers/{client.path_name(name)}/json")
-            if again.status != 200:
+            if made.status != 409 and "already in use" not in made.message:
                 raise _failure("create", name, made)
-            self._adopt(spec, name, again.json())
+            # The name is in use (Docker answers 409, Podman 500): another submission made it
+            # at the same moment, and starts it. The engine may answer its inspection only
+            # once that one is made.
+            self._adopt(spec, name, self._inspect_made(name, made))
             return port.Submission(external_id, created=False)
         self._start(name)
         if spec.timeout is not None:
@@ -284,6 +288,16 @@ class ContainerExecutor:
             and self.clock() - made_at > self.unstarted_after
         ):
             self._start(name)
+
+    def _inspect_made(self, name: str, refusal: client.Answer) -> jsontypes.JSONObject:
+        deadline = time.monotonic() + NAME_IN_USE_PATIENCE_SECONDS
+        while True:
+            again = self.client.call("GET", f"/containers/{client.path_name(name)}/json")
+            if again.status == 200:
+                return again.json()
+            if again.status != 404 or time.monotonic() > deadline:
+                raise _failure("create", name, refusal)
+            time.sleep(0.05)
 
     def _start(self, name: str) -> None:
         started = self.client.call("POST", f"/containers/{client.path_name(name)}/start")
