@@ -175,6 +175,10 @@ class ContainerExecutor:
         if status not in _ENDED:
             return observe.make(port.EngineState.PENDING, registration.Source.INSPECT)
         observe.ended_at = client.parse_time(state.get("FinishedAt"))
+        if observe.ended_at is not None and observe.started_at is not None:
+            # Podman records StartedAt after the process started: one that ends at once may
+            # show a FinishedAt a few microseconds before it.
+            observe.ended_at = max(observe.ended_at, observe.started_at)
         if observe.ended_at is not None:
             details["finished_at"] = observe.ended_at.isoformat()
         exit_code = state.get("ExitCode")
