@@ -45,6 +45,8 @@ STOP_SLACK_SECONDS: Final = 10.0
 #: How long a submission that found the container's name in use waits for the engine to show
 #: the container another submission is making.
 NAME_IN_USE_PATIENCE_SECONDS: Final = 10.0
+#: How many times an inspection the engine failed (HTTP 5xx) is asked before describe fails.
+INSPECT_TRIES: Final = 5
 #: How much sooner than its timeout a container may have ended by a stop that was its timeout's
 #: (the engine's times and the timer's differ by the moment it takes to start).
 TIMEOUT_SLACK: Final = timedelta(seconds=0.5)
@@ -110,7 +112,7 @@ class ContainerExecutor:
             )
         name = container_name(spec.instance_id, spec.attempt_no)
         external_id = EXTERNAL_ID_PREFIX + name
-        found = self.client.call("GET", f"/containers/{client.path_name(name)}/json")
+        found = self._inspect(name)
         if found.status == 200:
             self._adopt(spec, name, found.json())
             return port.Submission(external_id, created=False)
@@ -139,7 +141,7 @@ class ContainerExecutor:
 
     def describe(self, *, external_id: str) -> port.Observation:
         name = _name(external_id)
-        found = self.client.call("GET", f"/containers/{client.path_name(name)}/json")
+        found = self._inspect(name)
         details: dict[str, port.DetailValue] = {"container": name}
         observe = port.ObservationDraft(external_id, details)
         if found.status == 404:
@@ -293,10 +295,20 @@ class ContainerExecutor:
         ):
             self._start(name)
 
+    def _inspect(self, name: str) -> client.Answer:
+        """The engine's inspection of the container. Podman answers 500 for a moment while a
+        container exits (it reads the cgroup of a process that just ended): asked again."""
+        for _ in range(INSPECT_TRIES - 1):
+            found = self.client.call("GET", f"/containers/{client.path_name(name)}/json")
+            if found.status < 500:
+                return found
+            time.sleep(0.05)
+        return self.client.call("GET", f"/containers/{client.path_name(name)}/json")
+
     def _inspect_made(self, name: str, refusal: client.Answer) -> jsontypes.JSONObject:
         deadline = time.monotonic() + NAME_IN_USE_PATIENCE_SECONDS
         while True:
-            again = self.client.call("GET", f"/containers/{client.path_name(name)}/json")
+            again = self._inspect(name)
             if again.status == 200:
                 return again.json()
             if again.status != 404 or time.monotonic() > deadline:
@@ -422,7 +434,7 @@ class ContainerExecutor:
                 self._stopping.discard(name)
 
     def _stop(self, name: str) -> None:
-        inspected = self.client.call("GET", f"/containers/{client.path_name(name)}/json")
+        inspected = self._inspect(name)
         if inspected.status != 200:
             return
         grace = _object(inspected.json().get("Config")).get("StopTimeout")
