@@ -197,6 +197,19 @@ RUN_AND_CALL = Phrase("problem.run_and_call", "has both run and call; a step is 
 RUN_OR_CALL = Phrase("problem.run_or_call", "needs run (a shell command) or call (module:function)")
 ONE_OF_RUN_OR_CALL = Phrase("problem.one_of_run_or_call", "needs exactly one of run or call")
 EMPTY_COMMAND = Phrase("problem.empty_command", "the command is empty")
+CONTAINER_NEEDS_IMAGE = Phrase(
+    "problem.container_needs_image", "a container task needs image (the image it runs in)"
+)
+CONTAINER_NEEDS_RUN = Phrase(
+    "problem.container_needs_run", "a container task runs run (a shell line), not call or sql"
+)
+CONTAINER_ONLY = Phrase(
+    "problem.container_only", "{name} is for container tasks (executor: container)"
+)
+RUN_LIST_PLACEHOLDER = Phrase(
+    "problem.run_list_placeholder",
+    "a run list is passed as it is written: write run as a shell line to use placeholders",
+)
 NOT_CALLABLE = Phrase(
     "problem.not_callable", "{call!r} is not module:function, such as jobs.transform:main"
 )

@@ -153,6 +153,18 @@ def _task(task: TaskSpec, priority: int) -> JSONObject:
         data["priority"] = task.priority
     if task.log_limit is not None:
         data["log_limit"] = task.log_limit
+    if task.container is not None:
+        data["image"] = task.container.image
+        if task.container.argv:
+            data["run"] = list(task.container.argv)
+        data["pull"] = task.container.pull.value
+        for name, value in (
+            ("cpus", task.container.cpus),
+            ("memory", task.container.memory),
+            ("workdir", task.container.workdir),
+        ):
+            if value is not None:
+                data[name] = value
     if task.sql is not None:
         del data["with"]  # a sql task has no parameters of its own: the statement is all
     return data

@@ -221,6 +221,34 @@ MIN_WAIT_EVERY = timedelta(seconds=1)
 DEFAULT_WAIT_TIMEOUT = timedelta(hours=24)
 
 
+class ContainerPull(StrEnum):
+    """When a container task's image is pulled (``pull:``)."""
+
+    NEVER = "never"
+    MISSING = "missing"
+
+
+#: The executor a task with ``image`` uses unless it names another.
+CONTAINER_EXECUTOR = "container"
+#: What only a container task may say.
+CONTAINER_FIELDS = ("image", "cpus", "memory", "workdir", "pull")
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Where a container task's ``run`` runs: its image and the container's limits."""
+
+    image: str
+    cpus: float | None = None
+    memory: int | None = None
+    """The memory limit in bytes."""
+    workdir: str | None = None
+    pull: ContainerPull = ContainerPull.MISSING
+    argv: tuple[str, ...] = ()
+    """The command when ``run`` is a list, passed as written (no shell); empty when ``run``
+    is a shell line (run as ``/bin/sh -c``)."""
+
+
 @dataclass(frozen=True)
 class WaitSpec:
     """A condition the scheduler checks on an interval until it holds (a ``wait:`` block)."""
@@ -295,6 +323,8 @@ class TaskSpec:
     log_limit: int | None = None
     """The most bytes of output an attempt's log keeps (``log_limit``); None: the executor's
     setting (``VERITASK_LOG_LIMIT``, docs/executors.md)."""
+    container: ContainerSpec | None = None
+    """The image and limits of a task ``run`` in a container (executor ``container``)."""
 
     def __post_init__(self) -> None:
         check_env(self.env, f"tasks.{self.key}.env")

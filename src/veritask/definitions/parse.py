@@ -8,12 +8,13 @@ collected in one pass: a refusal lists all of them, in line order.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from functools import partial
 
-from veritask.core import problems
+from veritask.core import problems, sizes
 from veritask.core.errors import InvalidPolicy
 from veritask.core.jsontypes import JSONValue
 from veritask.core.policy import Backoff, OnUnknown, RetryPolicy, TaskPolicy
@@ -25,6 +26,8 @@ from veritask.definitions.environment import read_env
 from veritask.definitions.errors import DefinitionError, Problem
 from veritask.definitions.model import (
     CALLABLE,
+    CONTAINER_EXECUTOR,
+    CONTAINER_FIELDS,
     DEFAULT_EXECUTOR,
     DEFAULT_MAX_MAP,
     DEFAULT_SKIP_EXIT_CODE,
@@ -35,6 +38,8 @@ from veritask.definitions.model import (
     WAIT_EXECUTOR,
     Catchup,
     ConcurrencyPolicy,
+    ContainerPull,
+    ContainerSpec,
     Definition,
     OnTimeout,
     PublishCheck,
@@ -100,10 +105,13 @@ TASK_FIELDS = (
     "priority",
     "wait",
     "log_limit",
+    *CONTAINER_FIELDS,
 )
 #: What ``defaults:`` may hold: the policy, and what every task inherits beside it.
 DEFAULTS_FIELDS = (*POLICY_FIELDS, "log_limit")
 MAP_FIELDS = ("over", "max_map")
+#: The least memory limit a container engine accepts.
+MIN_CONTAINER_MEMORY = 6 * 1024 * 1024
 #: The executor a task with ``sql`` uses unless it names another.
 SQL_EXECUTOR = "sql"
 SCHEDULE_FIELDS = ("cron", "timezone", "catchup")
@@ -115,7 +123,7 @@ WAIT_FIELDS = ("definition", "published", "timeout", "lag")
 CONDITIONS = tuple(kind.value for kind in WaitKind)
 WAIT_TASK_FIELDS = (*CONDITIONS, "connection", "every", "timeout", "on_timeout", "expected")
 #: What a wait task may not say: the scheduler checks it, and it holds no slot.
-NOT_FOR_WAITS = ("run", "call", "sql", "connection", "pool", "pool_slots")
+NOT_FOR_WAITS = ("run", "call", "sql", "connection", "pool", "pool_slots", *CONTAINER_FIELDS)
 #: The least lease of a wait's attempt unless the task sets its own. The scheduler that checks
 #: it reports for it, and a restart or a takeover resumes it at once without waiting for the
 #: lease, which only ever catches a checker that stalled in a live scheduler: an hour keeps
@@ -311,6 +319,9 @@ class _Reader(Reader):
         else:
             sql, connection = self.sql(f, path, line)
             run, call = (None, None) if sql is not None else self.step(f, path, line)
+        argv = self.run_list(f, path) if sql is None and "wait" not in f else ()
+        if argv:
+            run = shlex.join(argv)
         with_ = self.json_object(f.get("with"), f"{path}.with")
         after = self.after(f.get("after"), key)
         role = self.choice(f.get("role"), f"{path}.role", TaskRole, TaskRole.WORK)
@@ -342,9 +353,18 @@ class _Reader(Reader):
         )
         task_queue = self.text(f.get("queue"), f"{path}.queue") or queue
         default_executor = (
-            WAIT_EXECUTOR if "wait" in f else DEFAULT_EXECUTOR if sql is None else SQL_EXECUTOR
+            WAIT_EXECUTOR
+            if "wait" in f
+            else SQL_EXECUTOR
+            if sql is not None
+            else CONTAINER_EXECUTOR
+            if "image" in f
+            else DEFAULT_EXECUTOR
         )
         executor = self.slug(f.get("executor"), f"{path}.executor", default_executor)
+        container = self.container(
+            f, path, line, executor or default_executor, run, call, sql, argv
+        )
         if "wait" in f and executor not in (None, WAIT_EXECUTOR):
             self.add(
                 f"{path}.executor",
@@ -352,7 +372,8 @@ class _Reader(Reader):
                 problems.WAIT_HAS_NO.format(other="executor"),
             )
         if self.executor_check is not None and SLUG.fullmatch(executor) and "wait" not in f:
-            named = f.get("executor") or f.get("sql")  # sql: picks the sql executor
+            # sql: picks the sql executor, image: the container executor
+            named = f.get("executor") or f.get("sql") or f.get("image")
             problem = self.executor_check(executor)
             if problem is not None:
                 self.add(f"{path}.executor", entry_line(named) or line, problem)
@@ -397,6 +418,7 @@ class _Reader(Reader):
                 priority=priority if task_priority is None else task_priority,
                 wait=wait,
                 log_limit=log_limit,
+                container=container,
             ),
             line,
             since,
@@ -528,11 +550,92 @@ class _Reader(Reader):
             )
         return sql, connection
 
+    def container(
+        self,
+        f: Mapping[str, Entry],
+        path: str,
+        line: int | None,
+        executor: str,
+        run: str | None,
+        call: str | None,
+        sql: str | None,
+        argv: tuple[str, ...],
+    ) -> ContainerSpec | None:
+        """``image`` and the container's limits: for a ``run`` of the container executor."""
+        if executor != CONTAINER_EXECUTOR:
+            if argv:
+                run_line = entry_line(f.get("run"))
+                self.add(f"{path}.run", run_line, problems.CONTAINER_ONLY.format(name="a run list"))
+            for name in CONTAINER_FIELDS:
+                if name in f and "wait" not in f:
+                    where = f"{path}.{name}"
+                    self.add(
+                        where, entry_line(f.get(name)), problems.CONTAINER_ONLY.format(name=name)
+                    )
+            return None
+        if call is not None or sql is not None:
+            self.add(path, line, problems.CONTAINER_NEEDS_RUN.format())
+        image = self.text(f.get("image"), f"{path}.image")
+        if image is None or not image.strip():
+            self.add(
+                f"{path}.image",
+                entry_line(f.get("image")) or line,
+                problems.CONTAINER_NEEDS_IMAGE.format(),
+            )
+        cpus = None
+        if "cpus" in f and not is_null(f["cpus"]):
+            cpus = self.number(f.get("cpus"), f"{path}.cpus", 1.0, 0.01, 1024.0)
+        memory = None
+        memory_entry = f.get("memory")
+        if memory_entry is not None and not is_null(memory_entry):
+            value = memory_entry.value
+            try:
+                memory = sizes.parse_size(value.value if isinstance(value, Scalar) else kind(value))
+            except sizes.InvalidSize as exc:
+                self.add(f"{path}.memory", value.line, str(exc))
+            else:
+                if memory < MIN_CONTAINER_MEMORY:
+                    self.add(
+                        f"{path}.memory",
+                        value.line,
+                        problems.SIZE_OUT_OF_RANGE.format(value=memory, low="6MiB", high="1PiB"),
+                    )
+                    memory = None
+        workdir = self.text(f.get("workdir"), f"{path}.workdir")
+        pull = self.choice(f.get("pull"), f"{path}.pull", ContainerPull, ContainerPull.MISSING)
+        if image is None or not image.strip() or run is None:
+            return None
+        return ContainerSpec(
+            image=image, cpus=cpus, memory=memory, workdir=workdir, pull=pull, argv=argv
+        )
+
+    def run_list(self, f: Mapping[str, Entry], path: str) -> tuple[str, ...]:
+        """``run`` written as a list (a container task's argv): strings, no placeholders."""
+        entry = f.get("run")
+        if entry is None or not isinstance(entry.value, Seq):
+            return ()
+        argv: list[str] = []
+        for i, item in enumerate(entry.value.items):
+            if not (isinstance(item, Scalar) and isinstance(item.value, str)):
+                self.add(
+                    f"{path}.run[{i}]", item.line, problems.EXPECTED_STRING.format(kind=kind(item))
+                )
+                return ()
+            if "{{" in item.value:
+                self.add(f"{path}.run[{i}]", item.line, problems.RUN_LIST_PLACEHOLDER.format())
+                return ()
+            argv.append(item.value)
+        if not argv:
+            self.add(f"{path}.run", entry_line(entry), problems.EMPTY_COMMAND.format())
+        return tuple(argv)
+
     def step(
         self, f: Mapping[str, Entry], path: str, line: int | None
     ) -> tuple[str | None, str | None]:
         """``run`` or ``call``: exactly one, non-empty, and a call that looks importable."""
-        run = self.text(f.get("run"), f"{path}.run")
+        run_entry = f.get("run")
+        listed = run_entry is not None and isinstance(run_entry.value, Seq)
+        run = "(a run list)" if listed else self.text(run_entry, f"{path}.run")
         call = self.text(f.get("call"), f"{path}.call")
         if run is not None and call is not None:
             self.add(path, line, problems.RUN_AND_CALL.format())

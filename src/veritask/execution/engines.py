@@ -1,10 +1,11 @@
 """The engines' registry: every executor name, what configures each, how each is built.
 
 The built-in engines are ``local`` (the embedded supervisor), ``wait`` (conditions the
-scheduler process checks itself), ``sql`` (``execution/sql/``) and ``celery``
-(``execution/celery/``, the ``celery`` extra). Another distribution adds an engine with an
-entry point in the group ``veritask.engines`` whose object is a :class:`port.Engine` (or a
-function without arguments that returns one), named as the engine::
+scheduler process checks itself), ``sql`` (``execution/sql/``), ``celery``
+(``execution/celery/``, the ``celery`` extra) and ``container`` (``execution/container/``).
+Another distribution adds an engine with an entry point in the group ``veritask.engines``
+whose object is a :class:`port.Engine` (or a function without arguments that returns one),
+named as the engine::
 
     [project.entry-points."veritask.engines"]
     nomad = "veritask_nomad.registration:ENGINE"
@@ -27,6 +28,7 @@ from typing import Final
 from veritask.core import problems
 from veritask.execution import local, port, task_env, waits
 from veritask.execution.celery import registration as celery_registration
+from veritask.execution.container import registration as container_registration
 from veritask.execution.sql import registration as sql_registration
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,7 @@ LOCAL_EXECUTOR: Final = "local"
 WAIT_EXECUTOR: Final = "wait"
 SQL_EXECUTOR: Final = sql_registration.NAME
 CELERY_EXECUTOR: Final = celery_registration.NAME
+CONTAINER_EXECUTOR: Final = container_registration.NAME
 
 BUILT_IN: Final = (
     port.Engine(
@@ -52,6 +55,7 @@ BUILT_IN: Final = (
     ),
     sql_registration.ENGINE,
     celery_registration.ENGINE,
+    container_registration.ENGINE,
 )
 
 

@@ -97,6 +97,40 @@ class SqlStatement:
             raise ValueError("SqlStatement.connection must name a connection")
 
 
+class Pull(StrEnum):
+    """When a container engine pulls a task's image (a ``container`` task's ``pull:``)."""
+
+    NEVER = "never"
+    """The image must be on the engine's host already."""
+    MISSING = "missing"
+    """Pulled when the engine's host lacks it."""
+
+
+@dataclass(frozen=True)
+class ContainerRun:
+    """A task that is one container: ``command`` run in ``image`` by a container engine that
+    speaks the Docker Engine API (Docker or Podman; ``execution/container/``)."""
+
+    image: str
+    command: tuple[str, ...]
+    """The argv (a shell line is ``("/bin/sh", "-c", line)``)."""
+    cpus: float | None = None
+    memory: int | None = None
+    """The memory limit in bytes."""
+    workdir: str | None = None
+    pull: Pull = Pull.MISSING
+
+    def __post_init__(self) -> None:
+        if not self.image.strip():
+            raise ValueError("ContainerRun.image must not be empty")
+        if not self.command:
+            raise ValueError("ContainerRun.command must not be empty")
+        if self.cpus is not None and self.cpus <= 0:
+            raise ValueError("ContainerRun.cpus must be positive")
+        if self.memory is not None and self.memory < 6 * 1024 * 1024:
+            raise ValueError("ContainerRun.memory must be at least 6 MiB")
+
+
 class Condition(StrEnum):
     """What a wait checks (a ``wait:`` task; docs/definitions.md)."""
 
@@ -145,7 +179,7 @@ class WaitCondition:
             raise ValueError("WaitCondition.since must be timezone-aware")
 
 
-TaskSpec: TypeAlias = ShellCommand | PythonCallable | SqlStatement | WaitCondition
+TaskSpec: TypeAlias = ShellCommand | PythonCallable | SqlStatement | WaitCondition | ContainerRun
 
 
 @dataclass(frozen=True)

@@ -179,7 +179,18 @@ class Dispatcher:
                         " environment variable can (128 KiB); read the output from the file"
                         " named by VERITASK_UPSTREAM_OUTPUTS instead"
                     )
-            work = port.ShellCommand(command)
+            if task.container is not None:
+                box = task.container
+                work = port.ContainerRun(
+                    image=box.image,
+                    command=box.argv or ("/bin/sh", "-c", command),
+                    cpus=box.cpus,
+                    memory=box.memory,
+                    workdir=box.workdir,
+                    pull=port.Pull(box.pull.value),
+                )
+            else:
+                work = port.ShellCommand(command)
             env = {**value_env, **env}
         else:
             rendered = {k: templates.render_json(v, values) for k, v in task.with_.items()}

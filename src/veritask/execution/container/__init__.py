@@ -1,0 +1,1 @@
+"""The ``container`` engine: each attempt is one container of Docker or Podman."""

@@ -1,0 +1,495 @@
+"""``ContainerExecutor``: each attempt is one container of a container engine (Docker or
+Podman) reached over the Docker Engine API (``client``).
+
+The container's name is derived from the attempt alone (``container_name``), so submitting the
+same attempt twice, from this process or after a restart, finds the container made the first
+time instead of making a second one. Its labels say which definition, run, instance and
+attempt it runs, and a hash of the attempt token (never the token). The engine is the source
+of truth: no worker of ours runs beside the task and nothing reports for it; ``describe``
+reads the container's state (exit code, ``OOMKilled``, ``StartedAt``/``FinishedAt``) and the
+reconciler turns what it says into the attempt's events, as it does for any engine.
+
+The external id is ``container:<name>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Final
+
+from veritask.core import jsontypes
+from veritask.execution import errors, port, secrets
+from veritask.execution.container import client, registration
+
+EXTERNAL_ID_PREFIX: Final = "container:"
+NAME_PREFIX: Final = "veritask-"
+LABEL_PREFIX: Final = "io.veritask."
+LABEL_INSTANCE: Final = LABEL_PREFIX + "instance"
+LABEL_ATTEMPT: Final = LABEL_PREFIX + "attempt"
+LABEL_TOKEN: Final = LABEL_PREFIX + "token-sha256"
+LABEL_DEFINITION: Final = LABEL_PREFIX + "definition"
+LABEL_RUN: Final = LABEL_PREFIX + "run"
+LABEL_SKIP_EXIT_CODE: Final = LABEL_PREFIX + "skip-exit-code"
+LABEL_TIMEOUT: Final = LABEL_PREFIX + "timeout-seconds"
+#: How long a stop may take beyond the grace period before the request gives up (the stop is
+#: confirmed by ``describe`` anyway).
+STOP_SLACK_SECONDS: Final = 10.0
+#: How long a submission that found the container's name in use waits for the engine to show
+#: the container another submission is making.
+NAME_IN_USE_PATIENCE_SECONDS: Final = 10.0
+#: How many times an inspection the engine failed (HTTP 5xx) is asked before describe fails.
+INSPECT_TRIES: Final = 5
+#: How much sooner than its timeout a container may have ended by a stop that was its timeout's
+#: (the engine's times and the timer's differ by the moment it takes to start).
+TIMEOUT_SLACK: Final = timedelta(seconds=0.5)
+#: A container made this long ago and never started was left by a process that died between
+#: making and starting it: a submission of the same attempt starts it.
+UNSTARTED_AFTER: Final = timedelta(seconds=10)
+_SAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
+_RUNNING = ("running", "paused", "restarting", "removing")
+_ENDED = ("exited", "dead", "stopped")
+log = logging.getLogger(__name__)
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def container_name(instance_id: str, attempt_no: int) -> str:
+    """The one name an attempt's container has: readable, and unique by the instance's hash."""
+    digest = hashlib.sha256(instance_id.encode()).hexdigest()[:12]
+    readable = _SAFE.sub("-", instance_id).strip("-.")[:80]
+    return f"{NAME_PREFIX}{readable}-{digest}-a{attempt_no}"
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class ContainerExecutor:
+    """Runs ``ContainerRun`` attempts on the engine at ``host`` (``unix://…`` or ``tcp://…``).
+
+    ``log_dir``, when given, keeps each container's log as ``<name>.log`` when ``cleanup``
+    removes the container (the engine drops a container's log with it).
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        log_dir: Path | None = None,
+        secret_providers: Sequence[secrets.SecretProvider] | None = None,
+        unstarted_after: timedelta = UNSTARTED_AFTER,
+        clock: Callable[[], datetime] = _utc_now,
+    ) -> None:
+        self.client = client.Client(host)
+        self.unstarted_after = unstarted_after
+        self.clock = clock
+        self.log_dir = log_dir
+        self._secret_providers = secret_providers
+        self._lock = threading.Lock()
+        #: Containers this process was asked to stop: their end is a cancellation.
+        self._cancelled: set[str] = set()
+        #: Containers a thread of this process is stopping now: a new request waits for it.
+        self._stopping: set[str] = set()
+
+    # --- the port -----------------------------------------------------------------------
+
+    def submit(self, *, spec: port.AttemptSpec) -> port.Submission:
+        task = spec.task
+        if not isinstance(task, port.ContainerRun):
+            raise errors.ExecutorError(
+                "the container executor runs container tasks only (a task with image: and run:)",
+                retryable=False,
+            )
+        name = container_name(spec.instance_id, spec.attempt_no)
+        external_id = EXTERNAL_ID_PREFIX + name
+        found = self._inspect(name)
+        if found.status == 200:
+            self._adopt(spec, name, found.json())
+            return port.Submission(external_id, created=False)
+        if found.status != 404:
+            raise _failure("inspect", name, found)
+        self._ensure_image(task)
+        made = self.client.call(
+            "POST", "/containers/create", params={"name": name}, body=self._body(spec, task)
+        )
+        if made.status != 201:
+            if made.status != 409 and "already in use" not in made.message:
+                raise _failure("create", name, made)
+            # The name is in use (Docker answers 409, Podman 500): another submission made it
+            # at the same moment, and starts it. The engine may answer its inspection only
+            # once that one is made.
+            self._adopt(spec, name, self._inspect_made(name, made))
+            return port.Submission(external_id, created=False)
+        self._start(name)
+        if spec.timeout is not None:
+            timer = threading.Timer(
+                spec.timeout.total_seconds(), self._stop_in_background, args=(name,)
+            )
+            timer.daemon = True
+            timer.start()
+        return port.Submission(external_id, created=True)
+
+    def describe(self, *, external_id: str) -> port.Observation:
+        name = _name(external_id)
+        found = self._inspect(name)
+        details: dict[str, port.DetailValue] = {"container": name}
+        observe = port.ObservationDraft(external_id, details)
+        if found.status == 404:
+            return observe.make(port.EngineState.NOT_FOUND, registration.Source.INSPECT)
+        if found.status != 200:
+            raise _failure("inspect", name, found)
+        inspected = found.json()
+        state = _object(inspected.get("State"))
+        status = str(state.get("Status") or "")
+        details["status"] = status
+        container_id = inspected.get("Id")
+        if isinstance(container_id, str):
+            observe.engine_id = container_id
+        observe.started_at = client.parse_time(state.get("StartedAt"))
+        # The engine's times, in the details too: they are the evidence the ledger keeps.
+        if observe.started_at is not None:
+            details["started_at"] = observe.started_at.isoformat()
+        labels = _object(_object(inspected.get("Config")).get("Labels"))
+        timeout = _seconds(labels.get(LABEL_TIMEOUT))
+        if status in _RUNNING:
+            started = observe.started_at
+            late = (
+                timeout is not None
+                and started is not None
+                and self.clock() - started >= timedelta(seconds=timeout)
+            )
+            if late:
+                # Past its timeout: stopped whichever process asks (the timer of the one that
+                # made it may have died with it).
+                details["timed_out"] = True
+                self._stop_in_background(name)
+            return observe.make(port.EngineState.RUNNING, registration.Source.INSPECT)
+        if status not in _ENDED:
+            return observe.make(port.EngineState.PENDING, registration.Source.INSPECT)
+        observe.ended_at = client.parse_time(state.get("FinishedAt"))
+        if observe.ended_at is not None and observe.started_at is not None:
+            # Podman records StartedAt after the process started: one that ends at once may
+            # show a FinishedAt a few microseconds before it.
+            observe.ended_at = max(observe.ended_at, observe.started_at)
+        if observe.ended_at is not None:
+            details["finished_at"] = observe.ended_at.isoformat()
+        exit_code = state.get("ExitCode")
+        code = exit_code if isinstance(exit_code, int) else None
+        details["exit_code"] = code
+        # The engine says 128 + n for a process a signal ended (its init passes it on).
+        signal = code - 128 if code is not None and 128 < code < 160 else None
+        if signal is not None:
+            details["signal"] = signal
+        oom = state.get("OOMKilled") is True
+        details["oom_killed"] = oom
+        problem = state.get("Error")
+        if isinstance(problem, str) and problem:
+            details["error_message"] = problem
+        ran = (
+            observe.ended_at - observe.started_at
+            if observe.ended_at is not None and observe.started_at is not None
+            else None
+        )
+        timed_out = (
+            timeout is not None
+            and ran is not None
+            and signal in (9, 15)
+            and ran >= timedelta(seconds=timeout) - TIMEOUT_SLACK
+        )
+        category = (
+            port.ErrorCategory.TIMEOUT
+            if timed_out
+            else self._category(name, code, oom, problem, labels)
+        )
+        engine_state = (
+            port.EngineState.SUCCEEDED
+            if category in (port.ErrorCategory.NONE, port.ErrorCategory.SKIPPED)
+            else port.EngineState.FAILED
+        )
+        made = observe.make(engine_state, registration.Source.INSPECT, category=category)
+        return port.Observation(
+            external_id=made.external_id,
+            engine_state=made.engine_state,
+            source=made.source,
+            engine_id=made.engine_id,
+            exit_code=None if signal is not None else code,
+            error_category=category,
+            started_at=made.started_at,
+            ended_at=made.ended_at,
+            details=made.details,
+        )
+
+    def cancel(self, *, external_id: str) -> None:
+        """Ask the engine to stop the container: SIGTERM, then SIGKILL after the attempt's
+        grace period (kept in the container's stop timeout). Returns at once."""
+        name = _name(external_id)
+        with self._lock:
+            self._cancelled.add(name)
+        self._stop_in_background(name)
+
+    def cleanup(self, *, external_id: str) -> None:
+        name = _name(external_id)
+        observation = self.describe(external_id=external_id)
+        if observation.engine_state is port.EngineState.NOT_FOUND:
+            return
+        if not observation.ended:
+            raise errors.ExecutorError(
+                f"{external_id} is {observation.engine_state}: cancel it before cleanup",
+                retryable=True,
+            )
+        self._keep_log(name)
+        removed = self.client.call("DELETE", f"/containers/{client.path_name(name)}")
+        if removed.status not in (200, 204, 404):
+            raise _failure("remove", name, removed)
+        with self._lock:
+            self._cancelled.discard(name)
+
+    def read_log(self, *, instance_id: str, attempt_no: int) -> bytes | None:
+        """The container's output (stdout and stderr as written), from the engine while the
+        container exists, else from the copy kept when it was removed; None when neither."""
+        name = container_name(instance_id, attempt_no)
+        found = self.client.call(
+            "GET",
+            f"/containers/{client.path_name(name)}/logs",
+            params={"stdout": "1", "stderr": "1"},
+        )
+        if found.status == 200:
+            return client.demultiplex(found.body)
+        if found.status != 404:
+            raise _failure("read the log of", name, found)
+        kept = self._kept_log(name)
+        if kept is not None and kept.exists():
+            return kept.read_bytes()
+        return None
+
+    def close(self) -> None:
+        self.client.close()
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _adopt(self, spec: port.AttemptSpec, name: str, inspected: jsontypes.JSONObject) -> None:
+        labels = _object(_object(inspected.get("Config")).get("Labels"))
+        if labels.get(LABEL_TOKEN) != token_hash(spec.attempt_token):
+            raise errors.ExecutorError(
+                f"the container {name} runs attempt {spec.attempt_no} under another token",
+                retryable=False,
+            )
+        # Starting an ended container runs it again: only one made and never started for a
+        # while (the process that made it died before it started it) is started here.
+        made_at = client.parse_time(inspected.get("Created"))
+        status = _object(inspected.get("State")).get("Status")
+        if (
+            status in ("created", "configured")
+            and made_at is not None
+            and self.clock() - made_at > self.unstarted_after
+        ):
+            self._start(name)
+
+    def _inspect(self, name: str) -> client.Answer:
+        """The engine's inspection of the container. Podman answers 500 for a moment while a
+        container exits (it reads the cgroup of a process that just ended): asked again."""
+        for _ in range(INSPECT_TRIES - 1):
+            found = self.client.call("GET", f"/containers/{client.path_name(name)}/json")
+            if found.status < 500:
+                return found
+            time.sleep(0.05)
+        return self.client.call("GET", f"/containers/{client.path_name(name)}/json")
+
+    def _inspect_made(self, name: str, refusal: client.Answer) -> jsontypes.JSONObject:
+        deadline = time.monotonic() + NAME_IN_USE_PATIENCE_SECONDS
+        while True:
+            again = self._inspect(name)
+            if again.status == 200:
+                return again.json()
+            if again.status != 404 or time.monotonic() > deadline:
+                raise _failure("create", name, refusal)
+            time.sleep(0.05)
+
+    def _start(self, name: str) -> None:
+        started = self.client.call("POST", f"/containers/{client.path_name(name)}/start")
+        if started.status not in (204, 304):
+            raise _failure("start", name, started)
+
+    def _ensure_image(self, task: port.ContainerRun) -> None:
+        found = self.client.call("GET", f"/images/{client.path_name(task.image)}/json")
+        if found.status == 200:
+            return
+        if found.status != 404:
+            raise _failure("inspect the image", task.image, found)
+        if task.pull is port.Pull.NEVER:
+            raise errors.ExecutorError(
+                f"the image {task.image!r} is not on the container engine's host "
+                "and the task says pull: never",
+                retryable=False,
+            )
+        image, _, tag = task.image.partition("@")[0].rpartition(":")
+        if not image or "/" in tag:
+            image, tag = task.image, "latest"
+        pulled = self.client.call(
+            "POST",
+            "/images/create",
+            params={"fromImage": image, "tag": tag},
+            timeout=600.0,
+        )
+        if pulled.status != 200:
+            raise _failure("pull", task.image, pulled)
+
+    def _body(self, spec: port.AttemptSpec, task: port.ContainerRun) -> jsontypes.JSONObject:
+        env = dict(spec.env)
+        env.update(self._secrets(spec))
+        labels: dict[str, jsontypes.JSONValue] = {
+            LABEL_INSTANCE: spec.instance_id,
+            LABEL_ATTEMPT: str(spec.attempt_no),
+            LABEL_TOKEN: token_hash(spec.attempt_token),
+            LABEL_SKIP_EXIT_CODE: str(spec.skip_exit_code),
+        }
+        if spec.timeout is not None:
+            labels[LABEL_TIMEOUT] = str(spec.timeout.total_seconds())
+        for label, variable in (
+            (LABEL_DEFINITION, "VERITASK_DEFINITION"),
+            (LABEL_RUN, "VERITASK_RUN_ID"),
+        ):
+            if variable in spec.env:
+                labels[label] = spec.env[variable]
+        host: dict[str, jsontypes.JSONValue] = {"Init": True}
+        if task.cpus is not None:
+            host["NanoCpus"] = int(task.cpus * 1_000_000_000)
+        if task.memory is not None:
+            host["Memory"] = task.memory
+            host["MemorySwap"] = task.memory  # no swap beyond the limit: OOM is OOM
+        body: dict[str, jsontypes.JSONValue] = {
+            "Image": task.image,
+            "Cmd": list(task.command),
+            "Env": [f"{key}={value}" for key, value in env.items()],
+            "Labels": labels,
+            "HostConfig": host,
+            "StopTimeout": max(1, int(spec.grace_period.total_seconds())),
+            "StopSignal": "SIGTERM",
+        }
+        if task.workdir:
+            body["WorkingDir"] = task.workdir
+        return body
+
+    def _secrets(self, spec: port.AttemptSpec) -> dict[str, str]:
+        if not spec.secret_env:
+            return {}
+        providers = self._secret_providers
+        if providers is None:
+            providers = secrets.providers_from_environment(os.environ)
+        try:
+            return secrets.resolve(spec.secret_env, providers=providers)
+        except secrets.SecretError as exc:
+            raise errors.ExecutorError(str(exc), retryable=False) from None
+
+    def _category(
+        self,
+        name: str,
+        code: int | None,
+        oom: bool,
+        problem: object,
+        labels: jsontypes.JSONObject,
+    ) -> port.ErrorCategory:
+        with self._lock:
+            cancelled = name in self._cancelled
+        if code == 0:
+            return port.ErrorCategory.NONE
+        if cancelled:
+            return port.ErrorCategory.CANCELLED
+        if oom:
+            return port.ErrorCategory.KILLED
+        if code is not None and str(code) == labels.get(LABEL_SKIP_EXIT_CODE):
+            return port.ErrorCategory.SKIPPED
+        if isinstance(problem, str) and problem and code in (None, 125, 126, 127):
+            return port.ErrorCategory.START_ERROR
+        if code is not None and code > 128:
+            return port.ErrorCategory.KILLED
+        return port.ErrorCategory.TASK_ERROR
+
+    def _stop_in_background(self, name: str) -> None:
+        with self._lock:
+            if name in self._stopping:
+                return
+            self._stopping.add(name)
+        threading.Thread(
+            target=self._stop_once, args=(name,), name=f"container-stop-{name}", daemon=True
+        ).start()
+
+    def _stop_once(self, name: str) -> None:
+        try:
+            self._stop(name)
+        except errors.ExecutorError as exc:
+            log.warning("could not stop the container %s: %s", name, exc)
+        finally:
+            with self._lock:
+                self._stopping.discard(name)
+
+    def _stop(self, name: str) -> None:
+        inspected = self._inspect(name)
+        if inspected.status != 200:
+            return
+        grace = _object(inspected.json().get("Config")).get("StopTimeout")
+        seconds = grace if isinstance(grace, int) else 10
+        try:
+            stopped = self.client.call(
+                "POST",
+                f"/containers/{client.path_name(name)}/stop",
+                params={"t": str(seconds)},
+                timeout=seconds + STOP_SLACK_SECONDS,
+            )
+        except errors.ExecutorError as exc:
+            log.warning("could not stop the container %s: %s", name, exc)
+            return
+        if stopped.status not in (204, 304, 404):
+            log.warning("could not stop the container %s: %s", name, stopped.message)
+
+    def _kept_log(self, name: str) -> Path | None:
+        return None if self.log_dir is None else self.log_dir / f"{name}.log"
+
+    def _keep_log(self, name: str) -> None:
+        kept = self._kept_log(name)
+        if kept is None:
+            return
+        found = self.client.call(
+            "GET",
+            f"/containers/{client.path_name(name)}/logs",
+            params={"stdout": "1", "stderr": "1"},
+        )
+        if found.status == 200:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_bytes(client.demultiplex(found.body))
+
+
+def _name(external_id: str) -> str:
+    name = external_id.removeprefix(EXTERNAL_ID_PREFIX)
+    if not external_id.startswith(EXTERNAL_ID_PREFIX) or not name.startswith(NAME_PREFIX):
+        raise errors.ExecutorError(f"not a container external id: {external_id!r}")
+    return name
+
+
+def _seconds(value: object) -> float | None:
+    try:
+        return float(str(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _object(value: object) -> jsontypes.JSONObject:
+    return value if isinstance(value, dict) else {}
+
+
+def _failure(what: str, name: str, answer: client.Answer) -> errors.ExecutorError:
+    """A refusal of the engine: a server error may pass, a bad request will not."""
+    return errors.ExecutorError(
+        f"the container engine could not {what} {name}: {answer.message} (HTTP {answer.status})",
+        retryable=answer.status >= 500,
+    )
