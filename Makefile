@@ -37,8 +37,9 @@ fuzz: $(STAMP)
 
 # Figures for the ledger (its speed and its bytes per task), the executor, the scheduler (and
 # two schedulers beside one on PostgreSQL), `veritask up`, the web UI's render of a
-# 1,000-instance run, 10,000 open waits and a 1,000-task Python pipeline's compile and apply,
-# each beside its baseline or target; never by the tests.
+# 1,000-instance run, a 20,000-task run's first page and cancel, 10,000 open waits and a
+# 1,000-task Python pipeline's compile and apply, each beside its baseline or target; never
+# by the tests.
 # The scale curve runs here at 0 and 100,000 finished instances; the full curve is
 # `python -m bench.scale --sizes 0,100000,1000000` (about 10 GB of SQLite).
 bench: $(STAMP)
@@ -50,6 +51,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.ledger_size
 	$(BIN)/python -m bench.up
 	$(BIN)/python -m bench.ui
+	$(BIN)/python -m bench.large_run
 	$(BIN)/python -m bench.backfill
 	$(BIN)/python -m bench.pools
 	$(BIN)/python -m bench.waits
