@@ -28,7 +28,9 @@ from veritask.api.settings import ApiSettings
 from veritask.core import decide, judge
 from veritask.core.events import Event, EventKind
 from veritask.core.jsontypes import JSONObject
+from veritask.core.states import RunExecutionState
 from veritask.execution import wire
+from veritask.ledger import run_store
 from veritask.services import tokens
 from veritask.services.platform import Platform
 from veritask.services.tokens import TokenRole
@@ -203,6 +205,32 @@ def open_attempt(
     )
     assert platform.ledger.apply(acknowledged).outcome is judge.Outcome.APPLIED
     return opened.attempt_no
+
+
+def end_run(
+    platform: Platform,
+    run_id: str,
+    state: RunExecutionState,
+    reason: str,
+    *,
+    at: datetime | None = None,
+) -> None:
+    """Record the run's execution state as the scheduler would when it ends the run (a
+    test's shortcut past the scheduler's own settle)."""
+    with platform.engine.begin() as connection:
+        version, previous = run_store.run_version(connection, run_id)
+        run_store.set_execution_state(
+            connection,
+            run_id=run_id,
+            expected_version=version,
+            state=state,
+            reason=reason,
+            previous=previous,
+            actor="scheduler",
+            event_id=str(uuid.uuid4()),
+            now=platform.now() if at is None else at,
+            evidence={"by": "the test"},
+        )
 
 
 def hello_attempt(api: Api) -> tuple[str, int, str]:

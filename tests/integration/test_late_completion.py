@@ -11,6 +11,7 @@ from tests.integration.conftest import (
     PIPELINE,
     Api,
     completed,
+    end_run,
     now,
     open_attempt,
     report,
@@ -73,20 +74,7 @@ def _decide_on_the_failure(api: Api, run_id: str, ids: dict[str, str]) -> None:
         )
     )
     assert applied.state is InstanceState.UPSTREAM_FAILED
-    with api.platform.engine.begin() as connection:
-        version, state = run_store.run_version(connection, run_id)
-        run_store.set_execution_state(
-            connection,
-            run_id=run_id,
-            expected_version=version,
-            state=RunExecutionState.FAILED,
-            reason="leaf load failed",
-            previous=state,
-            actor="scheduler",
-            event_id=str(uuid.uuid4()),
-            now=now(),
-            evidence={"by": "the test"},
-        )
+    end_run(api.platform, run_id, RunExecutionState.FAILED, "leaf load failed", at=now())
 
 
 def _alerts(api: Api, category: str) -> list[dict[str, Any]]:
@@ -180,20 +168,7 @@ def _pair_ended_on_the_engines_failure(api: Api) -> tuple[str, dict[str, str], s
     """extract SUCCESS; transform FAILED on the engine's exit record, and the run ended
     FAILED on it while the worker's own exit 0 is still on its way."""
     run_id, ids, token, attempt_no = _failed_by_the_engine(api, TWO_TASKS, "pair")
-    with api.platform.engine.begin() as connection:
-        version, state = run_store.run_version(connection, run_id)
-        run_store.set_execution_state(
-            connection,
-            run_id=run_id,
-            expected_version=version,
-            state=RunExecutionState.FAILED,
-            reason="leaf transform failed",
-            previous=state,
-            actor="scheduler",
-            event_id=str(uuid.uuid4()),
-            now=now(),
-            evidence={"instances": {"transform": "FAILED"}},
-        )
+    end_run(api.platform, run_id, RunExecutionState.FAILED, "leaf transform failed", at=now())
     return run_id, ids, token, attempt_no
 
 

@@ -12,6 +12,7 @@ from tests.integration.conftest import (
     PIPELINE,
     Api,
     completed,
+    end_run,
     open_attempt,
     report,
     started,
@@ -36,20 +37,7 @@ def _failed_run(api: Api) -> tuple[str, str]:
     attempt_no = open_attempt(api.platform, instance_id, token)
     report(api, started(instance_id, attempt_no, token), token)
     report(api, completed(instance_id, attempt_no, token, seq=2, exit_code=3), token)
-    with api.platform.engine.begin() as connection:
-        version, state = run_store.run_version(connection, run_id)
-        run_store.set_execution_state(
-            connection,
-            run_id=run_id,
-            expected_version=version,
-            state=RunExecutionState.FAILED,
-            reason="a leaf failed",
-            previous=state,
-            actor="scheduler",
-            event_id=str(uuid.uuid4()),
-            now=api.platform.now(),
-            evidence={"by": "the test"},
-        )
+    end_run(api.platform, run_id, RunExecutionState.FAILED, "a leaf failed")
     return run_id, instance_id
 
 
@@ -155,20 +143,7 @@ def test_an_override_that_keeps_the_run_failed_still_recomputes_its_reason(api: 
         attempt_no = open_attempt(api.platform, instance_id, token)
         report(api, started(instance_id, attempt_no, token), token)
         report(api, completed(instance_id, attempt_no, token, seq=2, exit_code=3), token)
-    with api.platform.engine.begin() as connection:
-        version, state = run_store.run_version(connection, run_id)
-        run_store.set_execution_state(
-            connection,
-            run_id=run_id,
-            expected_version=version,
-            state=RunExecutionState.FAILED,
-            reason="leaves a FAILED, b FAILED",
-            previous=state,
-            actor="scheduler",
-            event_id=str(uuid.uuid4()),
-            now=api.platform.now(),
-            evidence={"by": "the test"},
-        )
+    end_run(api.platform, run_id, RunExecutionState.FAILED, "leaves a FAILED, b FAILED")
     response = api.http.post(
         f"/api/v2/instances/{ids['a']}/override",
         json={"state": "SUCCESS", "reason": "a verified by hand", "scope": "instance"},
@@ -261,20 +236,7 @@ def test_a_publication_that_starts_while_an_override_is_judged_refuses_it(
     attempt_no = open_attempt(api.platform, instance_id, token)
     report(api, started(instance_id, attempt_no, token), token)
     report(api, completed(instance_id, attempt_no, token, seq=2), token)
-    with api.platform.engine.begin() as connection:
-        version, state = run_store.run_version(connection, run_id)
-        run_store.set_execution_state(
-            connection,
-            run_id=run_id,
-            expected_version=version,
-            state=RunExecutionState.SUCCESS,
-            reason="every leaf succeeded",
-            previous=state,
-            actor="scheduler",
-            event_id=str(uuid.uuid4()),
-            now=api.platform.now(),
-            evidence={"by": "the test"},
-        )
+    end_run(api.platform, run_id, RunExecutionState.SUCCESS, "every leaf succeeded")
     judged = overrides._refuse_if_any_refuses
 
     def judge_then_publish(platform: Platform, targets: list[Any], origin: str) -> None:
