@@ -90,19 +90,11 @@ def group_members(pgid: int, *, started_since: int) -> list[int]:
     The start-time bound keeps a later, unrelated group that reused the id out of the answer
     (its processes all started after ours ended; ours started at or after the leader).
     """
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        stat = read_stat(int(entry))
-        if (
-            stat is not None
-            and stat.pgrp == pgid
-            and not stat.ended
-            and stat.start_ticks >= started_since
-        ):
-            members.append(stat.pid)
-    return members
+    return [
+        stat.pid
+        for stat in all_stats()
+        if stat.pgrp == pgid and not stat.ended and stat.start_ticks >= started_since
+    ]
 
 
 def all_stats() -> Iterator[ProcStat]:
