@@ -307,6 +307,8 @@ class ErrorCategory(StrEnum):
     """It exited with the skip exit code or called skip."""
     START_ERROR = "start_error"
     """It could not be started (command not found, import error)."""
+    OUT_OF_MEMORY = "out_of_memory"
+    """The kernel killed it for going past its memory limit (a container's ``memory:``)."""
 
 
 class StopCause(StrEnum):

@@ -64,6 +64,22 @@ class WaitStartedEvidence(TypedDict):
     """What is checked: the path, the statement, the URL or the callable."""
 
 
+class ContainerStartedEvidence(TypedDict):
+    """A container's start, as its engine shows it (``execution/container``)."""
+
+    worker: str
+    """``container:<engine host>``: no worker of ours runs in it."""
+    host: str
+    """The engine's address (``unix://…`` or ``tcp://…``)."""
+    container: str
+    """The container's name (one per attempt)."""
+    container_id: str
+    """The engine's id of the container: with the name, unique on the engine."""
+    image: str
+    started_at: str
+    """The engine's ``StartedAt``."""
+
+
 class HeartbeatEvidence(TypedDict):
     pass
 
@@ -127,7 +143,9 @@ class _Envelope(TypedDict):
 
 class StartedEvent(_Envelope):
     kind: Literal["started"]
-    evidence: StartedEvidence | SqlStartedEvidence | WaitStartedEvidence
+    evidence: (
+        StartedEvidence | SqlStartedEvidence | WaitStartedEvidence | ContainerStartedEvidence
+    )
 
 
 class HeartbeatEvent(_Envelope):
@@ -157,6 +175,7 @@ Evidence: TypeAlias = (
     StartedEvidence
     | SqlStartedEvidence
     | WaitStartedEvidence
+    | ContainerStartedEvidence
     | HeartbeatEvidence
     | ProgressEvidence
     | CompletedEvidence

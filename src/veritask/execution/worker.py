@@ -56,6 +56,7 @@ from veritask.core import jsontypes, outputs
 from veritask.execution import (
     cgroups,
     delivery,
+    endings,
     layout,
     port,
     procfs,
@@ -428,22 +429,21 @@ class AttemptRun:
         return exit_status(category)
 
     def _categorize(self, exit_code: int | None, signum: int | None) -> port.ErrorCategory:
-        if self._stop_cause is not None:
-            return self._stop_cause
-        if signum is not None:
+        stopped = self._stop_cause
+        if stopped is None and signum is not None and self.attempt.cancel_request.exists():
             # A stop asked while this worker was frozen may have killed the task's group
             # (the escalation) before the stop signal queued for this worker was read: the
             # request's file says it was ours.
-            if self.attempt.cancel_request.exists():
-                return port.ErrorCategory.CANCELLED
-            return port.ErrorCategory.KILLED
-        if not self._start_confirmed(exit_code):
-            return port.ErrorCategory.START_ERROR
-        if exit_code == 0:
-            return port.ErrorCategory.NONE
-        if exit_code == self.spec.skip_exit_code:
-            return port.ErrorCategory.SKIPPED
-        return port.ErrorCategory.TASK_ERROR
+            stopped = port.ErrorCategory.CANCELLED
+        return endings.categorize(
+            endings.Ending(
+                exit_code=exit_code,
+                signal=signum,
+                skip_exit_code=self.spec.skip_exit_code,
+                stopped_by_us=stopped,
+                started=signum is not None or self._start_confirmed(exit_code),
+            )
+        )
 
     def _start_confirmed(self, exit_code: int | None) -> bool:
         task = self._task

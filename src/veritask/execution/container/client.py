@@ -70,18 +70,9 @@ class Client:
 
     def __init__(self, host: str, *, timeout: float = REQUEST_TIMEOUT_SECONDS) -> None:
         self.host = host
-        if host.startswith("unix://"):
-            transport = httpx.HTTPTransport(uds=host.removeprefix("unix://"))
-            base = "http://engine"
-        elif host.startswith(("tcp://", "http://")):
-            transport = httpx.HTTPTransport()
-            base = "http://" + host.split("://", 1)[1]
-        else:
-            raise ValueError(
-                f"{HOST_ENV} must be unix://<path> or tcp://<host>:<port>, not {host!r}"
-            )
+        engine_transport, base = transport(host)
         self._http = httpx.Client(
-            transport=transport, base_url=f"{base}/{API_VERSION}", timeout=timeout
+            transport=engine_transport, base_url=f"{base}/{API_VERSION}", timeout=timeout
         )
 
     def call(
@@ -109,6 +100,16 @@ class Client:
 
     def close(self) -> None:
         self._http.close()
+
+
+def transport(host: str) -> tuple[httpx.HTTPTransport, str]:
+    """The transport to the engine at ``host`` and the base URL its requests go to."""
+    if host.startswith("unix://"):
+        return httpx.HTTPTransport(uds=host.removeprefix("unix://")), "http://engine"
+    if host.startswith(("tcp://", "http://")):
+        return httpx.HTTPTransport(), "http://" + host.split("://", 1)[1]
+    raise ValueError(f"{HOST_ENV} must be unix://<path> or tcp://<host>:<port>, not {host!r}")
+
 
 
 def path_name(name: str) -> str:
@@ -143,3 +144,36 @@ def demultiplex(raw: bytes) -> bytes:
         out += raw[at + 8 : at + 8 + length]
         at += 8 + length
     return bytes(out) if at == len(raw) else raw
+
+
+class FrameReader:
+    """``demultiplex`` for a stream that comes in pieces: each ``feed`` returns the bytes of
+    the frames it completed; a frame cut between two pieces waits for the next."""
+
+    def __init__(self) -> None:
+        self._pending = bytearray()
+        self._raw = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self._raw:
+            return chunk
+        self._pending += chunk
+        out = bytearray()
+        while len(self._pending) >= 8:
+            stream = self._pending[0]
+            if stream not in (0, 1, 2):
+                # Not multiplexed (a terminal's raw stream): everything passes as it is.
+                self._raw = True
+                out += self._pending
+                self._pending.clear()
+                break
+            length = struct.unpack(">I", self._pending[4:8])[0]
+            if len(self._pending) < 8 + length:
+                break
+            out += self._pending[8 : 8 + length]
+            del self._pending[: 8 + length]
+        return bytes(out)
+
+    def rest(self) -> bytes:
+        """What is left of a frame the stream cut off."""
+        return bytes(self._pending[8:])

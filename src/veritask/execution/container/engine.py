@@ -15,6 +15,7 @@ The external id is ``container:<name>``.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
@@ -26,8 +27,8 @@ from pathlib import Path
 from typing import Final
 
 from veritask.core import jsontypes
-from veritask.execution import errors, port, secrets
-from veritask.execution.container import client, registration
+from veritask.execution import endings, errors, port, secrets
+from veritask.execution.container import client, registration, watch
 
 EXTERNAL_ID_PREFIX: Final = "container:"
 NAME_PREFIX: Final = "veritask-"
@@ -45,6 +46,8 @@ STOP_SLACK_SECONDS: Final = 10.0
 #: How long a submission that found the container's name in use waits for the engine to show
 #: the container another submission is making.
 NAME_IN_USE_PATIENCE_SECONDS: Final = 10.0
+#: How long cleanup waits for the copy of an ended container's output to finish.
+FOLLOWER_PATIENCE_SECONDS: Final = 5.0
 #: How many times an inspection the engine failed (HTTP 5xx) is asked before describe fails.
 INSPECT_TRIES: Final = 5
 #: How much sooner than its timeout a container may have ended by a stop that was its timeout's
@@ -94,12 +97,17 @@ class ContainerExecutor:
         self.unstarted_after = unstarted_after
         self.clock = clock
         self.log_dir = log_dir
+        self._closed = threading.Event()
         self._secret_providers = secret_providers
         self._lock = threading.Lock()
         #: Containers this process was asked to stop: their end is a cancellation.
         self._cancelled: set[str] = set()
         #: Containers a thread of this process is stopping now: a new request waits for it.
         self._stopping: set[str] = set()
+        #: Containers a thread of this process watches and reports on, by name.
+        self._watching: dict[str, threading.Thread] = {}
+        #: The threads that copy a container's output into its kept log as it comes.
+        self._followers: dict[str, threading.Thread] = {}
 
     # --- the port -----------------------------------------------------------------------
 
@@ -115,6 +123,7 @@ class ContainerExecutor:
         found = self._inspect(name)
         if found.status == 200:
             self._adopt(spec, name, found.json())
+            self._watch(spec, name)
             return port.Submission(external_id, created=False)
         if found.status != 404:
             raise _failure("inspect", name, found)
@@ -129,8 +138,10 @@ class ContainerExecutor:
             # at the same moment, and starts it. The engine may answer its inspection only
             # once that one is made.
             self._adopt(spec, name, self._inspect_made(name, made))
+            self._watch(spec, name)
             return port.Submission(external_id, created=False)
         self._start(name)
+        self._watch(spec, name)
         if spec.timeout is not None:
             timer = threading.Timer(
                 spec.timeout.total_seconds(), self._stop_in_background, args=(name,)
@@ -159,7 +170,10 @@ class ContainerExecutor:
         # The engine's times, in the details too: they are the evidence the ledger keeps.
         if observe.started_at is not None:
             details["started_at"] = observe.started_at.isoformat()
-        labels = _object(_object(inspected.get("Config")).get("Labels"))
+        config = _object(inspected.get("Config"))
+        labels = _object(config.get("Labels"))
+        if isinstance(config.get("Image"), str):
+            details["image"] = config.get("Image")
         timeout = _seconds(labels.get(LABEL_TIMEOUT))
         if status in _RUNNING:
             started = observe.started_at
@@ -192,6 +206,9 @@ class ContainerExecutor:
             details["signal"] = signal
         oom = state.get("OOMKilled") is True
         details["oom_killed"] = oom
+        limit = _object(inspected.get("HostConfig")).get("Memory")
+        if isinstance(limit, int) and limit > 0:
+            details["memory_limit"] = limit
         problem = state.get("Error")
         if isinstance(problem, str) and problem:
             details["error_message"] = problem
@@ -206,10 +223,29 @@ class ContainerExecutor:
             and signal in (9, 15)
             and ran >= timedelta(seconds=timeout) - TIMEOUT_SLACK
         )
-        category = (
+        with self._lock:
+            cancelled = name in self._cancelled
+        stopped_by_us = (
             port.ErrorCategory.TIMEOUT
             if timed_out
-            else self._category(name, code, oom, problem, labels)
+            # Exit 0 is the task's own end: the stop came after its work was done.
+            else port.ErrorCategory.CANCELLED
+            if cancelled and code != 0
+            else None
+        )
+        if not oom and stopped_by_us is None and signal == 9 and "memory_limit" in details:
+            oom = self._killed_by_kernel(inspected, details)
+        category = endings.categorize(
+            endings.Ending(
+                exit_code=code,
+                signal=signal,
+                skip_exit_code=_skip_code(labels),
+                stopped_by_us=stopped_by_us,
+                started=not (
+                    isinstance(problem, str) and problem and code in (None, 125, 126, 127)
+                ),
+                out_of_memory=oom,
+            )
         )
         engine_state = (
             port.EngineState.SUCCEEDED
@@ -247,12 +283,51 @@ class ContainerExecutor:
                 f"{external_id} is {observation.engine_state}: cancel it before cleanup",
                 retryable=True,
             )
+        with self._lock:
+            follower = self._followers.pop(name, None)
+        if follower is not None:
+            # Its stream ends with the container's output; removing the container under it
+            # would end it with the engine's error instead.
+            follower.join(FOLLOWER_PATIENCE_SECONDS)
         self._keep_log(name)
         removed = self.client.call("DELETE", f"/containers/{client.path_name(name)}")
         if removed.status not in (200, 204, 404):
             raise _failure("remove", name, removed)
         with self._lock:
             self._cancelled.discard(name)
+
+    def resume(self, *, spec: port.AttemptSpec) -> bool:
+        """Watch and report on an attempt whose container the engine still runs and no thread
+        of this process watches (the process that started it died); True if watched now."""
+        if not isinstance(spec.task, port.ContainerRun):
+            return False
+        name = container_name(spec.instance_id, spec.attempt_no)
+        with self._lock:
+            if name in self._watching:
+                return True
+        found = self._inspect(name)
+        if found.status == 404:
+            return False
+        if found.status != 200:
+            raise _failure("inspect", name, found)
+        inspected = found.json()
+        labels = _object(_object(inspected.get("Config")).get("Labels"))
+        if labels.get(LABEL_TOKEN) != token_hash(spec.attempt_token):
+            raise errors.ExecutorError(
+                f"the container {name} runs attempt {spec.attempt_no} under another token",
+                retryable=False,
+            )
+        if _object(inspected.get("State")).get("Status") in _ENDED:
+            return False  # ended: describe tells how
+        self._watch(spec, name)
+        return True
+
+    def wait_for_watchers(self, timeout: float) -> None:
+        """Wait until this process has reported the end of what it watches (tests, shutdown)."""
+        with self._lock:
+            threads = list(self._watching.values())
+        for thread in threads:
+            thread.join(timeout)
 
     def read_log(self, *, instance_id: str, attempt_no: int) -> bytes | None:
         """The container's output (stdout and stderr as written), from the engine while the
@@ -273,6 +348,7 @@ class ContainerExecutor:
         return None
 
     def close(self) -> None:
+        self._closed.set()
         self.client.close()
 
     # --- helpers ------------------------------------------------------------------------
@@ -294,6 +370,80 @@ class ContainerExecutor:
             and self.clock() - made_at > self.unstarted_after
         ):
             self._start(name)
+
+    def _watch(self, spec: port.AttemptSpec, name: str) -> None:
+        with self._lock:
+            if name in self._watching:
+                return
+            watcher = threading.Thread(
+                target=self._follow, args=(spec, name), name=f"container-watch-{name}", daemon=True
+            )
+            self._watching[name] = watcher
+        watcher.start()
+        kept = self._kept_log(name)
+        if kept is not None:
+            follower = threading.Thread(
+                target=watch.follow_log,
+                args=(self.client.host, name, kept, spec.log_cap_bytes, self._closed.is_set),
+                name=f"container-log-{name}",
+                daemon=True,
+            )
+            with self._lock:
+                self._followers[name] = follower
+            follower.start()
+
+    def _follow(self, spec: port.AttemptSpec, name: str) -> None:
+        """Look at the container until it ends, reporting what changed; an engine that cannot
+        be reached is asked again (the reconciler decides if it never answers)."""
+        reporter = watch.Watch(spec, self.client.host)
+        external_id = EXTERNAL_ID_PREFIX + name
+        try:
+            while not self._closed.is_set():
+                try:
+                    if reporter.look(self.describe(external_id=external_id)):
+                        return
+                except (errors.ExecutorError, RuntimeError) as exc:  # RuntimeError: closed
+                    log.warning("watching the container %s: %s", name, exc)
+                self._closed.wait(reporter.pause())
+        finally:
+            reporter.close()
+            with self._lock:
+                self._watching.pop(name, None)
+
+    def _killed_by_kernel(
+        self, inspected: jsontypes.JSONObject, details: dict[str, port.DetailValue]
+    ) -> bool:
+        """Whether a container under a memory limit that died of SIGKILL was killed by the
+        kernel for its memory: nobody asked the engine to kill or stop it. Docker sets
+        ``OOMKilled``; Podman 4 does not (it sees the SIGKILL only), so the engine's own event
+        log is asked for a ``kill`` (every stop and kill of ours sends one first)."""
+        container_id = inspected.get("Id")
+        since = client.parse_time(inspected.get("Created"))
+        if not isinstance(container_id, str) or since is None:
+            return False
+        asked = self.client.call(
+            "GET",
+            "/events",
+            params={
+                "since": str(int(since.timestamp()) - 1),
+                "until": str(int(self.clock().timestamp()) + 1),
+                "filters": json.dumps({"event": ["kill"]}),
+            },
+        )
+        if asked.status != 200:
+            return False
+        for line in asked.body.splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("id") == container_id:
+                details["killed_by"] = "a kill or stop asked of the engine"
+                return False
+        details["oom_inferred"] = (
+            "exit 137 under a memory limit, and no kill or stop was asked of the engine"
+        )
+        return True
 
     def _inspect(self, name: str) -> client.Answer:
         """The engine's inspection of the container. Podman answers 500 for a moment while a
@@ -391,30 +541,6 @@ class ContainerExecutor:
         except secrets.SecretError as exc:
             raise errors.ExecutorError(str(exc), retryable=False) from None
 
-    def _category(
-        self,
-        name: str,
-        code: int | None,
-        oom: bool,
-        problem: object,
-        labels: jsontypes.JSONObject,
-    ) -> port.ErrorCategory:
-        with self._lock:
-            cancelled = name in self._cancelled
-        if code == 0:
-            return port.ErrorCategory.NONE
-        if cancelled:
-            return port.ErrorCategory.CANCELLED
-        if oom:
-            return port.ErrorCategory.KILLED
-        if code is not None and str(code) == labels.get(LABEL_SKIP_EXIT_CODE):
-            return port.ErrorCategory.SKIPPED
-        if isinstance(problem, str) and problem and code in (None, 125, 126, 127):
-            return port.ErrorCategory.START_ERROR
-        if code is not None and code > 128:
-            return port.ErrorCategory.KILLED
-        return port.ErrorCategory.TASK_ERROR
-
     def _stop_in_background(self, name: str) -> None:
         with self._lock:
             if name in self._stopping:
@@ -440,6 +566,13 @@ class ContainerExecutor:
         grace = _object(inspected.json().get("Config")).get("StopTimeout")
         seconds = grace if isinstance(grace, int) else 10
         try:
+            # A kill of SIGTERM first: the engine's event log then says a stop was asked of it
+            # (Podman's stop leaves no event), so a SIGKILL that follows is not the kernel's.
+            self.client.call(
+                "POST",
+                f"/containers/{client.path_name(name)}/kill",
+                params={"signal": "SIGTERM"},
+            )
             stopped = self.client.call(
                 "POST",
                 f"/containers/{client.path_name(name)}/stop",
@@ -474,6 +607,11 @@ def _name(external_id: str) -> str:
     if not external_id.startswith(EXTERNAL_ID_PREFIX) or not name.startswith(NAME_PREFIX):
         raise errors.ExecutorError(f"not a container external id: {external_id!r}")
     return name
+
+
+def _skip_code(labels: jsontypes.JSONObject) -> int:
+    found = labels.get(LABEL_SKIP_EXIT_CODE)
+    return int(found) if isinstance(found, str) and found.isdigit() else 99
 
 
 def _seconds(value: object) -> float | None:
