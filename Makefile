@@ -58,6 +58,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.pipelines
 	$(BIN)/python -m bench.mapping --postgres
 	$(BIN)/python -m bench.celery --rounds 3
+	$(BIN)/python -m bench.container
 
 # The scheduler's kill -9 fault test at length (SOAK_ITERATIONS per database, a new random
 # seed each time unless SOAK_SEED is given); not part of `make test`.

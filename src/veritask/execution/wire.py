@@ -143,9 +143,7 @@ class _Envelope(TypedDict):
 
 class StartedEvent(_Envelope):
     kind: Literal["started"]
-    evidence: (
-        StartedEvidence | SqlStartedEvidence | WaitStartedEvidence | ContainerStartedEvidence
-    )
+    evidence: StartedEvidence | SqlStartedEvidence | WaitStartedEvidence | ContainerStartedEvidence
 
 
 class HeartbeatEvent(_Envelope):

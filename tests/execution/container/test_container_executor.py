@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -228,3 +229,55 @@ def test_a_container_made_and_never_started_is_started_by_the_next_submit(
     assert unstarted.engine_state is port.EngineState.PENDING
     assert ended.engine_state is port.EngineState.SUCCEEDED
     assert log == b"started\n"
+
+
+_HOG = 'x=$(head -c 100000000 /dev/zero | tr "\\0" x); echo survived'
+
+
+def test_a_container_past_its_memory_limit_ends_out_of_memory(
+    container_executor: engine.ContainerExecutor,
+) -> None:
+    spec = helpers.spec(_HOG, memory=16 * 1024 * 1024)
+
+    external_id = container_executor.submit(spec=spec).external_id
+    observation = _ended(container_executor, external_id)
+
+    assert observation.engine_state is port.EngineState.FAILED
+    assert observation.error_category is port.ErrorCategory.OUT_OF_MEMORY
+    assert observation.details["signal"] == 9
+    # Docker says OOMKilled; Podman 4 only shows the SIGKILL, and its event log shows that
+    # nobody asked for it: either is the evidence.
+    assert observation.details["oom_killed"] is True or "oom_inferred" in observation.details
+
+
+def test_a_kill_asked_of_the_engine_under_a_memory_limit_is_no_oom(
+    container_executor: engine.ContainerExecutor,
+) -> None:
+    spec = helpers.spec("sleep 30", memory=16 * 1024 * 1024)
+    external_id = container_executor.submit(spec=spec).external_id
+    name = engine.container_name(spec.instance_id, 1)
+    wait_for(
+        lambda: container_executor.describe(external_id=external_id).started_at,
+        what="the container to start",
+    )
+
+    subprocess.run(["podman", "kill", "--signal", "KILL", name], check=True, timeout=30)
+    observation = _ended(container_executor, external_id)
+
+    assert observation.error_category is port.ErrorCategory.KILLED
+    assert observation.details["killed_by"] == "a kill or stop asked of the engine"
+
+
+def test_the_output_reaches_the_kept_log_while_the_container_runs(
+    container_executor: engine.ContainerExecutor, tmp_path: Path
+) -> None:
+    spec = helpers.spec("echo first; sleep 30")
+    external_id = container_executor.submit(spec=spec).external_id
+    kept = tmp_path / "container-logs" / f"{engine.container_name(spec.instance_id, 1)}.log"
+
+    wait_for(
+        lambda: kept.exists() and kept.read_bytes() == b"first\n",
+        what="the output to be followed into the kept log",
+    )
+    container_executor.cancel(external_id=external_id)
+    _ended(container_executor, external_id)

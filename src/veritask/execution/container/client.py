@@ -111,7 +111,6 @@ def transport(host: str) -> tuple[httpx.HTTPTransport, str]:
     raise ValueError(f"{HOST_ENV} must be unix://<path> or tcp://<host>:<port>, not {host!r}")
 
 
-
 def path_name(name: str) -> str:
     return quote(name, safe="")
 

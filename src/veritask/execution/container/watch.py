@@ -105,9 +105,7 @@ class Watch:
         self.reporter.close()
 
 
-def follow_log(
-    host: str, name: str, kept: Path, cap: int, stopped: Callable[[], bool]
-) -> None:
+def follow_log(host: str, name: str, kept: Path, cap: int, stopped: Callable[[], bool]) -> None:
     """Copy the container's output into ``kept`` as it comes, up to ``cap`` bytes, until the
     stream ends (the container ended) or ``stopped``. The file is written anew from the
     container's first byte: a follower that takes over from a dead one repeats nothing."""
