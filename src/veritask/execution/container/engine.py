@@ -172,8 +172,9 @@ class ContainerExecutor:
             details["started_at"] = observe.started_at.isoformat()
         config = _object(inspected.get("Config"))
         labels = _object(config.get("Labels"))
-        if isinstance(config.get("Image"), str):
-            details["image"] = config.get("Image")
+        image = config.get("Image")
+        if isinstance(image, str):
+            details["image"] = image
         timeout = _seconds(labels.get(LABEL_TIMEOUT))
         if status in _RUNNING:
             started = observe.started_at
