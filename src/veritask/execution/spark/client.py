@@ -40,7 +40,9 @@ def ui_from_environment(environ: Mapping[str, str], master: str) -> str:
 def check_url(url: str, setting: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{setting} must be an http(s) URL like http://127.0.0.1:6066, not {url!r}")
+        raise ValueError(
+            f"{setting} must be an http(s) URL like http://127.0.0.1:6066, not {url!r}"
+        )
     return url.rstrip("/")
 
 
