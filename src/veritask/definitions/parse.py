@@ -656,8 +656,8 @@ class _Reader(Reader):
         jar = self.text(f.get("jar"), f"{path}.jar")
         main_class = self.text(f.get("main_class"), f"{path}.main_class")
         if ("app" in f) == ("jar" in f):
-            where = f.get("jar") if "app" in f else None
-            self.add(path, entry_line(where) or line, problems.SPARK_NEEDS_APP.format())
+            both = f.get("jar") if "app" in f else None
+            self.add(path, entry_line(both) or line, problems.SPARK_NEEDS_APP.format())
         if app is not None and not app.strip().endswith(".py"):
             self.add(
                 f"{path}.app",
@@ -691,16 +691,16 @@ class _Reader(Reader):
                     problems.EXPECTED_MAPPING.format(kind=kind(conf_entry.value)),
                 )
             else:
-                for item in conf_entry.value.entries:
-                    where = f"{path}.conf.{item.key}"
-                    if item.key in SPARK_RESERVED_CONF:
+                for prop in conf_entry.value.entries:
+                    where = f"{path}.conf.{prop.key}"
+                    if prop.key in SPARK_RESERVED_CONF:
                         self.add(
-                            where, item.key_line, problems.SPARK_RESERVED_CONF.format(name=item.key)
+                            where, prop.key_line, problems.SPARK_RESERVED_CONF.format(name=prop.key)
                         )
                         continue
-                    value = self.spark_text(item.value, where)
+                    value = self.spark_text(prop.value, where)
                     if value is not None:
-                        conf[item.key] = value
+                        conf[prop.key] = value
         if len(self.problems) > since:
             return None
         return SparkSpec(app=app, jar=jar, main_class=main_class, args=tuple(args), conf=conf)

@@ -13,7 +13,7 @@ from tests.execution.spark.conftest import Cluster, start_local, stop_local
 from tests.scheduling.harness import Harness, wait_for
 from veritask.core.states import InstanceState, RunExecutionState
 from veritask.execution import port
-from veritask.execution.spark import engine
+from veritask.execution.spark import engine, registration
 
 
 def _ended(executor: engine.SparkExecutor, external_id: str) -> port.Observation:
@@ -158,5 +158,5 @@ def test_a_master_restarted_without_recovery_no_longer_knows_the_driver(
         stop_local(cluster, tmp_path / "cluster")
 
     assert gone.engine_state is port.EngineState.NOT_FOUND
-    assert gone.source is engine.registration.Source.STATUS
+    assert gone.source is registration.Source.STATUS
     assert gone.details["driver_id"] == external_id.removeprefix(engine.EXTERNAL_ID_PREFIX)
