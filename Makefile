@@ -37,9 +37,9 @@ fuzz: $(STAMP)
 
 # Figures for the ledger (its speed and its bytes per task), the executor, the scheduler (and
 # two schedulers beside one on PostgreSQL), `veritask up`, the web UI's render of a
-# 1,000-instance run, a 20,000-task run's first page and cancel, 10,000 open waits and a
-# 1,000-task Python pipeline's compile and apply, each beside its baseline or target; never
-# by the tests.
+# 1,000-instance run, a 20,000-task run's first page and cancel, 10,000 open waits, a
+# 1,000-task Python pipeline's compile and apply, and a Spark driver's submit-to-RUNNING (on
+# tools/spark-local's master), each beside its baseline or target; never by the tests.
 # The scale curve runs here at 0 and 100,000 finished instances; the full curve is
 # `python -m bench.scale --sizes 0,100000,1000000` (about 10 GB of SQLite).
 bench: $(STAMP)
@@ -59,6 +59,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.mapping --postgres
 	$(BIN)/python -m bench.celery --rounds 3
 	$(BIN)/python -m bench.container
+	tools/spark-local start && eval "$$(tools/spark-local env)" && $(BIN)/python -m bench.spark --rounds 5
 
 # The scheduler's kill -9 fault test at length (SOAK_ITERATIONS per database, a new random
 # seed each time unless SOAK_SEED is given); not part of `make test`.

@@ -206,6 +206,31 @@ CONTAINER_NEEDS_RUN = Phrase(
 CONTAINER_ONLY = Phrase(
     "problem.container_only", "{name} is for container tasks (executor: container)"
 )
+SPARK_NEEDS_APP = Phrase(
+    "problem.spark_needs_app",
+    "a spark task needs app (a Python file) or jar with main_class, and not both",
+)
+SPARK_NEEDS_MAIN_CLASS = Phrase(
+    "problem.spark_needs_main_class", "a jar needs main_class (the class whose main runs)"
+)
+SPARK_MAIN_CLASS_NEEDS_JAR = Phrase(
+    "problem.spark_main_class_needs_jar", "main_class goes with jar (an app runs its file)"
+)
+SPARK_HAS_NO = Phrase(
+    "problem.spark_has_no", "a spark task runs its app or jar, and has no {other}"
+)
+SPARK_ONLY = Phrase("problem.spark_only", "{name} is for spark tasks (executor: spark)")
+SPARK_APP_NOT_PYTHON = Phrase(
+    "problem.spark_app_not_python", "app must name a Python file (.py), not {app!r}"
+)
+SPARK_RESERVED_CONF = Phrase(
+    "problem.spark_reserved_conf", "{name} is set by Veritask for every driver; remove it"
+)
+SPARK_PLACEHOLDER = Phrase(
+    "problem.spark_placeholder",
+    "args and conf are passed as written; a driver reads the run's values from its "
+    "environment (VERITASK_LOGICAL_DATE, VERITASK_PARAM_…)",
+)
 RUN_LIST_PLACEHOLDER = Phrase(
     "problem.run_list_placeholder",
     "a run list is passed as it is written: write run as a shell line to use placeholders",

@@ -165,6 +165,16 @@ def _task(task: TaskSpec, priority: int) -> JSONObject:
         ):
             if value is not None:
                 data[name] = value
+    if task.spark is not None:
+        spark = task.spark
+        if spark.app is not None:
+            data["app"] = spark.app
+        else:
+            data["jar"] = spark.jar
+            data["main_class"] = spark.main_class
+        data["args"] = list(spark.args)
+        data["conf"] = dict(spark.conf)
+        del data["with"]  # a spark task's driver takes args, not parameters
     if task.sql is not None:
         del data["with"]  # a sql task has no parameters of its own: the statement is all
     return data

@@ -249,6 +249,28 @@ class ContainerSpec:
     is a shell line (run as ``/bin/sh -c``)."""
 
 
+#: The executor a task with ``app`` or ``jar`` uses unless it names another.
+SPARK_EXECUTOR = "spark"
+#: What only a spark task may say.
+SPARK_FIELDS = ("app", "jar", "main_class", "args", "conf")
+#: The Spark properties the executor sets for every driver: a task's ``conf`` may not.
+SPARK_RESERVED_CONF = frozenset(
+    {"spark.app.name", "spark.master", "spark.submit.deployMode", "spark.driver.supervise"}
+)
+
+
+@dataclass(frozen=True)
+class SparkSpec:
+    """What a spark task's driver runs: a Python file, or a jar and its main class, with its
+    arguments and Spark properties (passed as written: no placeholders)."""
+
+    app: str | None = None
+    jar: str | None = None
+    main_class: str | None = None
+    args: tuple[str, ...] = ()
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class WaitSpec:
     """A condition the scheduler checks on an interval until it holds (a ``wait:`` block)."""
@@ -325,11 +347,18 @@ class TaskSpec:
     setting (``VERITASK_LOG_LIMIT``, docs/executors.md)."""
     container: ContainerSpec | None = None
     """The image and limits of a task ``run`` in a container (executor ``container``)."""
+    spark: SparkSpec | None = None
+    """The application a spark task's driver runs (executor ``spark``); no run nor call."""
 
     def __post_init__(self) -> None:
         check_env(self.env, f"tasks.{self.key}.env")
         if self.wait is not None:
             self._check_wait()
+        elif self.spark is not None:
+            if self.run is not None or self.call is not None or self.sql is not None:
+                raise DefinitionError.one(
+                    f"tasks.{self.key}", problems.SPARK_HAS_NO.format(other="run, call or sql")
+                )
         elif self.sql is None:
             _check_step(self.run, self.call, f"tasks.{self.key}")
             if self.connection is not None:

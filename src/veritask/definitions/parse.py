@@ -35,6 +35,9 @@ from veritask.definitions.model import (
     DEFAULT_WAIT_TIMEOUT,
     MIN_WAIT_EVERY,
     SLUG,
+    SPARK_EXECUTOR,
+    SPARK_FIELDS,
+    SPARK_RESERVED_CONF,
     WAIT_EXECUTOR,
     Catchup,
     ConcurrencyPolicy,
@@ -45,6 +48,7 @@ from veritask.definitions.model import (
     PublishCheck,
     PublishSpec,
     Schedule,
+    SparkSpec,
     Step,
     TaskSpec,
     WaitFor,
@@ -106,6 +110,7 @@ TASK_FIELDS = (
     "wait",
     "log_limit",
     *CONTAINER_FIELDS,
+    *SPARK_FIELDS,
 )
 #: What ``defaults:`` may hold: the policy, and what every task inherits beside it.
 DEFAULTS_FIELDS = (*POLICY_FIELDS, "log_limit")
@@ -123,7 +128,16 @@ WAIT_FIELDS = ("definition", "published", "timeout", "lag")
 CONDITIONS = tuple(kind.value for kind in WaitKind)
 WAIT_TASK_FIELDS = (*CONDITIONS, "connection", "every", "timeout", "on_timeout", "expected")
 #: What a wait task may not say: the scheduler checks it, and it holds no slot.
-NOT_FOR_WAITS = ("run", "call", "sql", "connection", "pool", "pool_slots", *CONTAINER_FIELDS)
+NOT_FOR_WAITS = (
+    "run",
+    "call",
+    "sql",
+    "connection",
+    "pool",
+    "pool_slots",
+    *CONTAINER_FIELDS,
+    *SPARK_FIELDS,
+)
 #: The least lease of a wait's attempt unless the task sets its own. The scheduler that checks
 #: it reports for it, and a restart or a takeover resumes it at once without waiting for the
 #: lease, which only ever catches a checker that stalled in a live scheduler: an hour keeps
@@ -314,12 +328,14 @@ class _Reader(Reader):
         if f is None:
             return None
         wait = self.wait(f, path) if "wait" in f else None
+        spark_task = "wait" not in f and _names_spark(f)
         if wait is not None or "wait" in f:
             sql, connection, run, call = None, None, None, None
         else:
             sql, connection = self.sql(f, path, line)
-            run, call = (None, None) if sql is not None else self.step(f, path, line)
-        argv = self.run_list(f, path) if sql is None and "wait" not in f else ()
+            skip_step = sql is not None or spark_task
+            run, call = (None, None) if skip_step else self.step(f, path, line)
+        argv = self.run_list(f, path) if sql is None and "wait" not in f and not spark_task else ()
         if argv:
             run = shlex.join(argv)
         with_ = self.json_object(f.get("with"), f"{path}.with")
@@ -357,6 +373,8 @@ class _Reader(Reader):
             if "wait" in f
             else SQL_EXECUTOR
             if sql is not None
+            else SPARK_EXECUTOR
+            if "app" in f or "jar" in f
             else CONTAINER_EXECUTOR
             if "image" in f
             else DEFAULT_EXECUTOR
@@ -365,6 +383,7 @@ class _Reader(Reader):
         container = self.container(
             f, path, line, executor or default_executor, run, call, sql, argv
         )
+        spark = self.spark(f, path, line, executor or default_executor)
         if "wait" in f and executor not in (None, WAIT_EXECUTOR):
             self.add(
                 f"{path}.executor",
@@ -372,8 +391,10 @@ class _Reader(Reader):
                 problems.WAIT_HAS_NO.format(other="executor"),
             )
         if self.executor_check is not None and SLUG.fullmatch(executor) and "wait" not in f:
-            # sql: picks the sql executor, image: the container executor
-            named = f.get("executor") or f.get("sql") or f.get("image")
+            # sql: picks the sql executor, image: the container executor, app: or jar: spark
+            named = (
+                f.get("executor") or f.get("sql") or f.get("image") or f.get("app") or f.get("jar")
+            )
             problem = self.executor_check(executor)
             if problem is not None:
                 self.add(f"{path}.executor", entry_line(named) or line, problem)
@@ -392,7 +413,7 @@ class _Reader(Reader):
         pool = self.slug(f.get("pool"), f"{path}.pool", "") or None
         pool_slots = self.integer(f.get("pool_slots"), f"{path}.pool_slots", 1, minimum=1) or 1
         task_priority = self.integer(f.get("priority"), f"{path}.priority", priority)
-        if run is None and call is None and sql is None and wait is None:
+        if run is None and call is None and sql is None and wait is None and spark is None:
             return None
         return self.attempt(
             lambda: TaskSpec(
@@ -419,6 +440,7 @@ class _Reader(Reader):
                 wait=wait,
                 log_limit=log_limit,
                 container=container,
+                spark=spark,
             ),
             line,
             since,
@@ -608,6 +630,93 @@ class _Reader(Reader):
         return ContainerSpec(
             image=image, cpus=cpus, memory=memory, workdir=workdir, pull=pull, argv=argv
         )
+
+    def spark(
+        self, f: Mapping[str, Entry], path: str, line: int | None, executor: str
+    ) -> SparkSpec | None:
+        """``app`` (a Python file) or ``jar`` with ``main_class``, ``args`` and ``conf``: what
+        a spark task's driver runs (executor ``spark``)."""
+        if executor != SPARK_EXECUTOR:
+            for name in SPARK_FIELDS:
+                if name in f and "wait" not in f:
+                    where = f"{path}.{name}"
+                    self.add(where, entry_line(f.get(name)), problems.SPARK_ONLY.format(name=name))
+            return None
+        if "wait" in f:
+            return None
+        since = len(self.problems)
+        for other in ("run", "call", "sql", "with"):
+            if other in f:
+                self.add(
+                    f"{path}.{other}",
+                    entry_line(f.get(other)),
+                    problems.SPARK_HAS_NO.format(other=other),
+                )
+        app = self.text(f.get("app"), f"{path}.app")
+        jar = self.text(f.get("jar"), f"{path}.jar")
+        main_class = self.text(f.get("main_class"), f"{path}.main_class")
+        if ("app" in f) == ("jar" in f):
+            both = f.get("jar") if "app" in f else None
+            self.add(path, entry_line(both) or line, problems.SPARK_NEEDS_APP.format())
+        if app is not None and not app.strip().endswith(".py"):
+            self.add(
+                f"{path}.app",
+                entry_line(f.get("app")),
+                problems.SPARK_APP_NOT_PYTHON.format(app=app),
+            )
+        if jar is not None and not (main_class or "").strip():
+            self.add(
+                f"{path}.main_class",
+                entry_line(f.get("main_class")) or entry_line(f.get("jar")),
+                problems.SPARK_NEEDS_MAIN_CLASS.format(),
+            )
+        if "main_class" in f and "jar" not in f:
+            self.add(
+                f"{path}.main_class",
+                entry_line(f.get("main_class")),
+                problems.SPARK_MAIN_CLASS_NEEDS_JAR.format(),
+            )
+        args: list[str] = []
+        for i, item in enumerate(self.items(f.get("args"), f"{path}.args")):
+            text = self.spark_text(item, f"{path}.args[{i}]")
+            if text is not None:
+                args.append(text)
+        conf: dict[str, str] = {}
+        conf_entry = f.get("conf")
+        if conf_entry is not None and not is_null(conf_entry):
+            if not isinstance(conf_entry.value, Map):
+                self.add(
+                    f"{path}.conf",
+                    conf_entry.value.line,
+                    problems.EXPECTED_MAPPING.format(kind=kind(conf_entry.value)),
+                )
+            else:
+                for prop in conf_entry.value.entries:
+                    where = f"{path}.conf.{prop.key}"
+                    if prop.key in SPARK_RESERVED_CONF:
+                        self.add(
+                            where, prop.key_line, problems.SPARK_RESERVED_CONF.format(name=prop.key)
+                        )
+                        continue
+                    value = self.spark_text(prop.value, where)
+                    if value is not None:
+                        conf[prop.key] = value
+        if len(self.problems) > since:
+            return None
+        return SparkSpec(app=app, jar=jar, main_class=main_class, args=tuple(args), conf=conf)
+
+    def spark_text(self, value: Value, path: str) -> str | None:
+        """An argument or a property: a string, or a number or boolean written as Spark
+        reads it; no placeholders (the driver reads the run's values from its environment)."""
+        if not isinstance(value, Scalar) or value.value is None:
+            self.add(path, value.line, problems.EXPECTED_STRING.format(kind=kind(value)))
+            return None
+        raw = value.value
+        text = ("true" if raw else "false") if isinstance(raw, bool) else str(raw)
+        if "{{" in text:
+            self.add(path, value.line, problems.SPARK_PLACEHOLDER.format())
+            return None
+        return text
 
     def run_list(self, f: Mapping[str, Entry], path: str) -> tuple[str, ...]:
         """``run`` written as a list (a container task's argv): strings, no placeholders."""
@@ -865,3 +974,15 @@ class _Reader(Reader):
         elif head in f:
             line = entry_line(f[head]) or fallback
         self.add(f"{path}.{name}" if detail else path, line, detail or message)
+
+
+def _names_spark(f: Mapping[str, Entry]) -> bool:
+    """Whether the task is a spark task: it names an app or a jar, or the spark executor."""
+    if "app" in f or "jar" in f:
+        return True
+    named = f.get("executor")
+    return (
+        named is not None
+        and isinstance(named.value, Scalar)
+        and named.value.value == SPARK_EXECUTOR
+    )

@@ -2,7 +2,8 @@
 
 The built-in engines are ``local`` (the embedded supervisor), ``wait`` (conditions the
 scheduler process checks itself), ``sql`` (``execution/sql/``), ``celery``
-(``execution/celery/``, the ``celery`` extra) and ``container`` (``execution/container/``).
+(``execution/celery/``, the ``celery`` extra), ``container`` (``execution/container/``) and
+``spark`` (``execution/spark/``).
 Another distribution adds an engine with an entry point in the group ``veritask.engines``
 whose object is a :class:`port.Engine` (or a function without arguments that returns one),
 named as the engine::
@@ -29,6 +30,7 @@ from veritask.core import problems
 from veritask.execution import local, port, task_env, waits
 from veritask.execution.celery import registration as celery_registration
 from veritask.execution.container import registration as container_registration
+from veritask.execution.spark import registration as spark_registration
 from veritask.execution.sql import registration as sql_registration
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,7 @@ WAIT_EXECUTOR: Final = "wait"
 SQL_EXECUTOR: Final = sql_registration.NAME
 CELERY_EXECUTOR: Final = celery_registration.NAME
 CONTAINER_EXECUTOR: Final = container_registration.NAME
+SPARK_EXECUTOR: Final = spark_registration.NAME
 
 BUILT_IN: Final = (
     port.Engine(
@@ -56,6 +59,7 @@ BUILT_IN: Final = (
     sql_registration.ENGINE,
     celery_registration.ENGINE,
     container_registration.ENGINE,
+    spark_registration.ENGINE,
 )
 
 

@@ -131,6 +131,33 @@ class ContainerRun:
             raise ValueError("ContainerRun.memory must be at least 6 MiB")
 
 
+@dataclass(frozen=True)
+class SparkApplication:
+    """A task that is one Spark application, run as a driver by a Spark standalone master
+    (``execution/spark/``): a Python file (``app``), or a jar (``jar``) and its ``main_class``,
+    with its arguments and its Spark properties."""
+
+    app: str | None = None
+    """The Python file the driver runs, as a path the Spark workers can read."""
+    jar: str | None = None
+    """The jar whose ``main_class`` the driver runs, as a path or URL the workers can read."""
+    main_class: str | None = None
+    args: tuple[str, ...] = ()
+    conf: Mapping[str, str] = field(default_factory=dict)
+    """Spark properties (``spark.executor.memory`` …); the executor sets the application's
+    name and master itself."""
+
+    def __post_init__(self) -> None:
+        if (self.app is None) == (self.jar is None):
+            raise ValueError("SparkApplication needs either app or jar")
+        if self.app is not None and not self.app.strip():
+            raise ValueError("SparkApplication.app must not be empty")
+        if (self.jar is None) != (self.main_class is None):
+            raise ValueError("SparkApplication.main_class goes with jar, and jar needs it")
+        if self.main_class is not None and not self.main_class.strip():
+            raise ValueError("SparkApplication.main_class must not be empty")
+
+
 class Condition(StrEnum):
     """What a wait checks (a ``wait:`` task; docs/definitions.md)."""
 
@@ -179,7 +206,9 @@ class WaitCondition:
             raise ValueError("WaitCondition.since must be timezone-aware")
 
 
-TaskSpec: TypeAlias = ShellCommand | PythonCallable | SqlStatement | WaitCondition | ContainerRun
+TaskSpec: TypeAlias = (
+    ShellCommand | PythonCallable | SqlStatement | WaitCondition | ContainerRun | SparkApplication
+)
 
 
 @dataclass(frozen=True)

@@ -165,6 +165,15 @@ class Dispatcher:
             work = _wait_condition(task.wait, task.with_, values)
             # The checker writes every beat of thousands of waits: one a third of the lease.
             beat = task.policy.lease / 3
+        elif task.spark is not None:
+            app = task.spark
+            work = port.SparkApplication(
+                app=app.app,
+                jar=app.jar,
+                main_class=app.main_class,
+                args=app.args,
+                conf=dict(app.conf),
+            )
         elif task.sql is not None:
             statement, bound = templates.render_sql(task.sql, values)
             work = port.SqlStatement(statement, str(task.connection), bound)

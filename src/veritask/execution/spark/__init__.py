@@ -1,0 +1,1 @@
+"""The ``spark`` executor: each attempt one driver of a Spark standalone master."""
