@@ -109,9 +109,13 @@ tasks:
         seen.close()
     assert observation.ended and observation.details["signal"] == 15  # SIGTERM
     assert observation.error_category is port.ErrorCategory.TIMEOUT
-    # The watcher reported its start; the engine's word on the stop ends it.
+    # The watcher reported its start; the engine's word on the stop ends it. Whichever stops
+    # it first, the executor's own timer or the scheduler's timeout (CANCELLING), it ends once.
     path = boxes.instance_states_path(sleepy.id)
-    assert path == ["CREATED", "SCHEDULED", "QUEUED", "RUNNING", "CANCELLING", "TIMEOUT"]
+    assert path in (
+        ["CREATED", "SCHEDULED", "QUEUED", "RUNNING", "CANCELLING", "TIMEOUT"],
+        ["CREATED", "SCHEDULED", "QUEUED", "RUNNING", "TIMEOUT"],
+    )
 
 
 def _events(boxes: Harness, instance_id: str, kind: str) -> list[dict[str, Any]]:
