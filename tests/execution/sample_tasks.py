@@ -44,7 +44,7 @@ def probe(reads: list[str], writes: list[str]) -> jsontypes.JSONObject:
     commits, and says who it runs as and whether its own environment block holds ``VERITASK_``
     names it was not given."""
     task_api.report_progress("probing", done=1, total=2)
-    reached: list[str] = []
+    reached: list[jsontypes.JSONValue] = []
     for path in reads:
         try:
             with open(path, "rb") as file:
@@ -60,7 +60,8 @@ def probe(reads: list[str], writes: list[str]) -> jsontypes.JSONObject:
         except OSError:
             pass
     with open("/proc/self/environ", "rb") as environ:
-        names = sorted(entry.split(b"=")[0].decode() for entry in environ.read().split(b"\0") if entry)
+        found = {entry.split(b"=")[0].decode() for entry in environ.read().split(b"\0") if entry}
+    names: list[jsontypes.JSONValue] = [*sorted(found)]
     task_api.commit_output("probe-marker")
     with open("mine.txt", "w") as mine:
         mine.write("written in the working directory")

@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.execution.conftest import Engine, FakePlatform, kill_leftovers
-from veritask.execution import local, port, task_user
+from tests.execution.conftest import REPO_ROOT, Engine, FakePlatform, kill_leftovers
+from veritask.core import jsontypes
+from veritask.execution import local, port, task_process, task_user
 
 #: Values the platform's process holds that no task may see.
 DATABASE_PASSWORD = "db-password-5f2c"
@@ -142,9 +143,7 @@ def test_a_shell_task_runs_as_the_task_user_and_reaches_nothing_of_the_platform(
             ' > "$VERITASK_OUTPUT"',
         ]
     )
-    spec = dataclasses.replace(
-        engine.spec(script), workdir=None, secret_env={"API_KEY": "api_key"}
-    )
+    spec = dataclasses.replace(engine.spec(script), workdir=None, secret_env={"API_KEY": "api_key"})
 
     observation = engine.run(spec)
 
@@ -174,9 +173,8 @@ def test_a_callable_runs_as_the_task_user_in_a_fresh_interpreter(isolated: Isola
         pytest.skip(problem)
     engine = isolated.engine
     reads, writes = _forbidden(isolated)
-    task = port.PythonCallable(
-        "tests.execution.sample_tasks:probe", params={"reads": reads, "writes": writes}
-    )
+    params: dict[str, jsontypes.JSONValue] = {"reads": [*reads], "writes": [*writes]}
+    task = port.PythonCallable("tests.execution.sample_tasks:probe", params=params)
     spec = dataclasses.replace(engine.spec(task=task), workdir=None)
 
     observation = engine.run(spec)
@@ -269,3 +267,30 @@ def test_a_task_user_that_names_no_user_is_refused_at_start(
     assert done.returncode == 2, done.stderr
     assert said in done.stderr
     assert not (tmp_path / "home" / "veritask.db").exists()
+
+
+def test_a_callable_for_another_user_runs_in_a_fresh_interpreter_and_fills_its_output(
+    tmp_path: Path,
+) -> None:
+    """The way a callable of another user starts, run as this user (any machine can)."""
+    me = pwd.getpwuid(os.geteuid())
+    user = task_user.TaskUser(
+        name=me.pw_name, uid=me.pw_uid, gid=me.pw_gid, groups=(), home=me.pw_dir
+    )
+    output = tmp_path / "output.json"
+    output.write_bytes(b"")  # what the worker hands over: the task fills it in place
+    task = port.PythonCallable("tests.execution.sample_tasks:add", params={"a": 2, "b": 3})
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO_ROOT), "VERITASK_INSTANCE_ID": "i"}
+
+    process = task_process.start(task, env=env, workdir=tmp_path, output_path=output, user=user)
+    try:
+        assert process.popen is not None  # an exec, not a fork of this process
+        assert process.popen.wait(timeout=30) == 0
+        assert process.confirmation_fd is not None
+        assert os.read(process.confirmation_fd, 1) == b"S"
+        assert json.loads(output.read_bytes()) == {"sum": 5, "instance_id": "i"}
+        assert os.read(process.output_fd, 1000) == b"adding 2 and 3\n"
+    finally:
+        for fd in (process.pidfd, process.output_fd, process.confirmation_fd):
+            if fd is not None:
+                os.close(fd)

@@ -247,9 +247,9 @@ def _start(
                 confirmation_fd, confirm_write_fd = os.pipe()
                 call_fd = _call_file(task, output_path)
                 try:
-                    command = [sys.executable, "-m", "veritask.execution.call_task"]
+                    interpreter = [sys.executable, "-m", "veritask.execution.call_task"]
                     popen = _popen(
-                        [*command, str(call_fd), str(confirm_write_fd)],
+                        [*interpreter, str(call_fd), str(confirm_write_fd)],
                         env,
                         workdir,
                         write_fd,
@@ -406,9 +406,7 @@ def call_target(
     status = 1
     try:
         try:
-            target = functools.reduce(
-                getattr, function.split("."), importlib.import_module(module)
-            )
+            target = functools.reduce(getattr, function.split("."), importlib.import_module(module))
             if not callable(target):
                 raise TypeError(f"{module}:{function} is not callable")
         except BaseException:

@@ -99,9 +99,7 @@ def resolve(environ: Mapping[str, str], *, euid: int | None = None) -> TaskUser 
             f" (uid {euid}), and only a platform running as root can start tasks as another"
             f" user: run the platform as root, or unset {SETTING}"
         )
-    groups = tuple(
-        sorted(set(os.getgrouplist(entry.pw_name, entry.pw_gid)) - {entry.pw_gid})
-    )
+    groups = tuple(sorted(set(os.getgrouplist(entry.pw_name, entry.pw_gid)) - {entry.pw_gid}))
     return TaskUser(
         name=entry.pw_name,
         uid=entry.pw_uid,
@@ -216,11 +214,11 @@ def secure_home(home: Path, environ: Mapping[str, str]) -> TaskUser | None:
     for name in PRIVATE_FILES:
         path = home / name
         if path.is_file() and not path.is_symlink():
-            _close(path, 0o600, lambda path=path: os.chmod(path, 0o600))
+            _close(path, 0o600, functools.partial(os.chmod, path, 0o600))
     for name in PRIVATE_DIRS:
         path = home / name
         if path.is_dir() and not path.is_symlink():
-            _close(path, PRIVATE_DIR_MODE, lambda path=path: os.chmod(path, PRIVATE_DIR_MODE))
+            _close(path, PRIVATE_DIR_MODE, functools.partial(os.chmod, path, PRIVATE_DIR_MODE))
     return user
 
 
