@@ -10,6 +10,11 @@ Fixtures:
 - ``engine``: ``dialects.create_engine(database_url)``, disposed after the test.
 - ``database_kind``: ``"sqlite"`` or ``"postgres"``.
 
+Tasks run as the user who runs the tests (``VERITASK_TASK_USER`` is set to it here, for every
+process the tests start): they write to ``tmp_path`` and read the repository, which a root's
+test run keeps private. Only the isolation tests (``tests/execution/test_task_isolation.py``)
+run tasks as another user.
+
 PostgreSQL is found at ``VERITASK_TEST_POSTGRES_URL`` (default
 ``postgresql+psycopg://postgres@127.0.0.1:5432/postgres``). If it cannot be reached its
 parameters are skipped, unless ``VERITASK_REQUIRE_SERVICES=1``: then they fail.
@@ -18,6 +23,7 @@ parameters are skipped, unless ``VERITASK_REQUIRE_SERVICES=1``: then they fail.
 from __future__ import annotations
 
 import os
+import pwd
 import secrets
 import shutil
 from collections.abc import Iterator
@@ -30,7 +36,10 @@ import sqlalchemy as sa
 from psycopg import sql
 from sqlalchemy.engine import Engine
 
+from veritask.execution import task_user
 from veritask.ledger import dialects, migrate
+
+os.environ.setdefault(task_user.SETTING, pwd.getpwuid(os.geteuid()).pw_name)
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "VERITASK_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"

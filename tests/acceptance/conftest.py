@@ -68,7 +68,7 @@ def environment(home: Path, **extra: str) -> dict[str, str]:
     env = {
         key: value
         for key, value in os.environ.items()
-        if not key.startswith("VERITASK_") or key == "VERITASK_SECRET"
+        if not key.startswith("VERITASK_") or key in ("VERITASK_SECRET", "VERITASK_TASK_USER")
     }
     env["VERITASK_HOME"] = str(home)
     env.update(extra)

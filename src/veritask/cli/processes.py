@@ -66,6 +66,20 @@ def _configure_logging() -> None:
     )
 
 
+def _secure_home() -> Path:
+    """``VERITASK_HOME``, made or kept private to this user (``execution/task_user.py``);
+    a ``VERITASK_TASK_USER`` that cannot be used is a usage error, said before anything
+    starts."""
+    from veritask.execution import task_user
+
+    home = client.home()
+    try:
+        task_user.secure_home(home, os.environ)
+    except task_user.TaskUserError as exc:
+        raise click.UsageError(str(exc)) from None
+    return home
+
+
 def _bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -166,8 +180,7 @@ def up_command(port: int, host: str, slots: int | None, examples: Path) -> None:
     from veritask.services.platform import Platform
     from veritask.services.runtime import SchedulerRuntime
 
-    home = client.home()
-    home.mkdir(parents=True, exist_ok=True)
+    home = _secure_home()
     database_url = dialects.default_database_url()
     try:
         migrate.upgrade(database_url, permit_home=home)
@@ -209,8 +222,7 @@ def server_command(port: int, host: str) -> None:
     from veritask.services import health, tokens
     from veritask.services.platform import Platform
 
-    home = client.home()
-    home.mkdir(parents=True, exist_ok=True)
+    home = _secure_home()
     database_url = dialects.default_database_url()
     platform = Platform.open(database_url, home)
     try:
@@ -237,8 +249,7 @@ def scheduler_command(slots: int | None) -> None:
     from veritask.services.platform import Platform
     from veritask.services.runtime import SchedulerRuntime
 
-    home = client.home()
-    home.mkdir(parents=True, exist_ok=True)
+    home = _secure_home()
     platform = Platform.open(dialects.default_database_url(), home)
     stop = _Stop()
     stop.install()

@@ -20,6 +20,8 @@ it alone, even when every callback was lost::
     event.<seq>.*     the spool: every event, written before it is sent (see spool.py)
     exit.json         the exit record: the ``completed`` event, fsync-ed (a second name of
                       the spool's file for it)
+    work/             the task's working directory, only when it runs as another user than
+                      its worker (``task_user.py``); its own while it runs
 
 The worker that owns the attempt holds an flock on the directory itself for its whole life.
 Creating a file costs far more than writing one on some file systems, so the layout creates
@@ -84,6 +86,12 @@ class AttemptDir:
     @functools.cached_property
     def channel(self) -> Path:
         return self.path / "channel"
+
+    @functools.cached_property
+    def work(self) -> Path:
+        """The task's own working directory, when it runs as another user than its worker
+        (``task_user.py``): the one place in the attempt directory it may write."""
+        return self.path / "work"
 
     @functools.cached_property
     def exit_record(self) -> Path:

@@ -45,6 +45,7 @@ from veritask.execution import (
     procfs,
     records,
     supervisor,
+    task_user,
     wire,
 )
 from veritask.execution import worker as worker_module
@@ -80,6 +81,10 @@ class LocalExecutor:
     ``home`` is VERITASK_HOME; the executor keeps its files in ``home/executor``. ``slots``
     bounds the attempts that run at once (the others wait, and ``describe`` says pending); it
     is applied to the supervisor whenever this executor starts or finds it.
+
+    Tasks run as ``VERITASK_TASK_USER`` (by default ``nobody`` when this process is root,
+    else this process's user; ``task_user.py``); a setting that cannot be used raises
+    ``task_user.TaskUserError`` here, when the platform starts.
     """
 
     def __init__(
@@ -100,7 +105,22 @@ class LocalExecutor:
         #: Each thread's connection to the supervisor, with the pid that opened it.
         self._connections = threading.local()
         self._start_timeout = start_timeout.total_seconds()
-        self.home.attempts.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.task_user = task_user.resolve(os.environ)
+        veritask_home = self.home.path.parent
+        veritask_home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for directory in (self.home.path, self.home.attempts):
+            directory.mkdir(exist_ok=True, mode=0o700)
+        if self.task_user is not None:
+            # The task's group passes through these to its attempt directory; nothing more.
+            task_user.check_reachable(veritask_home, self.task_user)
+            task_user.open_passage(
+                [veritask_home, self.home.path, self.home.attempts], self.task_user
+            )
+            problem = task_user.python_problem(Path(sys.executable), self.task_user)
+            if problem is not None:
+                log.warning("%s", problem)
+        else:
+            task_user.open_passage([self.home.path, self.home.attempts], None)
 
     # --- the port -----------------------------------------------------------------------
 
@@ -279,7 +299,8 @@ class LocalExecutor:
     def _describe_stale(self, answer: jsontypes.JSONObject) -> str | None:
         theirs = answer.get("settings")
         differ = supervisor.settings_differ(
-            supervisor.settings_of(os.environ), theirs if isinstance(theirs, dict) else {}
+            supervisor.settings_of(supervisor.worker_environment(os.environ)),
+            theirs if isinstance(theirs, dict) else {},
         )
         if not differ:
             return None
@@ -350,18 +371,27 @@ class LocalExecutor:
             str(self.slots),
             "--idle-exit-seconds",
             str(self._idle_exit),
+            "--environment-on-stdin",
         ]
-        with open(self.home.supervisor_log, "ab") as log_file:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        log_fd = os.open(self.home.supervisor_log, flags, 0o600)
+        try:
+            # Started with the environment every task gets anyway, its /proc/<pid>/environ
+            # shows no secret; what its workers need of the rest comes on its stdin.
             launcher = subprocess.Popen(
                 command,
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=log_file,
+                stdin=subprocess.PIPE,
+                stdout=log_fd,
+                stderr=log_fd,
                 cwd=self.home.path,
                 start_new_session=True,
+                env=supervisor.launch_environment(os.environ),
             )
+        finally:
+            os.close(log_fd)
+        handed = json.dumps(supervisor.worker_environment(os.environ)).encode()
         # Only the intermediate process of the double fork is our child; it exits at once.
-        launcher.wait(timeout=self._start_timeout)
+        launcher.communicate(handed, timeout=self._start_timeout)
 
     def _request_with_start(self, request: jsontypes.JSONObject) -> jsontypes.JSONObject:
         try:

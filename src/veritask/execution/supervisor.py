@@ -42,12 +42,23 @@ import signal
 import socket
 import sys
 import time
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from veritask.core import jsontypes
-from veritask.execution import layout, procfs, records, task_env, wire, worker
+from veritask.execution import (
+    cgroups,
+    layout,
+    procfs,
+    records,
+    secrets,
+    task_env,
+    task_user,
+    wire,
+    worker,
+)
 
 #: How long a starting supervisor waits for the previous one to finish exiting.
 LOCK_WAIT_SECONDS = 5.0
@@ -59,6 +70,52 @@ _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 ADOPTED_CHECK_SECONDS = 0.5
 #: The names under which :func:`settings_of` lists the interpreter and its search path.
 PYTHON_SETTING = "(python)"
+#: The platform's settings a worker reads. The others (the database's URL, the key attempt
+#: tokens are minted from, the admin token, connection URLs) never reach the supervisor.
+WORKER_SETTINGS = frozenset(
+    {
+        task_env.PASSTHROUGH_ENV,
+        cgroups.SETTING,
+        worker.MAX_OUTPUT_SETTING,
+        task_user.SETTING,
+        secrets.FILE_ENV,
+        secrets.PROVIDER_ENV,
+    }
+)
+
+
+def worker_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """What the supervisor is given of its client's environment: every variable but the
+    platform's own settings (``VERITASK_*``), of which only those a worker reads
+    (:data:`WORKER_SETTINGS` and the secrets of ``VERITASK_SECRET_<NAME>``)."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if not name.startswith(task_env.PLATFORM_PREFIX)
+        or name in WORKER_SETTINGS
+        or name.startswith(secrets.ENV_PREFIX)
+    }
+
+
+def launch_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment the supervisor's program is started with: only what every task is
+    given anyway (``task_env.BASE_NAMES``, ``LC_*``). ``/proc/<pid>/environ`` shows this block
+    to the supervisor's user for its whole life (and to every worker forked from it); the rest
+    of :func:`worker_environment` reaches it on a pipe (:func:`receive_environment`)."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if name in task_env.BASE_NAMES or name.startswith(task_env.BASE_PREFIXES)
+    }
+
+
+def receive_environment(stream: typing.BinaryIO) -> None:
+    """Read the environment a client sent on ``stream`` (a JSON object) into ``os.environ``:
+    the process's variables, not the block ``/proc/<pid>/environ`` shows."""
+    handed = json.loads(stream.read())
+    if not isinstance(handed, dict):
+        raise ValueError("the environment handed to the supervisor is not a JSON object")
+    os.environ.update({str(name): str(value) for name, value in handed.items()})
 
 
 def settings_of(environ: Mapping[str, str]) -> dict[str, str]:
@@ -110,6 +167,8 @@ class _Worker:
 class Supervisor:
     def __init__(self, home: layout.ExecutorHome, *, slots: int, idle_exit_seconds: float):
         self.home = home
+        #: Who the workers start tasks as, when not this process's user.
+        self.task_user = task_user.resolve(os.environ)
         self.slots = slots
         self.idle_exit_seconds = idle_exit_seconds
         self._selector = selectors.DefaultSelector()
@@ -144,6 +203,7 @@ class Supervisor:
         layout.remove_quietly(self.home.socket)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(self.home.socket.name)  # relative: unix socket paths are short
+        os.chmod(self.home.socket.name, 0o600)  # a task user may pass by: it may not connect
         listener.listen(256)
         listener.setblocking(False)
         self._listener = listener
@@ -191,7 +251,7 @@ class Supervisor:
     def _forget_dead_workers(self) -> None:
         """Remove the records of workers that ended under an earlier supervisor (those still
         working keep theirs: they end once their attempt does)."""
-        self.home.workers.mkdir(exist_ok=True)
+        self.home.workers.mkdir(mode=0o700, exist_ok=True)
         for path in self.home.workers.glob("*.json"):
             with contextlib.suppress(OSError, ValueError):
                 worker_ = records.read_process_record(path)
@@ -461,7 +521,9 @@ class Supervisor:
 
     def _fork_worker(self) -> _Worker | None:
         try:
-            forked = worker.fork_supervised(self.home, in_child=self._in_worker)
+            forked = worker.fork_supervised(
+                self.home, in_child=self._in_worker, user=self.task_user
+            )
         except OSError as exc:
             log(f"cannot fork and record a worker: {exc}")
             return None
@@ -558,13 +620,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--slots", type=int, required=True)
     parser.add_argument("--idle-exit-seconds", type=float, required=True)
     parser.add_argument("--foreground", action="store_true", help="do not double-fork")
+    parser.add_argument(
+        "--environment-on-stdin",
+        action="store_true",
+        help="read the workers' environment from stdin (a JSON object)",
+    )
     args = parser.parse_args(argv)
+    if args.environment_on_stdin:
+        receive_environment(sys.stdin.buffer)
     if not args.foreground and os.fork() > 0:
         # The launcher reaps this intermediate process; the daemon is adopted by init and is
         # not a session leader, so it can never acquire a controlling terminal.
         os._exit(0)
     home = layout.ExecutorHome(args.home.resolve())
-    return Supervisor(home, slots=args.slots, idle_exit_seconds=args.idle_exit_seconds).serve()
+    try:
+        supervisor = Supervisor(home, slots=args.slots, idle_exit_seconds=args.idle_exit_seconds)
+    except task_user.TaskUserError as exc:
+        log(f"cannot start: {exc}")
+        return 2
+    return supervisor.serve()
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import NoReturn
 
-from veritask.execution import cgroups, layout, port, procfs, wire
+from veritask.execution import cgroups, layout, port, procfs, task_user, wire
 
 #: ``/bin/sh`` exits 127 when the command is not found and 126 when it cannot be executed.
 SHELL_START_ERROR_CODES = frozenset({126, 127})
@@ -203,17 +203,22 @@ def start(
     workdir: Path,
     output_path: Path,
     cgroup: Path | None = None,
+    user: task_user.TaskUser | None = None,
 ) -> TaskProcess:
     """Start the task in a new process group, and in ``cgroup`` when given (the task is
     born in it: this process steps in for the start). Raises StartFailed when no process
     could be made.
+
+    With ``user``, the task's process takes that user's groups, gid and uid before its exec,
+    and a callable runs in a fresh interpreter (:mod:`call_task`) rather than in a fork of
+    this process, whose memory holds the platform's settings.
 
     The worker must be single-threaded when it calls this: a callable forks the worker.
     """
     entered = cgroup is not None and cgroups.enter(cgroup)
     left = True
     try:
-        process = _start(task, env=env, workdir=workdir, output_path=output_path)
+        process = _start(task, env=env, workdir=workdir, output_path=output_path, user=user)
     finally:
         if entered and cgroup is not None:
             left = cgroups.leave(cgroup)
@@ -223,7 +228,12 @@ def start(
 
 
 def _start(
-    task: port.TaskSpec, *, env: Mapping[str, str], workdir: Path, output_path: Path
+    task: port.TaskSpec,
+    *,
+    env: Mapping[str, str],
+    workdir: Path,
+    output_path: Path,
+    user: task_user.TaskUser | None,
 ) -> TaskProcess:
     read_fd, write_fd = os.pipe()
     popen: subprocess.Popen[bytes] | None = None
@@ -231,19 +241,28 @@ def _start(
     try:
         match task:
             case port.ShellCommand(command=command):
+                popen = _popen(["/bin/sh", "-c", command], env, workdir, write_fd, read_fd, user)
+                pid = popen.pid
+            case port.PythonCallable() if user is not None:
+                confirmation_fd, confirm_write_fd = os.pipe()
+                call_fd = _call_file(task, output_path)
                 try:
-                    popen = subprocess.Popen(
-                        ["/bin/sh", "-c", command],
-                        stdin=subprocess.DEVNULL,
-                        stdout=write_fd,
-                        stderr=write_fd,
-                        env=dict(env),
-                        cwd=workdir,
-                        process_group=0,
+                    interpreter = [sys.executable, "-m", "veritask.execution.call_task"]
+                    popen = _popen(
+                        [*interpreter, str(call_fd), str(confirm_write_fd)],
+                        env,
+                        workdir,
+                        write_fd,
+                        read_fd,
+                        user,
+                        pass_fds=(call_fd, confirm_write_fd),
                     )
-                except (OSError, ValueError) as exc:  # ValueError: an environment it refuses
-                    os.close(read_fd)
-                    raise StartFailed(f"could not start /bin/sh in {workdir}: {exc}") from exc
+                except StartFailed:
+                    os.close(confirmation_fd)
+                    raise
+                finally:
+                    os.close(call_fd)
+                    os.close(confirm_write_fd)
                 pid = popen.pid
             case port.PythonCallable():
                 confirmation_fd, confirm_write_fd = os.pipe()
@@ -279,6 +298,53 @@ def _start(
     )
 
 
+def _popen(
+    command: list[str],
+    env: Mapping[str, str],
+    workdir: Path,
+    output_fd: int,
+    read_fd: int,
+    user: task_user.TaskUser | None,
+    pass_fds: tuple[int, ...] = (),
+) -> subprocess.Popen[bytes]:
+    """The task's process, in a group of its own; as ``user`` when given (its groups, gid and
+    uid are set in the child before the exec)."""
+    try:
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=output_fd,
+            stderr=output_fd,
+            env=dict(env),
+            cwd=workdir,
+            process_group=0,
+            pass_fds=pass_fds,
+            user=None if user is None else user.uid,
+            group=None if user is None else user.gid,
+            extra_groups=None if user is None else list(user.groups),
+        )
+    except (OSError, ValueError) as exc:  # ValueError: an environment it refuses
+        os.close(read_fd)
+        who = "" if user is None else f" as {user.name}"
+        raise StartFailed(f"could not start {command[0]}{who} in {workdir}: {exc}") from exc
+
+
+def _call_file(task: port.PythonCallable, output_path: Path) -> int:
+    """What a callable run in a fresh interpreter calls, in an anonymous file it inherits."""
+    fd = os.memfd_create("veritask-call", os.MFD_CLOEXEC)
+    payload = {
+        "module": task.module,
+        "function": task.function,
+        "params": dict(task.params),
+        "output": str(output_path),
+    }
+    view = memoryview(json.dumps(payload).encode())
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def _run_callable(
     task: port.PythonCallable,
     env: Mapping[str, str],
@@ -308,32 +374,65 @@ def _run_callable(
         # As a fresh interpreter would, honour the task's PYTHONPATH for its own modules.
         sys.path[:0] = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
         importlib.invalidate_caches()
+        status = call_target(
+            module=task.module,
+            function=task.function,
+            params=task.params,
+            output_path=output_path,
+            confirm_fd=confirm_fd,
+            in_place=False,
+        )
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(status)
+
+
+def call_target(
+    *,
+    module: str,
+    function: str,
+    params: Mapping[str, object],
+    output_path: Path,
+    confirm_fd: int,
+    in_place: bool,
+) -> int:
+    """Import ``module``, say so on ``confirm_fd`` (b"S"), call ``function(**params)`` and
+    leave its result as JSON in ``output_path``; returns the process's exit status.
+
+    ``in_place`` writes the output into the file that is there (a task running as another
+    user may write that file, not the directory around it); otherwise it is renamed into place.
+    """
+    status = 1
+    try:
         try:
-            module = importlib.import_module(task.module)
-            function = functools.reduce(getattr, task.function.split("."), module)
-            if not callable(function):
-                raise TypeError(f"{task.target} is not callable")
+            target = functools.reduce(getattr, function.split("."), importlib.import_module(module))
+            if not callable(target):
+                raise TypeError(f"{module}:{function} is not callable")
         except BaseException:
             traceback.print_exc()
             raise SystemExit(1) from None
         os.write(confirm_fd, b"S")
         os.close(confirm_fd)
-        result = function(**task.params)
+        result = target(**params)
         if result is not None:
-            layout.write_atomically(output_path, json.dumps(result).encode(), durable=False)
+            encoded = json.dumps(result).encode()
+            if in_place:
+                output_path.write_bytes(encoded)
+            else:
+                layout.write_atomically(output_path, encoded, durable=False)
         status = 0
     except SystemExit as exc:
         status = _exit_status(exc.code)
     except BaseException:
         traceback.print_exc()
         status = 1
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except BaseException:
-                status = status or 1
-        os._exit(status)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            status = status or 1
+    return status
 
 
 def _reset_signals() -> None:

@@ -164,7 +164,7 @@ class OutboxTransport:
                 if not spooled.path.exists():
                     raise
                 # The outbox itself is missing (the first event of a new home): made once.
-                self._directory.mkdir(parents=True, exist_ok=True)
+                self._directory.mkdir(parents=True, exist_ok=True, mode=0o700)
                 os.link(spooled.path, target)
         except FileExistsError:
             return Delivery(DeliveryOutcome.DELIVERED, "already in the outbox")
@@ -213,7 +213,7 @@ def post(directory: Path, event: wire.WorkerEvent) -> None:
         layout.write_atomically(target, wire.encode(event), durable=False)
     except FileNotFoundError:
         # The outbox itself is missing (the first event of a new home): made once.
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         layout.write_atomically(target, wire.encode(event), durable=False)
 
 

@@ -66,6 +66,7 @@ from veritask.execution import (
     spool,
     task_env,
     task_process,
+    task_user,
     transports,
     wire,
 )
@@ -115,9 +116,12 @@ class AttemptRun:
         *,
         on_task_ended: Callable[[], object] | None = None,
         companion: Companion | None = None,
+        user: task_user.TaskUser | None = None,
     ):
         self.attempt = attempt
         self.spec = spec
+        #: The user the task runs as, when it is another than this process's.
+        self._user = user
         self._on_task_ended = on_task_ended
         self._companion = companion
         self._companion_due = (
@@ -180,12 +184,17 @@ class AttemptRun:
             procfs.become_subreaper()
             try:
                 self._cgroup = self._make_cgroup()
+                workdir = self.spec.workdir or self.attempt.path
+                if self._user is not None:
+                    self._hand_over(self._user)
+                    workdir = self.spec.workdir or self.attempt.work
                 self._task = task_process.start(
                     self.spec.task,
                     env=self._task_env(),
-                    workdir=self.spec.workdir or self.attempt.path,
+                    workdir=workdir,
                     output_path=self.attempt.output,
                     cgroup=self._cgroup,
+                    user=self._user,
                 )
             except task_process.StartFailed as exc:
                 self.log.note(str(exc))
@@ -385,6 +394,7 @@ class AttemptRun:
 
     def _complete(self, wait_status: int | None) -> int:
         self._progress.flush()  # the task's last progress goes before its end
+        self._take_back()
         exit_code, signum = (
             (None, None) if wait_status is None else task_process.decode_wait_status(wait_status)
         )
@@ -514,6 +524,41 @@ class AttemptRun:
 
     # --- the task's side ----------------------------------------------------------------
 
+    def _hand_over(self, user: task_user.TaskUser) -> None:
+        """Give a task that runs as another user what it may write, and nothing else: its
+        working directory, its output file and its FIFO to this worker. The attempt directory
+        stays this process's; the task's group may only pass through it and its instance's.
+        Raises StartFailed when the files cannot be handed over."""
+        attempt = self.attempt
+        try:
+            task_user.open_passage([attempt.path.parent, attempt.path], user)
+            attempt.work.mkdir(mode=task_user.PRIVATE_DIR_MODE, exist_ok=True)
+            task_user.give(attempt.work, user)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(attempt.output, flags, 0o600)
+            try:
+                os.fchown(fd, user.uid, user.gid)
+            finally:
+                os.close(fd)
+            task_user.give(attempt.channel, user)
+        except OSError as exc:
+            raise task_process.StartFailed(
+                f"could not hand the attempt directory over to the task user {user.name}: {exc}"
+            ) from exc
+
+    def _take_back(self) -> None:
+        """The task has ended and left nothing running: what it was given is this process's
+        again, so that no other task of its user can change its output or its files."""
+        if self._user is None or self._task is None:
+            return
+        for path, mode in ((self.attempt.work, 0o700), (self.attempt.output, 0o600)):
+            try:
+                task_user.take_back(path, mode=mode)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                self.log.note(f"could not take {path.name} back from the task user: {exc}")
+
     def _task_env(self) -> dict[str, str]:
         """The task's environment (``task_env``): never the worker's own settings. Its
         secrets are looked up here, at the attempt's start, and masked in its log from now.
@@ -523,13 +568,17 @@ class AttemptRun:
             layout.write_json_atomically(
                 self.attempt.upstream_outputs, dict(self.spec.upstream_outputs), durable=False
             )
+            if self._user is not None:
+                task_user.give(self.attempt.upstream_outputs, self._user)
             own["VERITASK_UPSTREAM_OUTPUTS"] = str(self.attempt.upstream_outputs)
+        # A task of another user gets that user's HOME, USER and LOGNAME, as a login would.
+        environ = {**os.environ, **(self._user.environment() if self._user else {})}
         try:
             providers = secrets.providers_from_environment(os.environ)
             resolved = secrets.resolve(self.spec.secret_env, providers=providers)
             self.log.mask(resolved.values())
             return task_env.build(
-                os.environ,
+                environ,
                 declared=self.spec.env,
                 secrets=resolved,
                 own={
@@ -588,6 +637,8 @@ class AttemptRun:
         limit = max_output_bytes(os.environ)
         try:
             size = self.attempt.output.stat().st_size
+            if size == 0:
+                return None, None  # made empty for a task of another user, left so
             if size > limit:
                 error = (
                     f"the task's output is {size} bytes, more than the {limit} bytes an output"
@@ -803,7 +854,10 @@ def _idle_signals() -> None:
 
 
 def run_attempt(
-    attempt: layout.AttemptDir, *, on_task_ended: Callable[[], object]
+    attempt: layout.AttemptDir,
+    *,
+    on_task_ended: Callable[[], object],
+    user: task_user.TaskUser | None = None,
 ) -> tuple[int, bool]:
     """Run an attempt the supervisor assigned to this process and recorded as its worker.
 
@@ -815,7 +869,8 @@ def run_attempt(
     if lock_fd is None:
         on_task_ended()
         return EXIT_BUSY, False  # its worker.json names us now: never be anyone else's worker
-    status = AttemptRun(attempt, records.read_spec(attempt), on_task_ended=on_task_ended).run()
+    spec = records.read_spec(attempt)
+    status = AttemptRun(attempt, spec, on_task_ended=on_task_ended, user=user).run()
     reusable = attempt.exit_record.exists() and threading.active_count() == 1
     if reusable:
         _leave(attempt, lock_fd)
@@ -932,7 +987,12 @@ class Supervised:
     record: Path
 
 
-def fork_supervised(home: layout.ExecutorHome, *, in_child: Callable[[], None]) -> Supervised:
+def fork_supervised(
+    home: layout.ExecutorHome,
+    *,
+    in_child: Callable[[], None],
+    user: task_user.TaskUser | None = None,
+) -> Supervised:
     """Fork a warm worker that serves the calling process (:func:`serve_supervisor`), and
     record it. Raises OSError when the system refuses; unrecorded, the child ends.
 
@@ -953,7 +1013,7 @@ def fork_supervised(home: layout.ExecutorHome, *, in_child: Callable[[], None]) 
         raise
     if pid == 0:
         ours.detach()
-        _become_supervised(home, theirs, in_child)
+        _become_supervised(home, theirs, in_child, user)
     signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
     theirs.close()
     try:
@@ -968,7 +1028,10 @@ def fork_supervised(home: layout.ExecutorHome, *, in_child: Callable[[], None]) 
 
 
 def _become_supervised(
-    home: layout.ExecutorHome, control: socket.socket, in_child: Callable[[], None]
+    home: layout.ExecutorHome,
+    control: socket.socket,
+    in_child: Callable[[], None],
+    user: task_user.TaskUser | None,
 ) -> NoReturn:
     status = 70
     try:
@@ -981,14 +1044,16 @@ def _become_supervised(
         fd = control.fileno()
         os.closerange(3, fd)
         os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
-        status = serve_supervisor(home, control)
+        status = serve_supervisor(home, control, user=user)
     except BaseException:
         traceback.print_exc()
     finally:
         os._exit(status)
 
 
-def serve_supervisor(home: layout.ExecutorHome, control: socket.socket) -> int:
+def serve_supervisor(
+    home: layout.ExecutorHome, control: socket.socket, *, user: task_user.TaskUser | None = None
+) -> int:
     """A supervised worker's life: the attempts the supervisor assigns, one at a time, until
     it closes the socket, an attempt leaves this process unfit for another, or the budget of
     ``ATTEMPTS_PER_WORKER`` is spent. Returns the last attempt's exit status."""
@@ -1005,7 +1070,9 @@ def serve_supervisor(home: layout.ExecutorHome, control: socket.socket) -> int:
         signal.pthread_sigmask(signal.SIG_BLOCK, set(_STOP_SIGNALS))
         channel.tell(TOLD)
         attempt = home.attempt_for_key(key)
-        status, reusable = run_attempt(attempt, on_task_ended=lambda: channel.tell(TASK_ENDED))
+        status, reusable = run_attempt(
+            attempt, on_task_ended=lambda: channel.tell(TASK_ENDED), user=user
+        )
         if not (reusable and channel.tell(READY)):
             break
     return status

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-from veritask.execution import engines, wait_http
+from veritask.execution import engines, task_user, wait_http
 from veritask.execution.local import LocalExecutor
 from veritask.ledger import dialects, errors, migrate
 from veritask.ledger.ledger import Ledger
@@ -88,15 +88,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         # Read once, here: the wait checker is handed it (``execution/wait_http``).
         wait_http_allow = wait_http.HttpAllow.from_environment(os.environ)
-    except ValueError as exc:
+        home: Path = args.home.resolve()
+        task_user.secure_home(home, os.environ)
+    except ValueError as exc:  # task_user.TaskUserError among them
         parser.error(str(exc))
     # Installed first: a SIGTERM during start-up ends the process cleanly too.
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    home: Path = args.home.resolve()
-    home.mkdir(parents=True, exist_ok=True)
     url = args.url or f"sqlite:///{home / 'veritask.db'}"
     if not args.no_migrate:
         migrate.upgrade(url)

@@ -122,7 +122,7 @@ class Scheduler:
         self.ledger = ledger
         self.settings = settings or Settings()
         self.outbox = outbox
-        outbox.mkdir(parents=True, exist_ok=True)
+        outbox.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._outbox_watch = outbox_watch.OutboxWatch(outbox)
         # Every scheduler checks waits, with no setting: the checker lives in this process.
         self._own_waits: waits.WaitExecutor | None = None

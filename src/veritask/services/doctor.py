@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Final
 
 from veritask.core.jsontypes import JSONObject
-from veritask.execution import local
+from veritask.execution import local, task_user
 from veritask.ledger import dialects, observations
 from veritask.scheduling.lease import STALE_AFTER
 from veritask.services import health, run_checks
@@ -208,7 +208,10 @@ def executor(home: Path) -> Check:
     """The local executor's supervisor, if this machine runs one."""
     if not (home / "executor").is_dir():
         return Check("executor", Status.OK, "no local executor in this data folder", {})
-    pid = local.LocalExecutor(home=home).supervisor_pid()
+    try:
+        pid = local.LocalExecutor(home=home).supervisor_pid()
+    except task_user.TaskUserError as exc:
+        return Check("executor", Status.FAIL, str(exc), {})
     if pid is None:
         return Check(
             "executor",

@@ -281,3 +281,33 @@ def test_the_output_reaches_the_kept_log_while_the_container_runs(
     )
     container_executor.cancel(external_id=external_id)
     _ended(container_executor, external_id)
+
+
+def test_a_container_gets_no_platform_setting_and_nothing_of_the_host(
+    container_host: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    platform = {
+        "VERITASK_DATABASE_URL": "postgresql://veritask:db-pass-81f0@db/veritask",
+        "VERITASK_SECRET": "signing-key-03aa",
+        "VERITASK_TOKEN": "admin-token-5d5e",
+        "VERITASK_SECRET_UNDECLARED": "undeclared-value-77c1",
+    }
+    for name, value in platform.items():
+        monkeypatch.setenv(name, value)
+    executor = engine.ContainerExecutor(host=container_host)
+    spec = helpers.spec("env", env={"DECLARED": "yes", "VERITASK_RUN_ID": "run-1"})
+    try:
+        external_id = executor.submit(spec=spec).external_id
+        assert _ended(executor, external_id).engine_state is port.EngineState.SUCCEEDED
+        log = executor.read_log(instance_id=spec.instance_id, attempt_no=1) or b""
+        inspected = helpers.inspect(container_host, spec)
+    finally:
+        executor.close()
+
+    assert b"DECLARED=yes" in log and b"VERITASK_RUN_ID=run-1" in log
+    for value in (*platform, *platform.values(), spec.attempt_token):
+        assert value.encode() not in log, value
+    assert inspected is not None
+    assert not inspected.get("Mounts"), inspected.get("Mounts")
+    host_config = inspected.get("HostConfig")
+    assert isinstance(host_config, dict) and not host_config.get("Binds")
