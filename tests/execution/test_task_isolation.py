@@ -294,3 +294,36 @@ def test_a_callable_for_another_user_runs_in_a_fresh_interpreter_and_fills_its_o
         for fd in (process.pidfd, process.output_fd, process.confirmation_fd):
             if fd is not None:
                 os.close(fd)
+
+
+@needs_root
+def test_up_runs_tasks_as_root_only_where_the_task_user_cannot_run_its_python(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # pytest's own folders are private to root: the task user could reach nothing there.
+    with tempfile.TemporaryDirectory() as folder:
+        _check_embedded_problem(Path(folder), monkeypatch)
+
+
+def _check_embedded_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    hidden = tmp_path / "private"
+    hidden.mkdir(mode=0o700)
+    python = hidden / "python3"
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    tmp_path.chmod(0o755)
+    reachable = tmp_path / "shared"
+    reachable.mkdir(mode=0o755)
+    public_python = reachable / "python3"
+    public_python.write_text("#!/bin/sh\n")
+    public_python.chmod(0o755)
+    monkeypatch.delenv(task_user.SETTING, raising=False)
+
+    problem = task_user.embedded_problem(home, python, os.environ)
+
+    assert problem is not None
+    assert str(hidden) in problem and "'nobody'" in problem
+    assert task_user.embedded_problem(home, public_python, os.environ) is None
+    monkeypatch.setenv(task_user.SETTING, "nobody")
+    assert task_user.embedded_problem(home, python, os.environ) is None

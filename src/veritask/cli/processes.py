@@ -66,6 +66,25 @@ def _configure_logging() -> None:
     )
 
 
+def _tasks_as_root_if_need_be(home: Path) -> None:
+    """``veritask up`` is the one command that must run the examples on a fresh machine:
+    started as root where the default task user cannot run this Python or reach the data
+    folder, it runs tasks as root, and says so, rather than start tasks that cannot run.
+    ``veritask server`` and ``scheduler`` never do this: a deployment sets
+    ``VERITASK_TASK_USER`` or installs Python where the task user can run it."""
+    from veritask.execution import task_user
+
+    problem = task_user.embedded_problem(home, Path(sys.executable), os.environ)
+    if problem is None:
+        return
+    os.environ[task_user.SETTING] = "root"
+    sys.stderr.write(
+        f"warning: tasks run as root, so they can read the platform's secrets: {problem}."
+        f" Set {task_user.SETTING} to an unprivileged user that can, to keep tasks apart"
+        " from the platform (docs/security.md).\n"
+    )
+
+
 def _secure_home() -> Path:
     """``VERITASK_HOME``, made or kept private to this user (``execution/task_user.py``);
     a ``VERITASK_TASK_USER`` that cannot be used is a usage error, said before anything
@@ -180,6 +199,7 @@ def up_command(port: int, host: str, slots: int | None, examples: Path) -> None:
     from veritask.services.platform import Platform
     from veritask.services.runtime import SchedulerRuntime
 
+    _tasks_as_root_if_need_be(client.home())
     home = _secure_home()
     database_url = dialects.default_database_url()
     try:

@@ -158,6 +158,23 @@ def python_problem(python: Path, user: TaskUser) -> str | None:
     return None
 
 
+def embedded_problem(home: Path, python: Path, environ: Mapping[str, str]) -> str | None:
+    """Why ``veritask up``, started as root without ``VERITASK_TASK_USER``, cannot give its
+    tasks to the default user: that user cannot reach ``home`` or run ``python`` (a Python
+    below ``/root``, as pyenv installs it). None when it can, or when another rule applies
+    (a setting, or a platform that is not root)."""
+    if environ.get(SETTING, "").strip() or os.geteuid() != 0:
+        return None
+    try:
+        user = resolve(environ)
+        if user is None:
+            return None
+        check_reachable(home, user)
+    except TaskUserError as exc:
+        return str(exc)
+    return python_problem(python, user)
+
+
 def open_passage(directories: Iterable[Path], user: TaskUser | None) -> None:
     """Make each directory (owned by this process) one the task's group passes through, or,
     without a task user, private to this user."""
