@@ -15,7 +15,7 @@ from alembic.runtime.migration import MigrationContext
 from veritask.cli import db
 from veritask.ledger import dialects, migrate, schema
 
-APPEND_ONLY_TABLES = {"events", "rejected_events"}
+APPEND_ONLY_TABLES = {"events", "rejected_events", "chain_checkpoints"}
 
 
 def _table_names(url: str) -> set[str]:

@@ -90,18 +90,48 @@ def _shown(platform: Platform) -> str:
     "--repair",
     is_flag=True,
     help="Rebuild snapshots (instances', runs', definitions') that differ from their events; "
-    "move a finished run to the state its instances imply.",
+    "move a finished run to the state its instances imply. Never rewrites an event.",
+)
+@click.option(
+    "--seal",
+    is_flag=True,
+    help="First seal the chains' heads in a checkpoint signed with this host's key.",
+)
+@click.option(
+    "--public-key",
+    "public_keys",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Also trust checkpoints signed by this Ed25519 public key (PEM); repeatable.",
 )
 @JSON_OPTION
-def verify_command(database_url: str | None, repair: bool, as_json: bool) -> None:
-    """Re-fold every instance's events and compare with the stored snapshots; follow every
-    run's events and compare with its stored states; check the invariants at rest.
-    Exit 0 if everything held (after --repair: holds now), 1 otherwise."""
+def verify_command(
+    database_url: str | None,
+    repair: bool,
+    seal: bool,
+    public_keys: tuple[Path, ...],
+    as_json: bool,
+) -> None:
+    """Check every event's hash chain and every signed checkpoint (naming each subject's
+    first broken link); re-fold every instance's events and compare with the stored
+    snapshots; follow every run's events and compare with its stored states; check the
+    invariants at rest. Exit 0 if everything held (after --repair: holds now), 1 otherwise."""
+    from veritask.ledger import errors, signing
     from veritask.services import operations
 
+    try:
+        trusted = [signing.load_public_key(path) for path in public_keys]
+    except errors.LedgerError as exc:
+        raise CliError(EXIT_USAGE, f"--public-key: {exc}") from None
     with _platform(database_url) as platform:
-        report = operations.verify(platform, repair=repair, actor=_actor())
+        try:
+            report = operations.verify(
+                platform, repair=repair, actor=_actor(), public_keys=trusted, seal=seal
+            )
+        except errors.LedgerError as exc:
+            raise CliError(EXIT_FAILED, str(exc)) from None
         database = _shown(platform)
+    chains = report.chains
     if as_json:
         render.print_json(
             {
@@ -113,16 +143,29 @@ def verify_command(database_url: str | None, repair: bool, as_json: bool) -> Non
                 "mismatches": list(report.mismatches),
                 "violations": list(report.violations),
                 "repaired": report.repaired,
+                "chains": {
+                    "ok": chains.ok,
+                    "events": chains.events,
+                    "subjects": chains.subjects,
+                    "checkpoints": chains.checkpoints,
+                    "broken_links": [b.as_json() for b in chains.breaks],
+                    "checkpoint_problems": list(chains.problems),
+                    "keys": sorted(signing.key_id(key) for key in chains.keys),
+                },
             }
         )
     else:
         render.out.print(f"database: {database}")
+        for line in (*map(str, chains.breaks), *chains.problems):
+            render.out.print(line)
         for line in (*report.mismatches, *report.violations):
             render.out.print(line)
         verdict = "all held" if report.ok else "NOT all held"
         repaired = f"; {report.repaired} repaired" if repair else ""
         render.out.print(
-            f"{report.instances} instances and {report.runs} runs verified: {verdict}{repaired}"
+            f"{chains.events} events in {chains.subjects} chains, {chains.checkpoints} signed "
+            f"checkpoints, {report.instances} instances and {report.runs} runs verified: "
+            f"{verdict}{repaired}"
         )
     raise SystemExit(0 if report.ok else EXIT_FAILED)
 

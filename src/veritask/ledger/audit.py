@@ -11,7 +11,7 @@ snapshot from such an export in an empty database.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -30,10 +30,12 @@ from veritask.core.states import (
 )
 from veritask.ledger import (
     attempt_reports,
+    chain,
     definition_audit,
     dialects,
     run_audit,
     schema,
+    seals,
     statements,
 )
 from veritask.ledger.ledger import Ledger
@@ -51,10 +53,12 @@ class Report:
     mismatches: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     repaired: int = 0
+    #: The hash chains and their signed checkpoints (ledger/seals.py); never repaired.
+    chains: seals.Audit = field(default_factory=seals.Audit)
 
     @property
     def ok(self) -> bool:
-        return not self.mismatches and not self.violations
+        return not self.mismatches and not self.violations and self.chains.ok
 
 
 def verify(
@@ -62,14 +66,18 @@ def verify(
     *,
     repair: bool = False,
     publication_start: run_audit.PublicationStart | None = None,
+    trusted_keys: Collection[str] = (),
 ) -> Report:
-    """Re-fold every instance and compare; follow every run's events and compare; check the
-    invariants at rest.
+    """Check every event's hash chain and every signed checkpoint (against ``trusted_keys``,
+    hex public keys); re-fold every instance and compare; follow every run's events and
+    compare; check the invariants at rest.
 
     ``publication_start`` says where a run of (definition id, version) starts its publication
     (no event records it); without it, a run no publication event moved may be in either.
     """
     report = Report()
+    with dialects.read_transaction(ledger.engine) as connection:
+        report.chains = seals.audit(connection, trusted=trusted_keys)
     t = schema.task_instances.c
     with dialects.read_transaction(ledger.engine) as connection:
         rows = connection.execute(
@@ -361,6 +369,8 @@ def replay(ledger: Ledger, lines: Iterable[JSONObject]) -> list[str]:
             )
         for row in rows.get("events", []):
             connection.execute(schema.events.insert().values(**row))
+        # The rows came before their events: each subject's head is its last replayed event.
+        chain.restore_heads(connection)
         _replay_runs(connection, rows.get("runs", []), rows.get("events", []))
     replayed = []
     for row in rows.get("task_instances", []):

@@ -32,6 +32,7 @@ from veritask.core.policy import TaskPolicy
 from veritask.core.states import InstanceState
 from veritask.ledger import (
     attempt_reports,
+    chain,
     dialects,
     errors,
     metric_values,
@@ -93,6 +94,8 @@ class _Loaded:
     written: int | None = None
     #: Taken from what this process last wrote, not read: only a compare-and-set proves it.
     unproven: bool = False
+    #: The hash of the instance's last event (``ledger.chain``), read and written with it.
+    head: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,7 @@ class _Written:
     version: int
     policy: TaskPolicy
     snapshot: InstanceSnapshot
+    head: str | None
 
 
 @dataclass(frozen=True)
@@ -232,8 +236,10 @@ class Ledger:
             verdict = judge.judge(derive(empty(instance_id), policy), event, policy)
             if verdict.outcome is not Outcome.APPLIED:
                 raise errors.LedgerError(f"instance {task_key}: created {verdict.outcome}")
-            event_rows.append(statements.event_row(event, run_id, verdict))
-            snapshot_rows.append(_snapshot_row(instance_id, 0, verdict.after, now))
+            row = statements.event_row(event, run_id, verdict)
+            head = row["chain_hash"] = chain.link(row, None)
+            event_rows.append(row)
+            snapshot_rows.append(_snapshot_row(instance_id, 0, verdict.after, now, head))
         if not tasks:
             return []
         connection.execute(schema.task_instances.insert(), instance_rows)
@@ -498,7 +504,7 @@ class Ledger:
         for instance_id, loaded in touched.items():
             if loaded is not None and loaded.written is not None:
                 self._snapshots[instance_id] = _Written(
-                    loaded.run_id, loaded.written, loaded.policy, loaded.snapshot
+                    loaded.run_id, loaded.written, loaded.policy, loaded.snapshot, loaded.head
                 )
 
     def _apply_one(
@@ -518,6 +524,7 @@ class Ledger:
                 believed.snapshot,
                 believed.snapshot,
                 unproven=True,
+                head=believed.head,
             )
         else:
             loaded = self._load(connection, event.instance_id)
@@ -588,6 +595,9 @@ class Ledger:
                 )
                 continue
             row = statements.event_row(stamped, loaded.run_id, verdict)
+            # Chained in batch order; if an id here was inserted meanwhile by another writer,
+            # that writer moved the instance too and the compare-and-set below rolls back.
+            loaded.head = row["chain_hash"] = chain.link(row, loaded.head)
             rows.append(row)
             recorded.append((stamped, verdict.outcome))
             if event.kind is EventKind.PROGRESS:  # counted for the batch's later progress
@@ -649,7 +659,7 @@ class Ledger:
         result = connection.execute(
             statements.UPDATE_INSTANCE,
             [
-                _snapshot_row(instance_id, loaded.version, loaded.snapshot, now)
+                _snapshot_row(instance_id, loaded.version, loaded.snapshot, now, loaded.head)
                 for instance_id, loaded in dirty
             ],
         )
@@ -679,7 +689,7 @@ class Ledger:
             fold = json.loads(row.fold) if row.fold is not None else None
             facts = codec.facts_from_json(fold) if fold else empty(instance_id)
             snapshot = derive(facts, policy)
-        return _Loaded(row.run_id, row.version, policy, snapshot, snapshot)
+        return _Loaded(row.run_id, row.version, policy, snapshot, snapshot, head=row.chain_head)
 
     def _record(
         self,
@@ -713,6 +723,7 @@ class Ledger:
                 f"{event.kind} was taken on version {expected_version}"
             )
         row = statements.event_row(event, loaded.run_id, verdict)
+        row["chain_hash"] = chain.link(row, loaded.head)
         inserted = connection.execute(
             statements.statements_for(connection).insert_event, row
         ).first()
@@ -723,6 +734,7 @@ class Ledger:
             if known is None:  # deleted by a purge between the two statements
                 raise _LostRace
             return self._as_known(connection, loaded, event, known)
+        loaded.head = str(row["chain_hash"])
         loaded.snapshot = verdict.after
         loaded.dirty = True
         return Applied(
@@ -827,7 +839,7 @@ class Ledger:
         after = loaded.snapshot
         result = connection.execute(
             statements.UPDATE_INSTANCE,
-            _snapshot_row(instance_id, loaded.version, after, self.clock()),
+            _snapshot_row(instance_id, loaded.version, after, self.clock(), loaded.head),
         )
         if result.rowcount != 1:
             raise _LostRace
@@ -875,7 +887,11 @@ def _created_event(
 
 
 def _snapshot_row(
-    instance_id: str, expected_version: int, snapshot: InstanceSnapshot, now: datetime
+    instance_id: str,
+    expected_version: int,
+    snapshot: InstanceSnapshot,
+    now: datetime,
+    head: str | None,
 ) -> dict[str, object]:
     """The parameters of ``UPDATE_INSTANCE``: the compare-and-set of one instance row."""
     return {
@@ -887,6 +903,7 @@ def _snapshot_row(
         "b_fold": codec.facts_to_json(snapshot.facts),
         "b_reason": snapshot.reason,
         "b_updated_observed_at": now,
+        "b_chain_head": head,
     }
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from itertools import islice
 from typing import Final
 
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from veritask.core.states import DefinitionLifecycle
-from veritask.ledger import dialects, schema, vocabulary
+from veritask.ledger import dialects, schema, seals, vocabulary
 
 #: Ids per DELETE: keeps each statement's parameter list well under SQLite's limit.
 _CHUNK: Final = 500
@@ -41,6 +41,7 @@ def purge_events(
     run_ids: Collection[str] = (),
     instance_ids: Collection[str] = (),
     observed_before: datetime | None = None,
+    now: datetime | None = None,
 ) -> PurgeResult:
     """Delete the events (and rejected events) of these subjects, in the caller's transaction.
 
@@ -55,6 +56,20 @@ def purge_events(
     with dialects.purge_permitted(
         connection, permit_table=schema.purge_permit, setting=schema.PURGE_SETTING
     ):
+        # What goes is sealed first, signed, in this transaction: the chains that remain verify
+        # from its anchors, and a sealed head that is gone is accounted for (docs/integrity.md).
+        seals.record_purge(
+            connection,
+            [
+                condition
+                if observed_before is None
+                else sa.and_(condition, schema.events.c.observed_at < observed_before)
+                for condition in _subject_conditions(
+                    schema.events, definition_ids, run_ids, instance_ids
+                )
+            ],
+            now=now or datetime.now(UTC),
+        )
         for table in (schema.events, schema.rejected_events):
             deleted = 0
             for condition in _subject_conditions(table, definition_ids, run_ids, instance_ids):

@@ -26,7 +26,7 @@ from veritask.core.states import (
     RunExecutionState,
     TriggerKind,
 )
-from veritask.ledger import errors, runs, schema
+from veritask.ledger import chain, errors, runs, schema
 from veritask.ledger.ledger import Ledger
 from veritask.ledger.vocabulary import EventOutcome, SubjectType
 
@@ -569,28 +569,30 @@ def record_subject_event(
     content = json.dumps(
         [subject_type.value, subject_id, kind, actor, evidence], sort_keys=True, default=str
     )
-    connection.execute(
-        schema.events.insert(),
-        {
-            "event_id": event_id,
-            "subject_type": subject_type.value,
-            "subject_id": subject_id,
-            "run_id": run_id,
-            "instance_id": None,
-            "attempt_no": None,
-            "kind": kind,
-            "actor": actor,
-            "seq": None,
-            "from_state": from_state,
-            "to_state": to_state,
-            "event_time": event_time or now,
-            "observed_at": now,
-            "evidence": evidence,
-            "outcome": EventOutcome.APPLIED.value,
-            "reason": reason,
-            "fingerprint": hashlib.sha256(content.encode()).hexdigest(),
-        },
-    )
+    subject = (subject_type.value, subject_id)
+    row: dict[str, object] = {
+        "event_id": event_id,
+        "subject_type": subject_type.value,
+        "subject_id": subject_id,
+        "run_id": run_id,
+        "instance_id": None,
+        "attempt_no": None,
+        "kind": kind,
+        "actor": actor,
+        "seq": None,
+        "from_state": from_state,
+        "to_state": to_state,
+        "event_time": event_time or now,
+        "observed_at": now,
+        "evidence": evidence,
+        "outcome": EventOutcome.APPLIED.value,
+        "reason": reason,
+        "fingerprint": hashlib.sha256(content.encode()).hexdigest(),
+    }
+    # The subject's row stays locked to the end of the transaction: its appends chain in turn.
+    row["chain_hash"] = chain.link(row, chain.head_for_update(connection, *subject))
+    connection.execute(schema.events.insert(), row)
+    chain.write_head(connection, *subject, str(row["chain_hash"]))
 
 
 def run_version(

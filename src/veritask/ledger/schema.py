@@ -66,6 +66,14 @@ def _time(name: str, *, nullable: bool = True) -> sa.Column[object]:
     return sa.Column(name, columns.UTCDateTime(), nullable=nullable)
 
 
+#: A SHA-256 as hex.
+HASH_LENGTH: Final = 64
+
+
+def _hash(name: str) -> sa.Column[str]:
+    return sa.Column(name, sa.String(HASH_LENGTH), nullable=True)
+
+
 _UNSETTLED_EXECUTION: Final = (
     states.RunExecutionState.QUEUED,
     states.RunExecutionState.RUNNING,
@@ -113,6 +121,8 @@ definitions = sa.Table(
     sa.Column("owner", sa.String(128), nullable=True),
     _time("created_at", nullable=False),
     _time("updated_at", nullable=False),
+    # The hash of the definition's last event: the head of its chain (0016).
+    _hash("chain_head"),
     sa.CheckConstraint(_one_of("lifecycle", states.DefinitionLifecycle), name="lifecycle"),
     sa.Index(
         "uq_definitions_live_name",
@@ -158,6 +168,8 @@ runs = sa.Table(
     _time("created_at", nullable=False),
     _time("updated_observed_at"),
     sa.Column("fold", columns.json_column_type(none_as_null=True), nullable=True),
+    # The hash of the run's own last event: the head of its chain (0016).
+    _hash("chain_head"),
     sa.ForeignKeyConstraint(
         ["definition_id", "definition_version"],
         ["definition_versions.definition_id", "definition_versions.version"],
@@ -211,6 +223,9 @@ task_instances = sa.Table(
     # The snapshot's reason, written with its state (0005): lists of many instances show it
     # without decoding and folding each one's facts. NULL on rows written before 0005.
     sa.Column("reason", sa.Text, nullable=True),
+    # The hash of the instance's last event, written with the snapshot by the same
+    # compare-and-set: the head of its chain (0016).
+    _hash("chain_head"),
     sa.ForeignKeyConstraint(["run_id"], ["runs.id"]),
     sa.UniqueConstraint("run_id", "task_key", "map_index"),
     # The scheduler and monitor scan the few unfinished instances among millions of finished
@@ -319,6 +334,10 @@ events = sa.Table(
     sa.Column("outcome", sa.String(16), nullable=False),
     sa.Column("reason", sa.Text, nullable=True),
     sa.Column("fingerprint", sa.String(128), nullable=False),
+    # SHA-256 (hex) of the event's canonical encoding linked to the previous event of its
+    # subject (ledger/chain.py, 0016). Nullable only because the column was added to a table
+    # that cannot be rewritten in place; verify names a missing hash as a broken link.
+    _hash("chain_hash"),
     sa.CheckConstraint(_one_of("subject_type", vocabulary.SubjectType), name="subject_type"),
     sa.CheckConstraint(_one_of("outcome", vocabulary.EventOutcome), name="outcome"),
     # Histories in position order: of an instance, of a run (run and instance events carry
@@ -335,6 +354,29 @@ events = sa.Table(
         sqlite_where=sa.text(DEFINITION_EVENT_PREDICATE),
     ),
     # Positions are never reused after a purge (a reader's cursor stays meaningful).
+    sqlite_autoincrement=True,
+)
+
+#: What a checkpoint says (ledger/seals.py): ``seal``, the heads of the chains that moved
+#: since the checkpoint before; ``purge``, the heads of what a retention purge removed.
+CHECKPOINT_KINDS: Final = ("purge", "seal")
+
+#: Signed checkpoints of the event chains (0016), append-only like ``events`` and never
+#: purged; each names the digest of the one before it.
+chain_checkpoints = sa.Table(
+    "chain_checkpoints",
+    metadata,
+    sa.Column("id", columns.PositionType, primary_key=True, autoincrement=True),
+    sa.Column("kind", sa.String(16), nullable=False),
+    _time("sealed_at", nullable=False),
+    # Every event at or below this position was committed and is covered.
+    sa.Column("through_position", sa.BigInteger, nullable=False),
+    _hash("previous"),
+    sa.Column("body", columns.json_column_type(), nullable=False),
+    sa.Column("digest", sa.String(HASH_LENGTH), nullable=False),
+    sa.Column("signature", sa.String(128), nullable=False),
+    sa.Column("public_key", sa.String(HASH_LENGTH), nullable=False),
+    sa.CheckConstraint(_one_of("kind", CHECKPOINT_KINDS), name="kind"),
     sqlite_autoincrement=True,
 )
 

@@ -27,7 +27,7 @@ POLICY_TEXT = sa.cast(_instances.c.policy, sa.Text).label("policy")
 # The fold as stored text: the ledger decodes it only when its cache of the instance is stale.
 FOLD_TEXT = sa.cast(_instances.c.fold, sa.Text).label("fold")
 SELECT_INSTANCE = sa.select(
-    _instances.c.run_id, _instances.c.version, POLICY_TEXT, FOLD_TEXT
+    _instances.c.run_id, _instances.c.version, POLICY_TEXT, FOLD_TEXT, _instances.c.chain_head
 ).where(_instances.c.id == sa.bindparam("id"))
 SELECT_INSTANCES = sa.select(
     _instances.c.id,
@@ -35,6 +35,7 @@ SELECT_INSTANCES = sa.select(
     _instances.c.version,
     POLICY_TEXT,
     FOLD_TEXT,
+    _instances.c.chain_head,
 ).where(_instances.c.id.in_(sa.bindparam("ids", expanding=True)))
 SELECT_KNOWN_MANY = sa.select(
     schema.events.c.event_id,
@@ -62,6 +63,7 @@ UPDATE_INSTANCE = (
         updated_observed_at=sa.bindparam(
             "b_updated_observed_at", type_=_instances.c.updated_observed_at.type
         ),
+        chain_head=sa.bindparam("b_chain_head", type_=_instances.c.chain_head.type),
         version=_instances.c.version + 1,
     )
 )

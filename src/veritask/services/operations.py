@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -18,7 +18,15 @@ from typing import Final
 
 from veritask.core import refusals
 from veritask.core.jsontypes import JSONObject, JSONValue
-from veritask.ledger import audit, dialects, operations_log, queries, retention
+from veritask.ledger import (
+    audit,
+    dialects,
+    operations_log,
+    queries,
+    retention,
+    seals,
+    signing,
+)
 from veritask.ledger.vocabulary import OperationKind
 from veritask.services import logs, reading, run_checks
 from veritask.services.definitions import ACTIVE_RUN_STATES
@@ -87,35 +95,68 @@ def recent_operations(platform: Platform, *, limit: int = 50) -> list[JSONObject
 # -- verify, export, replay --------------------------------------------------------------------
 
 
-def verify(platform: Platform, *, repair: bool, actor: str) -> audit.Report:
-    """Re-fold every instance, compare with its snapshot; follow every run's events, compare
-    with its stored states and with what its instances imply; check the invariants at rest.
+def verify(
+    platform: Platform,
+    *,
+    repair: bool,
+    actor: str,
+    public_keys: Sequence[str] = (),
+    seal: bool = False,
+) -> audit.Report:
+    """Check every event's hash chain and every signed checkpoint; re-fold every instance,
+    compare with its snapshot; follow every run's events, compare with its stored states and
+    with what its instances imply; check the invariants at rest.
+
+    Checkpoints are trusted when signed by this host's key (if it has one) or one of
+    ``public_keys`` (hex). With ``seal``, the chains' heads are sealed first (this host's key,
+    made if it has none), so that what is verified now is also what a later verify holds to.
 
     With ``repair``, snapshots (of instances and runs) that differ are rebuilt from their
     events, then each finished run whose instances imply another state moves there by a
     recorded run event (a recorded operation); then everything is verified again: the
     report returned is that second look.
     """
-    found, disagreeing = _verify(platform, repair=False)
+    if seal:
+        seal_chains(platform)
+    trusted = trusted_keys(platform, public_keys)
+    found, disagreeing = _verify(platform, repair=False, trusted=trusted)
     if not repair or not (found.mismatches or disagreeing):
         return found
     parameters: JSONObject = {"mismatches": len(found.mismatches), "disagreements": disagreeing}
     with recorded(
         platform, OperationKind.REPAIR, actor=actor, dry_run=False, parameters=parameters
     ) as operation:
-        repaired, _ = _verify(platform, repair=True)
+        repaired, _ = _verify(platform, repair=True, trusted=trusted)
         # After the snapshots: a run follows its instances as their events say they are.
         repaired.repaired += run_checks.follow_instances(platform, actor=actor)
         operation.result = {"repaired": repaired.repaired}
-    after, _ = _verify(platform, repair=False)
+    after, _ = _verify(platform, repair=False, trusted=trusted)
     after.repaired = repaired.repaired
     return after
 
 
-def _verify(platform: Platform, *, repair: bool) -> tuple[audit.Report, int]:
+def seal_chains(platform: Platform) -> int | None:
+    """Seal the heads of the chains that moved since the last checkpoint, signed with this
+    host's key (made if it has none); the checkpoint's id, or None if nothing moved."""
+    signer = signing.load_signer(platform.home)
+    if signer is None:  # pragma: no cover - load_signer makes one
+        return None
+    return seals.seal(platform.engine, signer, now=platform.now())
+
+
+def trusted_keys(platform: Platform, public_keys: Sequence[str] = ()) -> set[str]:
+    """This host's public key, if it has a key, and the ones given."""
+    signer = signing.load_signer(platform.home, create=False)
+    return {*public_keys, *([] if signer is None else [signer.public_key])}
+
+
+def _verify(platform: Platform, *, repair: bool, trusted: set[str]) -> tuple[audit.Report, int]:
     """The report, and how many finished runs disagree with their instances."""
     report = audit.verify(
-        platform.ledger, repair=repair, publication_start=run_checks.publication_start(platform)
+        platform.ledger,
+        repair=repair,
+        publication_start=run_checks.publication_start(platform),
+        trusted_keys=trusted,
     )
     disagreeing = run_checks.disagreements_with_instances(platform)
     report.violations.extend(disagreeing)
@@ -258,7 +299,7 @@ def _purge_history(
             rejected += counted.rejected_events
             continue
         with platform.engine.begin() as connection:
-            result = retention.purge_events(connection, run_ids=chunk)
+            result = retention.purge_events(connection, run_ids=chunk, now=platform.now())
             events += result.events
             rejected += result.rejected_events
             retention.delete_run_snapshots(connection, chunk)

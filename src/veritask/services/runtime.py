@@ -49,6 +49,10 @@ HOUSEKEEPING_ACTOR: Final = "housekeeping"
 PURGE_EVERY: Final = timedelta(days=1)
 #: How long after a failed purge the housekeeping tries again.
 PURGE_RETRY: Final = timedelta(hours=1)
+#: ``VERITASK_SEAL_INTERVAL``: how often the chains' heads are sealed in a signed checkpoint
+#: (docs/integrity.md); ``off`` never (``veritask verify --seal`` still does).
+SEAL_VARIABLE: Final = "VERITASK_SEAL_INTERVAL"
+DEFAULT_SEAL_INTERVAL: Final = timedelta(minutes=10)
 
 
 class SchedulerRuntime:
@@ -76,6 +80,8 @@ class SchedulerRuntime:
         self.retention = _retention_from_environment()
         self.deleted_retention = _deleted_retention_from_environment()
         self._purge_failed_at: datetime | None = None
+        self.seal_interval = _seal_interval_from_environment()
+        self._sealed_at: datetime | None = None
 
     @property
     def home(self) -> Path:
@@ -166,6 +172,7 @@ class SchedulerRuntime:
                     ("deadlines", lambda: deadlines.alert_late_runs(self.platform)),
                     ("alert webhooks", lambda: self._deliver_alerts(http)),
                     ("retention", self._purge_when_due),
+                    ("seal", self._seal_when_due),
                 ]
                 for name, step in steps:
                     try:
@@ -201,6 +208,17 @@ class SchedulerRuntime:
     def _deliver_alerts(self, http: httpx.Client) -> None:
         alert_delivery.deliver_due(self.platform, self.webhooks, http)
 
+    def _seal_when_due(self) -> None:
+        """Seal the chains that moved, once per interval (each scheduler: a seal that finds
+        nothing new since another one's writes nothing)."""
+        if self.seal_interval is None:
+            return
+        now = self.platform.now()
+        if self._sealed_at is not None and now - self._sealed_at < self.seal_interval:
+            return
+        self._sealed_at = now
+        operations.seal_chains(self.platform)
+
     def _purge_when_due(self) -> None:
         if self.retention is None:
             return
@@ -232,6 +250,15 @@ class SchedulerRuntime:
             )
             return
         self._purge_failed_at = None
+
+
+def _seal_interval_from_environment() -> timedelta | None:
+    configured = os.environ.get(SEAL_VARIABLE)
+    if not configured:
+        return DEFAULT_SEAL_INTERVAL
+    if configured.strip().lower() == RETENTION_OFF:
+        return None
+    return _period(SEAL_VARIABLE, configured)
 
 
 def _retention_from_environment() -> timedelta | None:
