@@ -3,7 +3,8 @@ reordered events at shared instances, on SQLite and PostgreSQL.
 
 Afterwards every snapshot must equal the pure fold of its recorded events, every event must
 be recorded exactly once, and the version must count exactly the recorded events: a lost
-compare-and-set that went unnoticed would break the last equality.
+compare-and-set that went unnoticed would break the last equality. Every instance's hash
+chain must be one line: two appends chained to the same predecessor would break it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from veritask.core.events import Event, EventKind
 from veritask.core.fold import fold
 from veritask.core.judge import Outcome
 from veritask.core.states import InstanceState
-from veritask.ledger import dialects, schema
+from veritask.ledger import dialects, schema, seals
 from veritask.ledger.ledger import Ledger
 
 INSTANCES = 4
@@ -112,3 +113,8 @@ def test_concurrent_writers_converge_to_the_fold(engine: Engine, database_url: s
         assert version == len(recorded), "a compare-and-set race went unnoticed"
         expected = InstanceState.SUCCESS if n % 2 == 0 else InstanceState.UP_FOR_RETRY
         assert snapshot.state is expected
+    # Every append chained to the one committed before it: no two to one predecessor.
+    with dialects.read_transaction(engine) as connection:
+        chains = seals.audit(connection, trusted=())
+    assert chains.breaks == []
+    assert chains.events == len(rows)
