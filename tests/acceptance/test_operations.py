@@ -238,3 +238,48 @@ def test_purge_removes_old_history_of_deleted_definitions_only(
     assert veritask("verify", "--database-url", database_url, home=tmp_path).returncode == 0
     bad = veritask("purge", "--older-than", "soon", "--database-url", database_url, home=tmp_path)
     assert bad.returncode == 2
+
+
+def test_verify_seals_then_names_the_first_broken_link(
+    engine: Engine, database_url: str, tmp_path: Path
+) -> None:
+    from tests.contract.test_chain import chain_of, instance_ids, tamper
+
+    load = instance_ids(engine, _story(Ledger(engine)))["load"]
+    sealed = veritask("verify", "--seal", "--database-url", database_url, "--json", home=tmp_path)
+    assert sealed.returncode == 0, sealed.stdout + sealed.stderr
+    chains = json.loads(sealed.stdout)["chains"]
+    assert (chains["ok"], chains["checkpoints"], chains["broken_links"]) == (True, 1, [])
+    assert (tmp_path / "signing-key.pem").stat().st_mode & 0o777 == 0o600
+    public = veritask("public-key", home=tmp_path)
+    assert public.stdout.startswith("-----BEGIN PUBLIC KEY-----"), public.stderr
+    (tmp_path / "public.pem").write_text(public.stdout)
+
+    positions = chain_of(engine, load)
+    tamper(engine, f"DELETE FROM events WHERE position = {positions[1]}")
+
+    # Checked by another host that has only the public key.
+    elsewhere = tmp_path / "auditor"
+    broken = veritask(
+        "verify",
+        "--public-key",
+        str(tmp_path / "public.pem"),
+        "--database-url",
+        database_url,
+        "--json",
+        home=elsewhere,
+    )
+    assert broken.returncode == 1, broken.stderr
+    found = json.loads(broken.stdout)["chains"]
+    assert found["checkpoint_problems"] == []
+    assert found["broken_links"] == [
+        {
+            "subject_type": "instance",
+            "subject_id": load,
+            "index": 2,
+            "position": positions[2],
+            "problem": found["broken_links"][0]["problem"],
+        }
+    ]
+    missing = veritask("verify", "--public-key", str(tmp_path / "none.pem"), home=tmp_path)
+    assert missing.returncode == 2

@@ -86,6 +86,7 @@ for command in (
     alerts.alerts_group,
     durations.durations_command,
     operations.verify_command,
+    operations.public_key_command,
     operations.doctor_command,
     operations.export_command,
     operations.replay_command,

@@ -170,6 +170,22 @@ def verify_command(
     raise SystemExit(0 if report.ok else EXIT_FAILED)
 
 
+@click.command("public-key")
+def public_key_command() -> None:
+    """Print this host's signing key's public half (PEM), for an auditor's --public-key.
+    The key is VERITASK_SIGNING_KEY_FILE, else signing-key.pem in VERITASK_HOME; exit 3 if
+    there is none yet (a scheduler makes it at its first start)."""
+    from veritask.ledger import errors, signing
+
+    try:
+        signer = signing.load_signer(client.home(), create=False)
+    except errors.LedgerError as exc:
+        raise CliError(EXIT_FAILED, str(exc)) from None
+    if signer is None:
+        raise CliError(EXIT_NOT_FOUND, f"no signing key at {signing.key_file(client.home())} yet")
+    click.echo(signing.public_pem(signer), nl=False)
+
+
 @click.command("doctor")
 @DATABASE_OPTION
 @JSON_OPTION
