@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 import sqlalchemy as sa
@@ -62,31 +63,40 @@ _SUBJECT_TABLES: Final = {
 }
 
 
-def _time(value: object) -> object:
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return value
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND: Final = timedelta(microseconds=1)
+_columns = operator.itemgetter(*CHAINED_COLUMNS)
+#: Where the times and the evidence sit in the encoded array (``prev`` is first).
+_TIMES: Final = tuple(1 + CHAINED_COLUMNS.index(name) for name in ("event_time", "observed_at"))
+_EVIDENCE: Final = 1 + CHAINED_COLUMNS.index("evidence")
+_encode = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 
 
 def _number(value: object) -> object:
     """An integral float as an integer: PostgreSQL's JSONB gives 1e16 back as 10000000000000000."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {key: _number(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_number(item) for item in value]
+    kind = type(value)
+    if kind is dict:
+        return {key: _number(item) for key, item in value.items()}  # type: ignore[attr-defined]
+    if kind is list or kind is tuple:
+        return [_number(item) for item in value]  # type: ignore[attr-defined]
+    if kind is float and value.is_integer():  # type: ignore[attr-defined]
+        return int(value)  # type: ignore[call-overload]
     return value
 
 
 def encoding(row: Mapping[str, object], prev: str) -> bytes:
-    """The canonical encoding of one event: a JSON object of :data:`CHAINED_COLUMNS` and
-    ``prev``, keys sorted, no spaces, non-ASCII escaped (so the bytes are ASCII and UTF-8
-    alike); times as ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` in UTC; integral floats as integers."""
-    content: dict[str, object] = {name: _time(row[name]) for name in CHAINED_COLUMNS}
-    content["evidence"] = _number(content["evidence"])
-    content["prev"] = prev
-    return json.dumps(content, sort_keys=True, separators=(",", ":")).encode()
+    """The canonical encoding of one event: the JSON array ``[prev, *columns]`` with the
+    columns in :data:`CHAINED_COLUMNS` order; times as integer microseconds since
+    1970-01-01T00:00:00Z; the evidence with its keys sorted and integral floats as integers;
+    no spaces; non-ASCII escaped (so the bytes are ASCII and UTF-8 alike)."""
+    values: list[object] = [prev, *_columns(row)]
+    for place in _TIMES:
+        moment = values[place]
+        if not isinstance(moment, datetime):
+            raise TypeError(f"{CHAINED_COLUMNS[place - 1]}: a datetime, not {moment!r}")
+        values[place] = (moment - _EPOCH) // _MICROSECOND
+    values[_EVIDENCE] = _number(values[_EVIDENCE])
+    return _encode(values).encode()
 
 
 def link(row: Mapping[str, object], prev: str | None) -> str:

@@ -723,7 +723,7 @@ class Ledger:
                 f"{event.kind} was taken on version {expected_version}"
             )
         row = statements.event_row(event, loaded.run_id, verdict)
-        row["chain_hash"] = chain.link(row, loaded.head)
+        head = row["chain_hash"] = chain.link(row, loaded.head)
         inserted = connection.execute(
             statements.statements_for(connection).insert_event, row
         ).first()
@@ -734,7 +734,7 @@ class Ledger:
             if known is None:  # deleted by a purge between the two statements
                 raise _LostRace
             return self._as_known(connection, loaded, event, known)
-        loaded.head = str(row["chain_hash"])
+        loaded.head = head
         loaded.snapshot = verdict.after
         loaded.dirty = True
         return Applied(

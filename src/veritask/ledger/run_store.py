@@ -590,9 +590,9 @@ def record_subject_event(
         "fingerprint": hashlib.sha256(content.encode()).hexdigest(),
     }
     # The subject's row stays locked to the end of the transaction: its appends chain in turn.
-    row["chain_hash"] = chain.link(row, chain.head_for_update(connection, *subject))
+    head = row["chain_hash"] = chain.link(row, chain.head_for_update(connection, *subject))
     connection.execute(schema.events.insert(), row)
-    chain.write_head(connection, *subject, str(row["chain_hash"]))
+    chain.write_head(connection, *subject, head)
 
 
 def run_version(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 from alembic import op
@@ -70,28 +70,36 @@ END
 """
 
 
-def _time(value: object) -> object:
-    if isinstance(value, datetime):
-        aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-        return aware.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return value
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _microseconds(value: object) -> int:
+    if not isinstance(value, datetime):
+        raise TypeError(f"expected a datetime, got {value!r}")
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return (aware - EPOCH) // timedelta(microseconds=1)
 
 
 def _number(value: object) -> object:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
     if isinstance(value, dict):
         return {key: _number(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
         return [_number(item) for item in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     return value
 
 
 def _link(row: dict[str, object], prev: str | None) -> str:
-    content: dict[str, object] = {name: _time(row[name]) for name in CHAINED_COLUMNS}
-    content["evidence"] = _number(content["evidence"])
-    content["prev"] = prev or ""
-    encoded = json.dumps(content, sort_keys=True, separators=(",", ":")).encode()
+    values: list[object] = [prev or ""]
+    for name in CHAINED_COLUMNS:
+        value = row[name]
+        if name in ("event_time", "observed_at"):
+            value = _microseconds(value)
+        elif name == "evidence":
+            value = _number(value)
+        values.append(value)
+    encoded = json.dumps(values, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(encoded).hexdigest()
 
 
