@@ -49,6 +49,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.schedulers
 	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.ledger_size
+	$(BIN)/python -m bench.chain
 	$(BIN)/python -m bench.up
 	$(BIN)/python -m bench.ui
 	$(BIN)/python -m bench.large_run

@@ -36,7 +36,7 @@ from bench import scheduler as scheduler_bench
 from veritask.ledger import chain, dialects, migrate
 
 TARGET_RATIO: Final = 0.9
-ROUNDS: Final = 3
+ROUNDS: Final = 5
 _CONSTANT: Final = "0" * 64
 
 
