@@ -51,7 +51,7 @@ def _linking(
     try:
         yield
     finally:
-        chain.link = real  # type: ignore[assignment]
+        chain.link = real
 
 
 def _constant(row: Mapping[str, object], prev: str | None) -> str:

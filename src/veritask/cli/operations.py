@@ -148,9 +148,9 @@ def verify_command(
                     "events": chains.events,
                     "subjects": chains.subjects,
                     "checkpoints": chains.checkpoints,
-                    "broken_links": [b.as_json() for b in chains.breaks],
+                    "broken_links": [link.as_json() for link in chains.breaks],
                     "checkpoint_problems": list(chains.problems),
-                    "keys": sorted(signing.key_id(key) for key in chains.keys),
+                    "keys": [signing.key_id(key) for key in sorted(chains.keys)],
                 },
             }
         )

@@ -28,7 +28,11 @@ from typing import Final
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from veritask.core.jsontypes import JSONObject
 from veritask.ledger import schema, vocabulary
+
+#: An event's columns: the row about to be inserted, or one read back.
+Row = Mapping[str, object] | sa.RowMapping
 
 #: The ``prev`` of a subject's first event.
 GENESIS: Final = ""
@@ -84,7 +88,7 @@ def _number(value: object) -> object:
     return value
 
 
-def encoding(row: Mapping[str, object], prev: str) -> bytes:
+def encoding(row: Row, prev: str) -> bytes:
     """The canonical encoding of one event: the JSON array ``[prev, *columns]`` with the
     columns in :data:`CHAINED_COLUMNS` order; times as integer microseconds since
     1970-01-01T00:00:00Z; the evidence with its keys sorted and integral floats as integers;
@@ -99,7 +103,7 @@ def encoding(row: Mapping[str, object], prev: str) -> bytes:
     return _encode(values).encode()
 
 
-def link(row: Mapping[str, object], prev: str | None) -> str:
+def link(row: Row, prev: str | None) -> str:
     """The event's ``chain_hash``, hex: SHA-256 of :func:`encoding`."""
     return hashlib.sha256(encoding(row, prev or GENESIS)).hexdigest()
 
@@ -160,7 +164,7 @@ class Break:
         where = ", ".join(parts) or "its head"
         return f"{self.subject_type} {self.subject_id}: chain broken at {where}: {self.problem}"
 
-    def as_json(self) -> dict[str, object]:
+    def as_json(self) -> JSONObject:
         return {
             "subject_type": self.subject_type,
             "subject_id": self.subject_id,

@@ -224,13 +224,13 @@ def audit(connection: Connection, *, trusted: Collection[str]) -> Audit:
     for row in connection.execute(sa.select(schema.chain_checkpoints).order_by(_c.id)):
         found.checkpoints += 1
         if _checkpoint_holds(row, previous, trusted, found):
-            for item in _items(row.body, "heads"):
-                subject = (str(item[0]), str(item[1]))
-                sealed.append(_Sealed(row.id, subject, int(item[2]), str(item[3])))
-            for item in _items(row.body, "removed"):
-                subject = (str(item[0]), str(item[1]))
-                anchors.setdefault(subject, []).append(chain.Anchor(int(item[3]), str(item[5])))
-                purged_at.setdefault(subject, []).append((row.id, int(item[3])))
+            for head in _items(row.body, "heads"):
+                subject = (str(head[0]), str(head[1]))
+                sealed.append(_Sealed(row.id, subject, _int(head[2]), str(head[3])))
+            for gone in _items(row.body, "removed"):
+                subject = (str(gone[0]), str(gone[1]))
+                anchors.setdefault(subject, []).append(chain.Anchor(_int(gone[3]), str(gone[5])))
+                purged_at.setdefault(subject, []).append((row.id, _int(gone[3])))
         previous = row.digest
     if found.checkpoints and not trusted:
         found.problems.append(
@@ -242,31 +242,37 @@ def audit(connection: Connection, *, trusted: Collection[str]) -> Audit:
     found.events, found.subjects = chains.events, len(chains.walks)
     broken = {(b.subject_type, b.subject_id) for b in chains.breaks}
     found.breaks.extend(chains.breaks)
-    for item in chain.check_rows(connection, chains):
-        if (item.subject_type, item.subject_id) not in broken:
-            broken.add((item.subject_type, item.subject_id))
-            found.breaks.append(item)
-    for item in sealed:
-        if (item.subject, item.head) in chains.found or item.subject in broken:
+    for by_row in chain.check_rows(connection, chains):
+        if (by_row.subject_type, by_row.subject_id) not in broken:
+            broken.add((by_row.subject_type, by_row.subject_id))
+            found.breaks.append(by_row)
+    for seal_of in sealed:
+        if (seal_of.subject, seal_of.head) in chains.found or seal_of.subject in broken:
             continue
         later_purge = any(
-            checkpoint > item.checkpoint and last >= item.position
-            for checkpoint, last in purged_at.get(item.subject, ())
+            checkpoint > seal_of.checkpoint and last >= seal_of.position
+            for checkpoint, last in purged_at.get(seal_of.subject, ())
         )
         if later_purge:
             continue
-        broken.add(item.subject)
+        broken.add(seal_of.subject)
         found.breaks.append(
             chain.Break(
-                *item.subject,
+                *seal_of.subject,
                 None,
-                item.position,
-                f"checkpoint {item.checkpoint} sealed its head at this position and the chain "
-                "no longer holds it (events deleted or changed after the seal)",
+                seal_of.position,
+                f"checkpoint {seal_of.checkpoint} sealed its head at this position and the "
+                "chain no longer holds it (events deleted or changed after the seal)",
             )
         )
     found.breaks.sort(key=lambda b: (b.position is None, b.position or 0, b.subject_id))
     return found
+
+
+def _int(value: object) -> int:
+    if not isinstance(value, int):
+        raise errors.LedgerError(f"a checkpoint's body holds {value!r} where a position goes")
+    return value
 
 
 def _items(body: object, key: str) -> list[list[object]]:
