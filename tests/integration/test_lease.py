@@ -95,3 +95,40 @@ def test_a_failed_retention_purge_is_tried_again_an_hour_later_not_every_pass(
         assert len(tries) == 2
     finally:
         platform.close()
+
+
+def test_housekeeping_seals_the_chains_once_an_interval_with_a_key_it_makes(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.contract.test_audit import _story
+    from veritask.ledger import audit, signing
+
+    monkeypatch.delenv(runtime.SEAL_VARIABLE, raising=False)
+    monkeypatch.delenv(signing.KEY_FILE_ENV, raising=False)
+    platform = Platform.open(database_url, tmp_path)
+    try:
+        _story(platform.ledger)
+        keeper = SchedulerRuntime(platform, commit_base_url=None)
+        assert keeper.seal_interval == runtime.DEFAULT_SEAL_INTERVAL
+        keeper._seal_when_due()
+        _story(platform.ledger)
+        keeper._seal_when_due()  # the next pass, seconds later: not yet
+        key = tmp_path / signing.KEY_FILE
+        assert key.stat().st_mode & 0o777 == 0o600
+        found = audit.verify(platform.ledger, trusted_keys=operations.trusted_keys(platform))
+        assert found.ok and found.chains.checkpoints == 1
+        assert keeper._sealed_at is not None
+        keeper._sealed_at -= runtime.DEFAULT_SEAL_INTERVAL
+        keeper._seal_when_due()
+        again = audit.verify(platform.ledger, trusted_keys=operations.trusted_keys(platform))
+        assert again.ok and again.chains.checkpoints == 2
+        monkeypatch.setenv(runtime.SEAL_VARIABLE, "off")
+        assert SchedulerRuntime(platform, commit_base_url=None).seal_interval is None
+        monkeypatch.setenv(runtime.SEAL_VARIABLE, "0s")
+        with pytest.raises(ValueError, match="VERITASK_SEAL_INTERVAL: must be more than 0"):
+            SchedulerRuntime(platform, commit_base_url=None)
+        key.chmod(0o644)
+        with pytest.raises(errors.LedgerError, match=f"signing key {key}: mode 0644"):
+            signing.load_signer(tmp_path)
+    finally:
+        platform.close()
