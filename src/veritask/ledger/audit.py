@@ -76,7 +76,9 @@ def verify(
     (no event records it); without it, a run no publication event moved may be in either.
     """
     report = Report()
-    with dialects.read_transaction(ledger.engine) as connection:
+    # One snapshot: the heads in the subjects' rows and the events they point at are read as
+    # of the same moment, while schedulers go on appending.
+    with dialects.snapshot_transaction(ledger.engine) as connection:
         report.chains = seals.audit(connection, trusted=trusted_keys)
     t = schema.task_instances.c
     with dialects.read_transaction(ledger.engine) as connection:

@@ -281,7 +281,8 @@ def check_rows(connection: Connection, chains: Chains) -> list[Break]:
 
 
 def _rows(connection: Connection, statement: sa.Select[tuple[object, ...]]) -> Iterator[sa.Row]:  # type: ignore[type-arg]
-    yield from connection.execution_options(yield_per=5000).execute(statement)
+    # Streamed in pages (a server-side cursor on PostgreSQL): a ledger may hold millions.
+    yield from connection.execute(statement.execution_options(yield_per=5000))
 
 
 def restore_heads(connection: Connection) -> None:

@@ -205,6 +205,19 @@ def read_transaction(engine: Engine) -> Iterator[Connection]:
             yield connection
 
 
+@contextmanager
+def snapshot_transaction(engine: Engine) -> Iterator[Connection]:
+    """A read transaction whose statements all see one state of the database, however much
+    is committed meanwhile: ``REPEATABLE READ`` on PostgreSQL; SQLite's read transaction
+    (WAL) is one snapshot already."""
+    with engine.connect() as connection:
+        connection.execution_options(**{READ_ONLY_OPTION: True})
+        if engine.dialect.name == "postgresql":
+            connection.execution_options(isolation_level="REPEATABLE READ")
+        with connection.begin():
+            yield connection
+
+
 def insert_ignoring_conflict(
     connection: Connection,
     table: sa.Table,
