@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -64,26 +65,45 @@ def _nothing(row: Mapping[str, object], prev: str | None) -> str | None:
     return None
 
 
+def _timed(measure: Callable[[], float]) -> tuple[float, float]:
+    """A rate (events per second, wall clock) and this process's CPU seconds per event."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    rate = measure()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return rate, cpu / (rate * wall)
+
+
 def _rates(engine: Engine, seconds: float) -> list[str]:
-    ratios: dict[str, list[float]] = {"apply": [], "apply_batch": []}
+    paths: dict[str, Callable[[], float]] = {
+        "apply": lambda: ledger_bench.apply_rate(engine, writers=1, seconds=seconds),
+        "apply_batch": lambda: ledger_bench.batch_rate(engine, seconds=seconds),
+    }
+    ratios: dict[str, list[float]] = {path: [] for path in paths}
     rates: dict[tuple[str, bool], list[float]] = {}
+    cpu: dict[tuple[str, bool], list[float]] = {}
     for _ in range(ROUNDS):
         for hashing in (True, False):
             with _linking(None if hashing else _constant):
-                single = ledger_bench.apply_rate(engine, writers=1, seconds=seconds)
-                batched = ledger_bench.batch_rate(engine, seconds=seconds)
-            rates.setdefault(("apply", hashing), []).append(single)
-            rates.setdefault(("apply_batch", hashing), []).append(batched)
+                for path, measure in paths.items():
+                    rate, per_event = _timed(measure)
+                    rates.setdefault((path, hashing), []).append(rate)
+                    cpu.setdefault((path, hashing), []).append(per_event)
         for path in ratios:
             ratios[path].append(rates[(path, True)][-1] / rates[(path, False)][-1])
     lines = []
     for path, found in ratios.items():
         ratio = statistics.median(found)
         verdict = "met" if ratio >= TARGET_RATIO else "NOT met"
+        hashed_cpu = statistics.median(cpu[(path, True)]) * 1e6
+        plain_cpu = statistics.median(cpu[(path, False)]) * 1e6
         lines.append(
             f"{path:<12} hashed {statistics.median(rates[(path, True)]):8.0f} ev/s   "
             f"unhashed {statistics.median(rates[(path, False)]):8.0f} ev/s   ratio {ratio:.2f} "
             f"(target >= {TARGET_RATIO}: {verdict}; rounds {', '.join(f'{r:.2f}' for r in found)})"
+        )
+        lines.append(
+            f"{'':<12} this process's CPU per event: hashed {hashed_cpu:.0f} us, unhashed "
+            f"{plain_cpu:.0f} us (ratio {plain_cpu / hashed_cpu:.2f}; steadier on a shared machine)"
         )
     return lines
 

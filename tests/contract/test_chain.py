@@ -7,6 +7,7 @@ key is refused; a purged range still verifies."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,8 +21,18 @@ from sqlalchemy.engine import Engine
 from tests.contract.test_apply_ledger import report
 from tests.contract.test_audit import _story
 from veritask.core.events import EventKind
-from veritask.ledger import audit, chain, dialects, retention, schema, seals, signing
+from veritask.ledger import (
+    audit,
+    chain,
+    dialects,
+    retention,
+    run_store,
+    schema,
+    seals,
+    signing,
+)
 from veritask.ledger.ledger import Ledger
+from veritask.ledger.vocabulary import SubjectType
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 
@@ -232,3 +243,40 @@ def test_a_purged_run_leaves_a_ledger_that_verifies(
     kept_load = instance_ids(engine, kept)["load"]
     tamper(engine, f"DELETE FROM events WHERE position = {chain_of(engine, kept_load)[1]}")
     assert only_break(verified(engine, [signer.public_key])).subject_id == kept_load
+
+
+def test_concurrent_run_events_chain_one_after_another(
+    engine: Engine, story: tuple[str, str, list[int]]
+) -> None:
+    run_id, _, _ = story
+    failures: list[BaseException] = []
+
+    def append(writer: int) -> None:
+        try:
+            for n in range(5):
+                with engine.begin() as connection:
+                    run_store.record_subject_event(
+                        connection,
+                        subject_type=SubjectType.RUN,
+                        subject_id=run_id,
+                        run_id=run_id,
+                        kind="run_noted",
+                        actor="operator:ann",
+                        event_id=f"note-{writer}-{n}",
+                        now=NOW,
+                        evidence={"writer": writer, "n": n},
+                        reason="a note",
+                    )
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=append, args=(writer,)) for writer in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert failures == []
+    found = verified(engine, [])
+    assert found.chains.breaks == []
+    assert len(chain_of(engine, run_id)) >= 30

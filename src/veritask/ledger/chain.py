@@ -108,13 +108,6 @@ def link(row: Row, prev: str | None) -> str:
     return hashlib.sha256(encoding(row, prev or GENESIS)).hexdigest()
 
 
-def chained(rows: list[dict[str, object]], head: str | None) -> str | None:
-    """Give each row of one subject (in append order) its ``chain_hash``; the new head."""
-    for row in rows:
-        head = row["chain_hash"] = link(row, head)
-    return head
-
-
 def head_for_update(connection: Connection, subject_type: str, subject_id: str) -> str | None:
     """The subject's head, its row locked until the transaction ends (PostgreSQL; SQLite has
     one writer), so that two appends to it never chain to the same predecessor. A subject
@@ -268,15 +261,7 @@ def check_rows(connection: Connection, chains: Chains) -> list[Break]:
                 f"its row records head {row.chain_head}, its last event is "
                 f"{chains.head(subject) or 'none'} (its last events deleted?)"
             )
-            breaks.append(
-                Break(
-                    subject_type,
-                    str(row.id),
-                    count + 1,
-                    None,
-                    problem,
-                )
-            )
+            breaks.append(Break(subject_type, str(row.id), count + 1, None, problem))
     return breaks
 
 
