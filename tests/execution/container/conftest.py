@@ -24,7 +24,7 @@ from veritask.execution.container import engine
 
 IMAGE = "veritask-test-busybox"
 _CONF = Path("/etc/containers/containers.conf")
-_APPLETS = ("sh", "sleep", "echo", "cat", "trap", "true", "false", "head", "dd", "env", "tr")
+_APPLETS = ("sh", "sleep", "echo", "cat", "trap", "true", "false", "head", "dd", "env", "tr", "ls")
 
 
 def _answers(path: Path) -> bool:
