@@ -129,9 +129,9 @@ def completed_evidence(observation: port.Observation) -> wire.CompletedEvidence:
         },
     )
     message = observation.details.get("error_message")
-    if observation.engine_state is not port.EngineState.SUCCEEDED and isinstance(message, str):
-        if message:
-            evidence["error_message"] = message
+    failed = observation.engine_state is not port.EngineState.SUCCEEDED
+    if failed and isinstance(message, str) and message:
+        evidence["error_message"] = message
     return evidence
 
 
@@ -153,7 +153,9 @@ class Watch:
 
     # --- what an engine says --------------------------------------------------------------
 
-    def started_evidence(self, observation: port.Observation, started_at: datetime) -> wire.Evidence:
+    def started_evidence(
+        self, observation: port.Observation, started_at: datetime
+    ) -> wire.Evidence:
         raise NotImplementedError
 
     def beating(self, observation: port.Observation) -> bool:

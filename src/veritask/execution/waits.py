@@ -392,7 +392,9 @@ class WaitExecutor:
                 # Cut: a report's evidence is bounded (core/reports.py), a statement is not.
                 target=wait.task.target[:4096],
             )
-            wait.reporter.send("started", evidence, seq=engine_watch.STARTED_SEQ, event_time=wait.since)
+            wait.reporter.send(
+                "started", evidence, seq=engine_watch.STARTED_SEQ, event_time=wait.since
+            )
         refused: str | None = None
         try:
             held, seen = self._look(wait.task, wait.limit)

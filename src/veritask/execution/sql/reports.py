@@ -56,5 +56,7 @@ def completed_evidence(observation: port.Observation) -> wire.CompletedEvidence:
     message = observation.details.get("error_message")
     sqlstate = observation.details.get("error_sqlstate")
     if observation.engine_state is not port.EngineState.SUCCEEDED and isinstance(message, str):
-        evidence["error_message"] = message if sqlstate is None else f"{message} (SQLSTATE {sqlstate})"
+        evidence["error_message"] = (
+            message if sqlstate is None else f"{message} (SQLSTATE {sqlstate})"
+        )
     return evidence
