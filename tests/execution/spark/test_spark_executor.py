@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from tests.execution.spark import helpers
 from tests.execution.spark.conftest import Cluster, start_local, stop_local
@@ -14,6 +16,7 @@ from tests.scheduling.harness import Harness, wait_for
 from veritask.core.states import InstanceState, RunExecutionState
 from veritask.execution import port
 from veritask.execution.spark import engine, registration
+from veritask.ledger import dialects, schema
 
 
 def _ended(executor: engine.SparkExecutor, external_id: str) -> port.Observation:
@@ -122,9 +125,21 @@ tasks:
     [(number, _, _, external_id)] = run.attempts(instances["broken"].id)
     assert number == 1 and external_id is not None
     assert external_id.startswith(engine.EXTERNAL_ID_PREFIX)
-    [details] = run.engine_details(instances["broken"].id, "engine_observed")
+    # The watcher reported the end, with the master's answer as its evidence.
+    [completed] = _evidence(run, instances["broken"].id, "completed")
+    details = completed["engine"]["details"]
+    assert completed["error_category"] == "task_error"
     assert details["driver_state"] == "FAILED"
     assert details["driver_id"] == external_id.removeprefix(engine.EXTERNAL_ID_PREFIX)
+
+
+def _evidence(run: Harness, instance_id: str, kind: str) -> list[dict[str, Any]]:
+    e = schema.events.c
+    with dialects.read_transaction(run.engine) as connection:
+        found = connection.execute(
+            sa.select(e.evidence).where(e.instance_id == instance_id, e.kind == kind)
+        ).scalars()
+        return [dict(evidence) for evidence in found]
 
 
 def test_a_master_restarted_without_recovery_no_longer_knows_the_driver(

@@ -12,10 +12,11 @@ in the launch command at the head of the driver's ``stderr``; while a driver of 
 for a core (it has no directory yet, so no name to read) the submission is refused as retryable
 rather than risk a second driver.
 
-The master is the source of truth: no worker of ours runs beside the driver and nothing reports
-for it. ``describe`` reads the driver's state (``/v1/submissions/status``) and the reconciler
-turns it into the attempt's events. The driver's state is trusted, not the application's: an
-application may say FINISHED of a driver that then failed.
+The master is the source of truth: no worker of ours runs beside the driver. ``describe`` reads
+the driver's state (``/v1/submissions/status``); a thread of the submitting process (``watch``)
+reports for the attempt from it (``started``, heartbeats while RUNNING, ``completed``), and
+after a restart ``resume`` lets another process take the watching over. The driver's state is
+trusted, not the application's: an application may say FINISHED of a driver that then failed.
 
 The external id is ``spark:<driver id>``.
 """
@@ -39,8 +40,8 @@ from pathlib import Path
 from typing import Final
 
 from veritask.core import jsontypes
-from veritask.execution import errors, port, secrets
-from veritask.execution.spark import client, registration
+from veritask.execution import engine_watch, errors, port, secrets
+from veritask.execution.spark import client, registration, watch
 
 EXTERNAL_ID_PREFIX: Final = "spark:"
 NAME_PREFIX: Final = "veritask-"
@@ -91,6 +92,8 @@ class Record:
     timeout_seconds: float | None = None
     cancelled: bool = False
     timed_out: bool = False
+    #: When a process of this host first saw the driver RUNNING (the master keeps no start).
+    started_at: str | None = None
 
 
 class SparkExecutor:
@@ -126,6 +129,8 @@ class SparkExecutor:
         #: Drivers a thread of this process is killing now: a new request waits for it.
         self._killing: set[str] = set()
         self._closed = threading.Event()
+        #: The drivers a thread of this process watches and reports on, by driver id.
+        self._watchers = engine_watch.Watchers(self._closed)
 
     # --- the port -----------------------------------------------------------------------
 
@@ -145,12 +150,14 @@ class SparkExecutor:
                     retryable=False,
                 )
             if record is not None and record.driver_id is not None:
+                self._watch(spec, record.driver_id)
                 return port.Submission(EXTERNAL_ID_PREFIX + record.driver_id, created=False)
             if record is not None:
                 # Sent before, and its answer lost: find the driver before sending it again.
                 found = self._find(app_name(name, spec.attempt_token))
                 if found is not None:
                     self._write(replace(record, driver_id=found))
+                    self._watch(spec, found)
                     return port.Submission(EXTERNAL_ID_PREFIX + found, created=False)
             record = Record(
                 name=name,
@@ -169,6 +176,7 @@ class SparkExecutor:
                     retryable=answer.status >= 500,
                 )
             self._write(replace(record, driver_id=driver_id))
+        self._watch(spec, driver_id)
         if spec.timeout is not None:
             timer = threading.Timer(
                 spec.timeout.total_seconds(), self._time_out, args=(name, driver_id)
@@ -208,6 +216,10 @@ class SparkExecutor:
         record = self._record_of(driver_id)
         if state in _WAITING:
             return observe.make(port.EngineState.PENDING, registration.Source.STATUS)
+        observe.started_at = self._started(record, running=state == "RUNNING")
+        if observe.started_at is not None:
+            details["started_at"] = observe.started_at.isoformat()
+            details["started_at_source"] = watch.FIRST_SEEN_RUNNING
         if state == "RUNNING":
             if self._late(record):
                 details["timed_out"] = True
@@ -273,6 +285,48 @@ class SparkExecutor:
                 return _driver_log(driver_dir)
         kept = self._kept_log(name)
         return kept.read_bytes() if kept.exists() else None
+
+    def resume(self, *, spec: port.AttemptSpec) -> bool:
+        """Watch and report on an attempt whose driver the master still has and no thread of
+        this process watches (the process that submitted it died); True if watched now. The
+        driver is found by the journal, else by its name among the master's drivers (a
+        journal of another host)."""
+        if not isinstance(spec.task, port.SparkApplication):
+            return False
+        name = attempt_name(spec.instance_id, spec.attempt_no)
+        with self._attempt_lock(name):
+            record = self._read(name)
+            if record is not None and record.token_sha256 != token_hash(spec.attempt_token):
+                raise errors.ExecutorError(
+                    f"the Spark driver {name} runs attempt {spec.attempt_no} under another token",
+                    retryable=False,
+                )
+            driver_id = record.driver_id if record is not None else None
+            if driver_id is None:
+                driver_id = self._find(app_name(name, spec.attempt_token))
+                if driver_id is None:
+                    return False
+                self._write(
+                    replace(record, driver_id=driver_id)
+                    if record is not None
+                    else Record(
+                        name=name,
+                        token_sha256=token_hash(spec.attempt_token),
+                        submitted_at=self.clock().isoformat(),
+                        driver_id=driver_id,
+                    )
+                )
+        if self._watchers.watching(driver_id):
+            return True
+        seen = self.describe(external_id=EXTERNAL_ID_PREFIX + driver_id)
+        if seen.ended or seen.engine_state is port.EngineState.NOT_FOUND:
+            return False  # describe tells how it ended, or that the master forgot it
+        self._watch(spec, driver_id)
+        return True
+
+    def wait_for_watchers(self, timeout: float) -> None:
+        """Wait until this process has reported the end of what it watches (tests, shutdown)."""
+        self._watchers.wait(timeout)
 
     def external_id_of(self, *, instance_id: str, attempt_no: int) -> str | None:
         """The external id of the attempt's driver, as this executor's journal has it."""
@@ -374,6 +428,30 @@ class SparkExecutor:
                 retryable=True,
             )
         return None
+
+    # --- the watcher --------------------------------------------------------------------
+
+    def _watch(self, spec: port.AttemptSpec, driver_id: str) -> None:
+        name = app_name(attempt_name(spec.instance_id, spec.attempt_no), spec.attempt_token)
+        external_id = EXTERNAL_ID_PREFIX + driver_id
+        self._watchers.start(
+            driver_id,
+            lambda: watch.Watch(spec, self.client, name),
+            lambda: self.describe(external_id=external_id),
+        )
+
+    def _started(self, record: Record | None, *, running: bool) -> datetime | None:
+        """When the driver was first seen RUNNING, as the journal has it; a driver RUNNING
+        now and never seen so is written down as started now."""
+        if record is None:
+            return None
+        if record.started_at is None and running:
+            with self._attempt_lock(record.name):
+                record = self._read(record.name) or record
+                if record.started_at is None:
+                    record = replace(record, started_at=self.clock().isoformat())
+                    self._write(record)
+        return None if record.started_at is None else datetime.fromisoformat(record.started_at)
 
     # --- timeouts and kills -------------------------------------------------------------
 
