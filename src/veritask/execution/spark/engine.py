@@ -104,7 +104,8 @@ class SparkExecutor:
     ``work_dir``, when given, is the worker's work directory as this host sees it: the drivers'
     ``stdout`` and ``stderr`` are read there (the attempt's log; the launch command that names
     a driver whose submission lost its answer). ``python``, when given, is the Python the
-    drivers of Python applications run (``spark.pyspark.python``).
+    drivers of Python applications run (``spark.pyspark.python``). ``apps``, when given, is
+    the folder a relative ``app`` or ``jar`` is found in; without it a relative one is refused.
     """
 
     def __init__(
@@ -115,6 +116,7 @@ class SparkExecutor:
         ui: str | None = None,
         work_dir: Path | None = None,
         python: str | None = None,
+        apps: Path | None = None,
         secret_providers: Sequence[secrets.SecretProvider] | None = None,
         clock: Callable[[], datetime] = _utc_now,
     ) -> None:
@@ -122,6 +124,7 @@ class SparkExecutor:
         self.state_dir = state_dir
         self.work_dir = work_dir
         self.python = python
+        self.apps = apps
         self.clock = clock
         self._secret_providers = secret_providers
         self._lock = threading.Lock()
@@ -159,6 +162,7 @@ class SparkExecutor:
                     self._write(replace(record, driver_id=found))
                     self._watch(spec, found)
                     return port.Submission(EXTERNAL_ID_PREFIX + found, created=False)
+            request = self._request(spec, task, name)  # refused before anything is written
             record = Record(
                 name=name,
                 token_sha256=token_hash(spec.attempt_token),
@@ -166,7 +170,7 @@ class SparkExecutor:
                 timeout_seconds=None if spec.timeout is None else spec.timeout.total_seconds(),
             )
             self._write(record)
-            answer = self.client.create(self._request(spec, task, name))
+            answer = self.client.create(request)
             body = answer.json()
             driver_id = body.get("submissionId")
             if body.get("success") is not True or not isinstance(driver_id, str):
@@ -341,6 +345,19 @@ class SparkExecutor:
 
     # --- the request --------------------------------------------------------------------
 
+    def _located(self, field: str, path: str) -> str:
+        """``path`` as the master is given it: a URL or an absolute path as written, a relative
+        path below ``apps``."""
+        if "://" in path or path.startswith("/"):
+            return path
+        if self.apps is None:
+            raise errors.ExecutorError(
+                f"{field} {path!r} is a relative path, and {registration.APPS_ENV} names no"
+                " folder to find it in: set it, or write an absolute path",
+                retryable=False,
+            )
+        return str(self.apps / path)
+
     def _request(
         self, spec: port.AttemptSpec, task: port.SparkApplication, name: str
     ) -> jsontypes.JSONObject:
@@ -360,14 +377,14 @@ class SparkExecutor:
             if self.python is not None:
                 properties.setdefault("spark.pyspark.python", self.python)
                 env.setdefault("PYSPARK_PYTHON", self.python)
-            resource, main_class = task.app, PYTHON_RUNNER
+            resource, main_class = self._located("app", task.app), PYTHON_RUNNER
             # PythonRunner's arguments: the file, the extra Python files (none), the app's own.
-            arguments: list[jsontypes.JSONValue] = [task.app, "", *task.args]
+            arguments: list[jsontypes.JSONValue] = [resource, "", *task.args]
         else:
             assert task.jar is not None and task.main_class is not None
-            resource, main_class = task.jar, task.main_class
+            resource, main_class = self._located("jar", task.jar), task.main_class
             arguments = list(task.args)
-            properties.setdefault("spark.jars", task.jar)
+            properties.setdefault("spark.jars", resource)
         return {
             "action": "CreateSubmissionRequest",
             "appResource": resource,
