@@ -12,6 +12,7 @@ import itertools
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -19,6 +20,7 @@ from sqlalchemy.engine import Engine
 from tests.acceptance.test_operations import veritask
 from veritask.core import decide, judge
 from veritask.core.events import Event, EventKind
+from veritask.core.fold import InstanceSnapshot
 from veritask.core.jsontypes import JSONObject
 from veritask.core.policy import RetryPolicy, TaskPolicy
 from veritask.core.states import (
@@ -87,7 +89,7 @@ class Recorder:
         return self
 
     @property
-    def snapshot(self) -> judge.InstanceSnapshot:
+    def snapshot(self) -> InstanceSnapshot:
         loaded = self.ledger.snapshot(self.instance_id)
         assert loaded is not None
         return loaded[0]
@@ -167,9 +169,10 @@ def _gap_of_45s(recorder: Recorder) -> None:
     recorder.at(60).completed(0)
 
 
-def _replay(engine: Engine, policy: str, **filters: str) -> what_if.Report:
+def _replay(engine: Engine, policy: str, definition: str | None = None) -> what_if.Report:
     platform = Platform(Ledger(engine), Path("."))
-    return what_if.replay(platform, what_if.parse_policy(policy), since=T0, **filters)
+    change = what_if.parse_policy(policy)
+    return what_if.replay(platform, change, since=T0, definition=definition)
 
 
 def _only(report: what_if.Report) -> what_if.InstanceReplay:
@@ -179,7 +182,7 @@ def _only(report: what_if.Report) -> what_if.InstanceReplay:
     return instance
 
 
-def _differences(instance: what_if.InstanceReplay) -> dict[str, JSONObject]:
+def _differences(instance: what_if.InstanceReplay) -> dict[str, Any]:
     return {d.aspect.value: d.to_json() for d in instance.comparison.differences}
 
 
@@ -218,7 +221,8 @@ def test_no_retries_fail_the_run_at_the_first_failure(engine: Engine) -> None:
     assert recorder.open() == 2
     recorder.at(50).started()
     recorder.at(70).completed(0)
-    assert recorder.snapshot.state is InstanceState.SUCCESS
+    ended = recorder.snapshot
+    assert ended.state is InstanceState.SUCCESS
 
     report = _replay(engine, "retries=0")
     found = _differences(_only(report))
@@ -230,7 +234,8 @@ def test_no_retries_fail_the_run_at_the_first_failure(engine: Engine) -> None:
         "duration_seconds": 20.0,
         "lower_bound": False,
     }
-    (run,) = report.to_json()["runs"]
+    data: Any = report.to_json()
+    (run,) = data["runs"]
     assert run["what_if"]["failed_at"] == at(20) and run["recorded"]["failed_at"] is None
     assert report.totals()["failed"] == {"recorded": 0, "what_if": 1}
 
@@ -240,7 +245,9 @@ def test_no_retries_fail_the_run_at_the_first_failure(engine: Engine) -> None:
 
 def test_a_shorter_evidence_window_fences_the_unknown_attempt_sooner(engine: Engine) -> None:
     policy = TaskPolicy(
-        retry=RetryPolicy(max_retries=1), lease=timedelta(seconds=30), evidence_window=timedelta(minutes=5)
+        retry=RetryPolicy(max_retries=1),
+        lease=timedelta(seconds=30),
+        evidence_window=timedelta(minutes=5),
     )
     recorder = Recorder(engine, policy, definition="silent")
     recorder.at(0).open()

@@ -38,7 +38,9 @@ def moment(text: str, option: str, now: datetime) -> datetime:
 def print_report(report: Report) -> None:
     """The differences, run by run, and the totals."""
     data = report.to_json()
-    render.out.print(f"What-if replay under {_policy(data.get('policy'))} (an estimate; reads only)")
+    render.out.print(
+        f"What-if replay under {_policy(data.get('policy'))} (an estimate; reads only)"
+    )
     runs = data.get("runs")
     if isinstance(runs, list) and runs:
         table = Table(title="Differences", title_justify="left")

@@ -392,7 +392,11 @@ class _Replay:
             absent = decide.Observation(EngineState.NOT_FOUND, _SOURCE, now)
             observation = absent if current and current.state is AttemptState.RUNNING else None
             reconciled = decide.reconcile(
-                snapshot, self.policy, observation, now=now, next_id=self._next_id,
+                snapshot,
+                self.policy,
+                observation,
+                now=now,
+                next_id=self._next_id,
                 unknown_since=since,
             )
             taken = list(reconciled.events)
@@ -453,15 +457,15 @@ class _Replay:
         attempts = []
         for n, opened_at, evidence in self.opened:
             view = views.get(n)
-            state = view.state if view is not None and evidence else None
-            ended = (view.ended_observed_at or view.ended_at) if view is not None else None
-            attempts.append(AttemptCourse(n, opened_at, state, ended if evidence else None))
+            known = view if view is not None and evidence else None
+            ended = (known.ended_observed_at or known.ended_at) if known is not None else None
+            state = known.state if known is not None else None
+            attempts.append(AttemptCourse(n, opened_at, state, ended))
+        final: InstanceState | None = self.snapshot.state
+        ended_at = self.ended_at if self.snapshot.state.is_terminal else None
         if self.ran_out is not None:
-            state, ended_at = None, self.ran_out
-        else:
-            state = self.snapshot.state
-            ended_at = self.ended_at if state.is_terminal else None
-        return Course(tuple(attempts), tuple(self.lost), tuple(self.fenced), state, ended_at)
+            final, ended_at = None, self.ran_out
+        return Course(tuple(attempts), tuple(self.lost), tuple(self.fenced), final, ended_at)
 
 
 def _moved(event: Event, shift: timedelta) -> Event:
