@@ -4,10 +4,10 @@ test).
 Writes a run of ``--tasks`` tasks (1,000, in 20 layers) through the ledger as the scheduler
 and the workers would: each instance opened, acknowledged and started, then T is taken, then
 each completes — one in ``--late-every`` (10) with an event time before T (its report
-arrives late, from the spool, as after a lost worker), one in ten failed. Then serves the API from a thread and times, warm, ``GET
-/api/v2/runs/<id>/explain?as_of=T`` (what ``veritask explain RUN --as-of T`` asks) and,
-as the baseline measured in the same run, ``GET /api/v2/runs/<id>`` (the run as shown
-today). The target is under 300 ms.
+arrives late, from the spool, as after a lost worker), one in ten failed. Then serves the API
+from a thread and times, warm, ``GET /api/v2/runs/<id>/explain?as_of=T`` (what ``veritask
+explain RUN --as-of T`` asks) and, as the baseline measured in the same run, ``GET
+/api/v2/runs/<id>`` (the run as shown today). The target is under 300 ms.
 
     python -m bench.explain
     python -m bench.explain --tasks 2000 --repeat 10

@@ -30,7 +30,8 @@ from veritask.core.states import InstanceState
 
 def _lost_then_late_success(api: Api) -> tuple[str, str, datetime, str]:
     """A worker starts, goes silent and is called LOST; it succeeds before ``as_of`` but its
-    report is recorded only after it. Before ``as_of`` a second lease expiry was refused. (instance, run, as_of, the late event's id)."""
+    report is recorded only after it. Before ``as_of`` a second lease expiry was refused.
+    (instance, run, as_of, the late event's id)."""
     instance_id, attempt_no, token = hello_attempt(api)
     assert report(api, started(instance_id, attempt_no, token), token).status_code == 200
     silent_since = now()

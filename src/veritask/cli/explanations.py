@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from veritask.cli import render
 from veritask.cli.client import EXIT_NOT_FOUND, ApiClient, CliError
@@ -65,6 +66,12 @@ def _explained(api: ApiClient, ident: str, params: dict[str, str | int]) -> tupl
     raise CliError(EXIT_NOT_FOUND, f"no run or instance {ident!r}")
 
 
+def _when(value: JSONValue) -> str:
+    """A time to the millisecond: late and early are often a fraction of a second apart."""
+    raw = render.text(value)
+    return raw.replace("T", " ")[:23] if raw else ""
+
+
 def _as_of(found: JSONObject) -> str:
     as_of = found.get("as_of")
     return f"as of {render.text(as_of)}" if as_of else "now (no --as-of)"
@@ -90,8 +97,8 @@ def _cause_rows(causes: list[JSONValue]) -> list[list[str]]:
         if c and isinstance(attempt, int) and attempt > 0:
             made += f" (attempt {attempt})"
         rows[0].append(made + late)
-        rows[1].append(render.when(c.get("event_time")))
-        rows[2].append(render.when(c.get("observed_at")))
+        rows[1].append(_when(c.get("event_time")))
+        rows[2].append(_when(c.get("observed_at")))
         rows[3].append(render.text(c.get("rule")))
         evidence = c.get("evidence")
         rows[4].append(render.text(evidence) if evidence else "")
@@ -129,7 +136,7 @@ def _print_details(found: JSONObject) -> None:
         for c in late:
             render.out.print(
                 f"  {render.text(c.get('kind'))} by {render.text(c.get('actor'))}: happened "
-                f"{render.when(c.get('event_time'))}, recorded {render.when(c.get('observed_at'))}"
+                f"{_when(c.get('event_time'))}, recorded {_when(c.get('observed_at'))}"
                 f"  [{render.text(c.get('event_id'))}]"
             )
     refused = render.items(found.get("refused"))
@@ -140,7 +147,7 @@ def _print_details(found: JSONObject) -> None:
             table_rules = f" (the table's rules: {render.text(rules)})" if rules else ""
             render.out.print(
                 f"  {render.text(r.get('kind'))} by {render.text(r.get('actor'))} at "
-                f"{render.when(r.get('observed_at'))}: broke {render.text(r.get('rule'))}"
+                f"{_when(r.get('observed_at'))}: broke {render.text(r.get('rule'))}"
                 f"{table_rules} — {render.text(r.get('reason'))}"
             )
     afterwards = render.items(found.get("afterwards"))
@@ -154,7 +161,7 @@ def _print_details(found: JSONObject) -> None:
             render.out.print(
                 f"  {render.text(change.get('kind'))}: {render.text(change.get('from_state'))} "
                 f"-> {render.text(change.get('to_state'))} by {render.text(c.get('kind'))} "
-                f"({who}), recorded {render.when(c.get('observed_at'))}, rule "
+                f"({who}), recorded {_when(c.get('observed_at'))}, rule "
                 f"{render.text(c.get('rule'))}{why}"
             )
 
@@ -208,7 +215,7 @@ def _instances_table(instances: list[JSONObject], columns: list[tuple[str, JSONO
         table.add_column("MADE BY, RULE", overflow="fold")
     table.add_column("NOW")
     for instance in instances:
-        cells: list[object] = [_task(instance)]
+        cells: list[str | Text] = [_task(instance)]
         for key in shown:
             column = instance.get(key)
             c = column if isinstance(column, dict) else {}

@@ -463,6 +463,7 @@ def _run_column(
     created = next((r for r in events if r.kind == "run_created"), None)
     if created is None or execution is None:
         return RunColumn(axis, None, None, None, None, None, None)
+    published: tuple[PublicationState, str | None, Cause]
     if publication is None:
         published = (publication_start, None, _run_cause(created, as_of))
     else:

@@ -91,7 +91,7 @@ def instance_records(
         )
         record.recorded.append(Recorded(event, row.outcome))
     refused_of = _x.instance_id == instance_id if instance_id is not None else _x.run_id == run_id
-    for row in connection.execute(
+    for refusal in connection.execute(
         sa.select(
             _x.instance_id,
             _x.event_id,
@@ -105,17 +105,17 @@ def instance_records(
         .where(refused_of)
         .order_by(_x.position)
     ):
-        record = found.get(row.instance_id)
+        record = found.get(refusal.instance_id)
         if record is not None:
             record.refusals.append(
                 Refusal(
-                    row.event_id,
-                    row.attempt_no,
-                    row.kind,
-                    row.actor,
-                    row.event_time,
-                    row.observed_at,
-                    row.reason,
+                    refusal.event_id,
+                    refusal.attempt_no,
+                    refusal.kind,
+                    refusal.actor,
+                    refusal.event_time,
+                    refusal.observed_at,
+                    refusal.reason,
                 )
             )
     return list(found.values())
