@@ -85,9 +85,15 @@ def test_before_its_first_event_an_instance_has_no_state_and_one_axis_gives_one_
 
 
 @pytest.mark.parametrize("path", sorted(HERE.glob("*.jsonl")), ids=lambda p: p.stem)
-def test_each_column_is_the_fold_of_its_events_at_every_instant(path: Path) -> None:
+@pytest.mark.parametrize("by_event_time", [False, True], ids=["recorded", "reordered"])
+def test_each_column_is_the_fold_of_its_events_at_every_instant(
+    path: Path, by_event_time: bool
+) -> None:
+    """Also when the ledger's order is not that of the observed times (two writers)."""
     history = load(path)
     recorded = _recorded(history)
+    if by_event_time:
+        recorded.sort(key=lambda r: r.event.ordering_key())
     instants = sorted({r.observed_at for r in recorded} | {r.event.event_time for r in recorded})
     for as_of in instants:
         told = explanation.explain_instance(
@@ -100,3 +106,5 @@ def test_each_column_is_the_fold_of_its_events_at_every_instant(path: Path) -> N
         assert (
             told.known_now.state is fold.fold(history.instance_id, happened, history.policy).state
         )
+        moved = {c.cause.event_id for c in told.afterwards}
+        assert all(r.observed_at > as_of for r in recorded if r.event.event_id in moved)

@@ -29,6 +29,7 @@ from enum import StrEnum
 
 from veritask.core import fold, phrasebook, reasons, transitions
 from veritask.core.events import Event, EventKind
+from veritask.core.facts import merge
 from veritask.core.jsontypes import JSONObject
 from veritask.core.policy import TaskPolicy
 from veritask.core.states import InstanceState, PublicationState, RunExecutionState
@@ -209,11 +210,47 @@ class _Move:
     after: InstanceState
 
 
-@dataclass(frozen=True)
-class _Walk:
-    snapshot: fold.InstanceSnapshot
-    moves: tuple[_Move, ...]
-    events: tuple[Recorded, ...]
+class _Prefixes:
+    """The snapshots after each prefix of ``events`` (folded in that order), derived only
+    when asked: merging facts is cheap, deriving a snapshot is not, and an explanation needs
+    only a few of them (the last, and those back to the last move)."""
+
+    def __init__(self, instance_id: str, events: Sequence[Recorded], policy: TaskPolicy) -> None:
+        self.events = tuple(events)
+        self.policy = policy
+        facts = [fold.empty(instance_id)]
+        for item in self.events:
+            facts.append(merge(facts[-1], item.event))
+        self._facts = facts
+        self._snapshots: dict[int, fold.InstanceSnapshot] = {}
+
+    def snapshot(self, count: int) -> fold.InstanceSnapshot:
+        """The fold of the first ``count`` events."""
+        found = self._snapshots.get(count)
+        if found is None:
+            found = self._snapshots[count] = fold.derive(self._facts[count], self.policy)
+        return found
+
+    def state(self, count: int) -> InstanceState:
+        return self.snapshot(count).state
+
+    def last_move(self, count: int) -> _Move | None:
+        """The last move among the first ``count`` events (None if none moved the state)."""
+        now = self.state(count)
+        for index in range(count, 0, -1):
+            before = self.state(index - 1)
+            if before is not now:
+                return _Move(self.events[index - 1], before, now)
+        return None
+
+    def moves_after(self, count: int) -> list[_Move]:
+        """The moves of the events after the first ``count``."""
+        moves = []
+        for index in range(count + 1, len(self.events) + 1):
+            before, after = self.state(index - 1), self.state(index)
+            if before is not after:
+                moves.append(_Move(self.events[index - 1], before, after))
+        return moves
 
 
 def explain_instance(
@@ -227,60 +264,51 @@ def explain_instance(
 ) -> InstanceExplanation:
     """Explain the instance from its recorded events (in the ledger's recorded order) and the
     events refused for it; ``as_of`` None is the present (every event, in both columns)."""
-    whole, then = _walk_with_prefix(instance_id, recorded, policy, as_of)
-    if then is None:
-        then = _walk(instance_id, [r for r in recorded if _by(r.observed_at, as_of)], policy)
-    if as_of is None:
-        now_for_then = whole
+    whole = _Prefixes(instance_id, recorded, policy)
+    cut = len(recorded) if as_of is None else _prefix_length(recorded, as_of)
+    if cut is None:
+        then = _Prefixes(
+            instance_id, [r for r in recorded if r.observed_at <= _never(as_of)], policy
+        )
+        then_count = len(then.events)
+        # Recorded out of clock order: the moves after as_of are those recorded after it.
+        after_cut = [m for m in whole.moves_after(0) if m.recorded.observed_at > _never(as_of)]
     else:
+        then, then_count = whole, cut
+        after_cut = whole.moves_after(cut)
+    now_for_then, now_count = then, then_count
+    if as_of is not None:
         happened = sorted(
             (r for r in recorded if r.event.event_time <= as_of),
             key=lambda r: r.event.ordering_key(),
         )
-        # Nothing late and nothing out of order (the common case): the same walk.
-        same = len(happened) == len(then.events) and all(
-            a is b for a, b in zip(happened, then.events, strict=True)
+        # Nothing late and nothing out of order (the common case): the same fold.
+        same = len(happened) == then_count and all(
+            a is b for a, b in zip(happened, then.events, strict=False)
         )
-        now_for_then = then if same else _walk(instance_id, happened, policy)
+        if not same:
+            now_for_then, now_count = _Prefixes(instance_id, happened, policy), len(happened)
     return InstanceExplanation(
         instance_id=instance_id,
         as_of=as_of,
-        known_then=_column(Axis.OBSERVED, then, as_of) if Axis.OBSERVED in axes else None,
-        known_now=_column(Axis.EVENT, now_for_then, as_of) if Axis.EVENT in axes else None,
-        state_now=whole.snapshot.state,
+        known_then=(
+            _column(Axis.OBSERVED, then, then_count, as_of) if Axis.OBSERVED in axes else None
+        ),
+        known_now=(
+            _column(Axis.EVENT, now_for_then, now_count, as_of) if Axis.EVENT in axes else None
+        ),
+        state_now=whole.state(len(recorded)),
         late=tuple(_cause_of(r, as_of) for r in recorded if _is_late(r, as_of)),
         refused=tuple(refused(r) for r in refusals if _by(r.observed_at, as_of)),
-        afterwards=tuple(
-            _change(m, as_of) for m in whole.moves if not _by(m.recorded.observed_at, as_of)
-        ),
+        afterwards=tuple(_change(m, as_of) for m in after_cut),
     )
 
 
-def _walk(instance_id: str, events: Sequence[Recorded], policy: TaskPolicy) -> _Walk:
-    walked, _ = _walk_with_prefix(instance_id, events, policy, None)
-    return walked
-
-
-def _walk_with_prefix(
-    instance_id: str, events: Sequence[Recorded], policy: TaskPolicy, as_of: datetime | None
-) -> tuple[_Walk, _Walk | None]:
-    """Fold ``events`` one by one; also the walk of those recorded by ``as_of`` when they are
-    the first ones (as they are unless two writers' clocks interleaved), else None."""
-    snapshot = fold.derive(fold.empty(instance_id), policy)
-    moves: list[_Move] = []
-    prefix: _Walk | None = None
-    cut = len(events) if as_of is None else _prefix_length(events, as_of)
-    for index, item in enumerate(events):
-        if index == cut:
-            prefix = _Walk(snapshot, tuple(moves), tuple(events[:index]))
-        after = fold.step(snapshot, item.event, policy)
-        if after.state is not snapshot.state:
-            moves.append(_Move(item, snapshot.state, after.state))
-        snapshot = after
-    whole = _Walk(snapshot, tuple(moves), tuple(events))
-    if cut == len(events):
-        prefix = whole
-    return whole, prefix
+def _never(as_of: datetime | None) -> datetime:
+    """``as_of``, which only a cut that exists needs (the present cuts nothing)."""
+    if as_of is None:
+        raise ValueError("the present has no events after it")
+    return as_of
 
 
 def _prefix_length(events: Sequence[Recorded], as_of: datetime) -> int | None:
@@ -293,26 +321,18 @@ def _prefix_length(events: Sequence[Recorded], as_of: datetime) -> int | None:
     return count
 
 
-def _column(axis: Axis, walk: _Walk, as_of: datetime | None) -> Column:
-    if not walk.events:
+def _column(axis: Axis, prefixes: _Prefixes, count: int, as_of: datetime | None) -> Column:
+    if count == 0:
         return Column(axis, None, None, 0, 0, None, None)
-    snapshot = walk.snapshot
-    if walk.moves:
-        last = walk.moves[-1]
+    snapshot = prefixes.snapshot(count)
+    last = prefixes.last_move(count)
+    if last is not None:
         made_by = _cause_of(last.recorded, as_of, last.before, last.after)
         moved_from: InstanceState | None = last.before
     else:
         # Nothing moved it since its creation: the first event (instance_created) made it.
-        made_by, moved_from = _cause_of(walk.events[0], as_of), None
-    return Column(
-        axis,
-        snapshot.state,
-        snapshot.reason,
-        snapshot.epoch,
-        len(walk.events),
-        moved_from,
-        made_by,
-    )
+        made_by, moved_from = _cause_of(prefixes.events[0], as_of), None
+    return Column(axis, snapshot.state, snapshot.reason, snapshot.epoch, count, moved_from, made_by)
 
 
 def _cause_of(

@@ -15,8 +15,7 @@ from sqlalchemy.engine import Connection
 
 from veritask.core.events import Event, EventKind
 from veritask.core.explanation import Recorded, Refusal, RunRecorded
-from veritask.core.jsontypes import JSONObject
-from veritask.ledger import schema
+from veritask.ledger import schema, statements
 from veritask.ledger.vocabulary import SubjectType
 
 
@@ -28,7 +27,8 @@ class InstanceRecord:
     run_id: str
     task_key: str
     map_index: int
-    policy: JSONObject
+    policy: str
+    """Its policy as the stored JSON text: a run's instances share a few, parsed once."""
     recorded: list[Recorded] = field(default_factory=list)
     refusals: list[Refusal] = field(default_factory=list)
 
@@ -46,7 +46,7 @@ def instance_records(
     found = {
         row.id: InstanceRecord(row.id, row.run_id, row.task_key, row.map_index, row.policy)
         for row in connection.execute(
-            sa.select(_t.id, _t.run_id, _t.task_key, _t.map_index, _t.policy)
+            sa.select(_t.id, _t.run_id, _t.task_key, _t.map_index, statements.POLICY_TEXT)
             .where(where)
             .order_by(_t.task_key, _t.map_index)
         )

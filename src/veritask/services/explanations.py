@@ -7,6 +7,8 @@ Reads the events once (``ledger.explanations``), then the pure core
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -80,6 +82,12 @@ def moment(text: str | None, *, field: str = "as_of") -> datetime | None:
     return parsed.astimezone(UTC)
 
 
+@functools.lru_cache(maxsize=256)
+def _policy(text: str) -> TaskPolicy:
+    """A run's tasks share a few policies: each stored text is parsed once."""
+    return TaskPolicy.from_json(json.loads(text))
+
+
 def _axes(axis: Axis | None) -> frozenset[Axis]:
     return explanation.BOTH_AXES if axis is None else frozenset({axis})
 
@@ -144,7 +152,7 @@ def _explained(
         record.instance_id,
         record.recorded,
         record.refusals,
-        TaskPolicy.from_json(record.policy),
+        _policy(record.policy),
         as_of=as_of,
         axes=_axes(axis),
     )
