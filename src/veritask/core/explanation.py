@@ -29,7 +29,7 @@ from enum import StrEnum
 
 from veritask.core import fold, phrasebook, reasons, transitions
 from veritask.core.events import Event, EventKind
-from veritask.core.facts import merge
+from veritask.core.facts import InstanceFacts, merge
 from veritask.core.jsontypes import JSONObject
 from veritask.core.policy import TaskPolicy
 from veritask.core.states import InstanceState, PublicationState, RunExecutionState
@@ -215,14 +215,31 @@ class _Prefixes:
     when asked: merging facts is cheap, deriving a snapshot is not, and an explanation needs
     only a few of them (the last, and those back to the last move)."""
 
-    def __init__(self, instance_id: str, events: Sequence[Recorded], policy: TaskPolicy) -> None:
+    def __init__(
+        self,
+        instance_id: str,
+        events: Sequence[Recorded],
+        policy: TaskPolicy,
+        *,
+        base: _Prefixes | None = None,
+    ) -> None:
+        """``base``: prefixes whose first events are these events' first, to start from."""
         self.events = tuple(events)
         self.policy = policy
-        facts = [fold.empty(instance_id)]
-        for item in self.events:
+        shared = 0
+        if base is not None:
+            limit = min(len(self.events), len(base.events))
+            while shared < limit and self.events[shared] is base.events[shared]:
+                shared += 1
+        facts: list[InstanceFacts] = (
+            base._facts[: shared + 1] if base is not None else [fold.empty(instance_id)]
+        )
+        for item in self.events[shared:]:
             facts.append(merge(facts[-1], item.event))
-        self._facts = facts
-        self._snapshots: dict[int, fold.InstanceSnapshot] = {}
+        self._facts: list[InstanceFacts] = facts
+        self._snapshots: dict[int, fold.InstanceSnapshot] = (
+            {k: v for k, v in base._snapshots.items() if k <= shared} if base is not None else {}
+        )
 
     def snapshot(self, count: int) -> fold.InstanceSnapshot:
         """The fold of the first ``count`` events."""
@@ -287,7 +304,8 @@ def explain_instance(
             a is b for a, b in zip(happened, then.events, strict=False)
         )
         if not same:
-            now_for_then, now_count = _Prefixes(instance_id, happened, policy), len(happened)
+            now_for_then = _Prefixes(instance_id, happened, policy, base=then)
+            now_count = len(happened)
     return InstanceExplanation(
         instance_id=instance_id,
         as_of=as_of,
