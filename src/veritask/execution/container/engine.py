@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Final
 
 from veritask.core import jsontypes
-from veritask.execution import endings, errors, port, secrets
+from veritask.execution import endings, engine_watch, errors, port, secrets
 from veritask.execution.container import client, mounts, registration, watch
 
 EXTERNAL_ID_PREFIX: Final = "container:"
@@ -111,7 +111,7 @@ class ContainerExecutor:
         #: Containers a thread of this process is stopping now: a new request waits for it.
         self._stopping: set[str] = set()
         #: Containers a thread of this process watches and reports on, by name.
-        self._watching: dict[str, threading.Thread] = {}
+        self._watchers = engine_watch.Watchers(self._closed)
         #: The threads that copy a container's output into its kept log as it comes.
         self._followers: dict[str, threading.Thread] = {}
 
@@ -314,9 +314,8 @@ class ContainerExecutor:
         if not isinstance(spec.task, port.ContainerRun):
             return False
         name = container_name(spec.instance_id, spec.attempt_no)
-        with self._lock:
-            if name in self._watching:
-                return True
+        if self._watchers.watching(name):
+            return True
         found = self._inspect(name)
         if found.status == 404:
             return False
@@ -353,10 +352,7 @@ class ContainerExecutor:
 
     def wait_for_watchers(self, timeout: float) -> None:
         """Wait until this process has reported the end of what it watches (tests, shutdown)."""
-        with self._lock:
-            threads = list(self._watching.values())
-        for thread in threads:
-            thread.join(timeout)
+        self._watchers.wait(timeout)
 
     def read_log(self, *, instance_id: str, attempt_no: int) -> bytes | None:
         """The container's output (stdout and stderr as written), from the engine while the
@@ -401,14 +397,17 @@ class ContainerExecutor:
             self._start(name)
 
     def _watch(self, spec: port.AttemptSpec, name: str) -> None:
-        with self._lock:
-            if name in self._watching:
-                return
-            watcher = threading.Thread(
-                target=self._follow, args=(spec, name), name=f"container-watch-{name}", daemon=True
-            )
-            self._watching[name] = watcher
-        watcher.start()
+        if self._watchers.watching(name):
+            return
+        external_id = EXTERNAL_ID_PREFIX + name
+        self._watchers.start(
+            name,
+            # Once it has ended, nothing reads its secret files again.
+            lambda: watch.Watch(
+                spec, self.client.host, done=lambda: self.secret_files.remove(name)
+            ),
+            lambda: self.describe(external_id=external_id),
+        )
         kept = self._kept_log(name)
         if kept is not None:
             follower = threading.Thread(
@@ -420,25 +419,6 @@ class ContainerExecutor:
             with self._lock:
                 self._followers[name] = follower
             follower.start()
-
-    def _follow(self, spec: port.AttemptSpec, name: str) -> None:
-        """Look at the container until it ends, reporting what changed; an engine that cannot
-        be reached is asked again (the reconciler decides if it never answers)."""
-        reporter = watch.Watch(spec, self.client.host)
-        external_id = EXTERNAL_ID_PREFIX + name
-        try:
-            while not self._closed.is_set():
-                try:
-                    if reporter.look(self.describe(external_id=external_id)):
-                        self.secret_files.remove(name)  # ended: nothing reads them again
-                        return
-                except (errors.ExecutorError, RuntimeError) as exc:  # RuntimeError: closed
-                    log.warning("watching the container %s: %s", name, exc)
-                self._closed.wait(reporter.pause())
-        finally:
-            reporter.close()
-            with self._lock:
-                self._watching.pop(name, None)
 
     def _killed_by_kernel(
         self, inspected: jsontypes.JSONObject, details: dict[str, port.DetailValue]

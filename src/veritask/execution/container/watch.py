@@ -31,9 +31,19 @@ log = logging.getLogger(__name__)
 class Watch(engine_watch.Watch):
     """One container attempt's watcher: ``look`` reports what an observation shows."""
 
-    def __init__(self, spec: port.AttemptSpec, host: str) -> None:
+    def __init__(
+        self, spec: port.AttemptSpec, host: str, *, done: Callable[[], None] = lambda: None
+    ) -> None:
         super().__init__(spec)
         self.host = host
+        self.done = done
+
+    def look(self, observation: port.Observation) -> bool:
+        """As any engine's watcher; ``done`` is called once nothing is left to watch."""
+        finished = super().look(observation)
+        if finished:
+            self.done()
+        return finished
 
     def started_evidence(
         self, observation: port.Observation, started_at: datetime
