@@ -87,7 +87,8 @@ def _signed_in(browser: Browser, served: Served) -> Page:
 
 
 SHOWN = """() => Object.fromEntries(Array.from(
-    document.querySelectorAll("#run-instances tr[data-id]"), row => [row.dataset.id, row.dataset.state]))"""
+    document.querySelectorAll("#run-instances tr[data-id]"),
+    row => [row.dataset.id, row.dataset.state]))"""
 LATE_SHOWN = """() => Array.from(document.querySelectorAll("#run-instances tr[data-id]"))
     .filter(row => row.querySelector("[data-late]")).map(row => row.dataset.id)"""
 
@@ -98,7 +99,8 @@ def _known_then(served: Served, as_of: str) -> dict[str, str]:
         headers={"Authorization": f"Bearer {served.ui.tokens[TokenRole.VIEWER]}"},
     ) as api:
         answer = api.get(
-            f"/api/v2/runs/{served.story.run_id}/explain", params={"as_of": as_of, "axis": "observed"}
+            f"/api/v2/runs/{served.story.run_id}/explain",
+            params={"as_of": as_of, "axis": "observed"},
         )
         assert answer.status_code == 200, answer.text
         return {i["id"]: i["known_then"]["state"] for i in answer.json()["instances"]}

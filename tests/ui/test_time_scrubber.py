@@ -19,7 +19,6 @@ from veritask.services import runs
 from veritask.services.platform import Platform
 from veritask.services.tokens import TokenRole
 
-
 TOKEN = "token-of-the-story"
 
 
@@ -63,7 +62,9 @@ def record(platform: Platform, story: Story, event: Event, *, seconds: float) ->
     assert applied.outcome is judge.Outcome.APPLIED, applied
 
 
-def _event(instance_id: str, kind: EventKind, actor: str, when: datetime, **evidence: object) -> Event:
+def _event(
+    instance_id: str, kind: EventKind, actor: str, when: datetime, **evidence: object
+) -> Event:
     return Event(str(uuid.uuid4()), instance_id, 1, kind, actor, when, dict(evidence))  # type: ignore[arg-type]
 
 
@@ -76,18 +77,32 @@ def runs_to_the_end(
     loaded = platform.ledger.snapshot(instance_id)
     assert loaded is not None
     opened = decide.open_attempt(
-        loaded[0], token_hash=judge.hash_token(TOKEN), now=story.at(start), event_id=str(uuid.uuid4())
+        loaded[0],
+        token_hash=judge.hash_token(TOKEN),
+        now=story.at(start),
+        event_id=str(uuid.uuid4()),
     )
     assert opened is not None
     record(platform, story, opened, seconds=start)
     acknowledged = _event(
-        instance_id, EventKind.SUBMIT_ACKNOWLEDGED, "executor", story.at(start + 0.25),
-        external_id=f"test:{instance_id}", executor="test",
+        instance_id,
+        EventKind.SUBMIT_ACKNOWLEDGED,
+        "executor",
+        story.at(start + 0.25),
+        external_id=f"test:{instance_id}",
+        executor="test",
     )
     record(platform, story, acknowledged, seconds=start + 0.25)
     started = _event(
-        instance_id, EventKind.STARTED, "worker", story.at(start + 1),
-        worker="test:1", host="test", pid=1, pid_start_time=1, pgid=1,
+        instance_id,
+        EventKind.STARTED,
+        "worker",
+        story.at(start + 1),
+        worker="test:1",
+        host="test",
+        pid=1,
+        pid_start_time=1,
+        pgid=1,
     )
     record(platform, story, replace_seq(started, 1), seconds=start + 1)
     if late_by:
@@ -103,8 +118,15 @@ def runs_to_the_end(
         )
         record(platform, story, lost, seconds=start + 1.5)
     completed = _event(
-        instance_id, EventKind.COMPLETED, "worker", story.at(start + 2),
-        exit_code=0, signal=None, error_category="none", commit_marker=None, log_path="",
+        instance_id,
+        EventKind.COMPLETED,
+        "worker",
+        story.at(start + 2),
+        exit_code=0,
+        signal=None,
+        error_category="none",
+        commit_marker=None,
+        log_path="",
         output=None,
     )
     record(platform, story, replace_seq(completed, 2), seconds=start + 2 + late_by)
@@ -126,7 +148,9 @@ def late_story(platform: Platform) -> Story:
 
 def _rows(page: str) -> dict[str, str]:
     """The instances table's states, by task."""
-    return dict(re.findall(r'<tr data-instance="([^"]+)" data-id="[^"]+" data-state="([A-Z_]+)"', page))
+    return dict(
+        re.findall(r'<tr data-instance="([^"]+)" data-id="[^"]+" data-state="([A-Z_]+)"', page)
+    )
 
 
 def test_as_of_an_instant_the_run_page_shows_what_was_recorded_then_and_marks_late_news(
@@ -148,7 +172,9 @@ def test_as_of_an_instant_the_run_page_shows_what_was_recorded_then_and_marks_la
     assert re.search(r'class="node late" data-task="extract" data-state="LOST"', page.text)
     assert re.search(rf'<li data-instance="{extract}" data-event="[^"]+">', page.text)
     # The timeline as known then: extract's execution still going on at T.
-    bars = re.findall(rf'data-instance="{extract}" data-phase="execution"[^>]*data-end="([^"]*)"', page.text)
+    bars = re.findall(
+        rf'data-instance="{extract}" data-phase="execution"[^>]*data-end="([^"]*)"', page.text
+    )
     assert bars == [""]
     # Stepping: the instants recorded just before and after T.
     assert re.search(r'id="scrub-previous" data-scrub-to="[^"]*"', page.text)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
+from veritask.core import refusals
 from veritask.core.explanation import Cause
 from veritask.core.states import RunExecutionState
 from veritask.services import errors, explanations, views
@@ -23,7 +24,9 @@ from veritask.ui import context
 
 #: The most event instants the range marks as ticks; a bigger run has the step buttons only.
 MOST_TICKS: Final = 400
-_ENDED = frozenset({RunExecutionState.SUCCESS, RunExecutionState.FAILED, RunExecutionState.CANCELLED})
+_ENDED = frozenset(
+    {RunExecutionState.SUCCESS, RunExecutionState.FAILED, RunExecutionState.CANCELLED}
+)
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,7 @@ def parse(text: str, found: context.Page) -> datetime:
         text = parsed.replace(tzinfo=found.zone).isoformat()
     moment = explanations.moment(text)
     if moment is None:  # never: the text is not None
-        raise errors.InvalidInput.about("as_of", text)
+        raise errors.InvalidInput.about("as_of", refusals.NOT_A_MOMENT.format(value=text))
     return moment
 
 
@@ -132,9 +135,11 @@ def typed(moment: datetime, found: context.Page) -> str:
 def _late(told: ExplainedRun | None) -> tuple[Late, ...]:
     if told is None:
         return ()
-    found = []
+    found: list[Late] = []
     for instance in told.instances:
-        label = instance.task if instance.map_index < 0 else f"{instance.task}[{instance.map_index}]"
+        label = (
+            instance.task if instance.map_index < 0 else f"{instance.task}[{instance.map_index}]"
+        )
         found.extend(Late(instance.id, label, cause) for cause in instance.late)
     found.sort(key=lambda late: (late.cause.observed_at, late.cause.event_id))
     return tuple(found)
