@@ -23,7 +23,7 @@ Pure: the service reads the events and the refused events and passes them in.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
@@ -131,6 +131,8 @@ class Column:
     events: int
     moved_from: InstanceState | None
     made_by: Cause | None
+    snapshot: fold.InstanceSnapshot | None = field(default=None, repr=False, compare=False)
+    """The fold itself (its attempts and times: what a timeline as of the instant draws)."""
 
 
 @dataclass(frozen=True)
@@ -350,7 +352,9 @@ def _column(axis: Axis, prefixes: _Prefixes, count: int, as_of: datetime | None)
     else:
         # Nothing moved it since its creation: the first event (instance_created) made it.
         made_by, moved_from = _cause_of(prefixes.events[0], as_of), None
-    return Column(axis, snapshot.state, snapshot.reason, snapshot.epoch, count, moved_from, made_by)
+    return Column(
+        axis, snapshot.state, snapshot.reason, snapshot.epoch, count, moved_from, made_by, snapshot
+    )
 
 
 def _cause_of(

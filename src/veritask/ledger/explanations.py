@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -152,3 +153,11 @@ def run_events(connection: Connection, run_id: str) -> Sequence[RunRecorded]:
         )
         for row in rows
     ]
+
+
+def observed_times(connection: Connection, run_id: str) -> list[datetime]:
+    """When the run's events and its instances' were recorded, each instant once, in order."""
+    rows = connection.execute(
+        sa.select(_e.observed_at).where(_e.run_id == run_id).distinct().order_by(_e.observed_at)
+    )
+    return [row.observed_at for row in rows]

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from veritask.core import explanation, refusals
+from veritask.core import durations, explanation, refusals
 from veritask.core.explanation import Axis, Cause, Change, Column, RefusedEvent, RunColumn
 from veritask.core.policy import TaskPolicy
 from veritask.core.states import InstanceState, PublicationState, RunExecutionState
 from veritask.ledger import dialects, explanations, queries
 from veritask.ledger.explanations import InstanceRecord
-from veritask.services import ordering
+from veritask.services import ordering, views
 from veritask.services.errors import InvalidInput, NotFound
 from veritask.services.platform import Platform
 
@@ -143,6 +143,57 @@ def explain_run(
         afterwards=told.afterwards,
         instances=tuple(_explained(record, as_of, axis) for record in listed),
     )
+
+
+def moments(platform: Platform, run_id: str) -> tuple[datetime, ...]:
+    """Every instant the platform recorded an event of the run or of its instances (their
+    observed times, each once, in order): the instants a time scrubber steps to."""
+    with dialects.read_transaction(platform.engine) as connection:
+        return tuple(explanations.observed_times(connection, run_id))
+
+
+def detail_then(detail: views.RunDetail, told: ExplainedRun) -> views.RunDetail:
+    """The run's detail as it was known at ``told.as_of`` (the *known then* column): the
+    run's two states and reasons, and each instance's state, reason and the attempts it had
+    opened by then; an instance not created yet is left out. ``told`` must hold that column."""
+    run = detail.run
+    column = told.known_then
+    if column is not None and column.execution_state is not None:
+        run = replace(
+            run,
+            execution_state=column.execution_state,
+            execution_reason=column.execution_reason,
+            publication_state=column.publication_state or run.publication_state,
+            publication_reason=column.publication_reason,
+        )
+    then = {i.id: i.known_then for i in told.instances}
+    instances = []
+    for instance in detail.instances:
+        known = then.get(instance.id)
+        if known is None or known.state is None or known.snapshot is None:
+            continue
+        opened = {a.attempt_no for a in known.snapshot.attempts}
+        instances.append(
+            replace(
+                instance,
+                state=known.state,
+                reason=known.reason or "",
+                epoch=known.attempt_no,
+                retry_at=known.snapshot.retry_at,
+                overridden=known.snapshot.override is not None,
+                attempts=tuple(a for a in instance.attempts if a.attempt_no in opened),
+            )
+        )
+    return replace(detail, run=run, instances=tuple(instances))
+
+
+def phases_then(told: ExplainedInstance) -> tuple[durations.PhaseInterval, ...]:
+    """The instance's phases as known then: the timeline's own computation
+    (:func:`veritask.core.durations.observed_phases`) over the *known then* fold."""
+    column = told.known_then
+    if column is None or column.snapshot is None:
+        return ()
+    return tuple(durations.observed_phases(column.snapshot))
 
 
 def _explained(
