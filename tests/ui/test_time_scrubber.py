@@ -11,13 +11,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from tests.ui.conftest import Ui
 from veritask.core import decide, judge, new_events
 from veritask.core.events import Event, EventKind
 from veritask.core.states import InstanceState
-from veritask.services import runs
+from veritask.services import explanations, runs
 from veritask.services.platform import Platform
 from veritask.services.tokens import TokenRole
+from veritask.ui import scrubber
 
 TOKEN = "token-of-the-story"
 
@@ -235,3 +238,24 @@ def test_the_explain_panel_in_english_and_chinese(ui: Ui) -> None:
     assert "租约内没有报告：结果未知，而非失败" in chinese
     assert "迟到的证据" in chinese
     assert str(InstanceState.LOST) in _cells(chinese, "explain-state")[0]
+
+
+def test_a_run_of_many_instants_steps_to_the_same_neighbours_without_reading_them_all(
+    ui: Ui, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    story = late_story(ui.platform)
+    viewer = ui.signed_in(TokenRole.VIEWER).http
+    as_of = story.at(5).isoformat()
+    few = viewer.get(f"/ui/runs/{story.run_id}", params={"as_of": as_of}).text
+    every = explanations.moments(ui.platform, story.run_id)
+    assert len(every) > 2
+
+    # As if the run had more instants than the scrubber draws: no ticks, and the steps come
+    # from the two instants around T (the served app runs in this process).
+    monkeypatch.setattr(scrubber, "MOST_TICKS", 1)
+    many = viewer.get(f"/ui/runs/{story.run_id}", params={"as_of": as_of}).text
+
+    steps = r'id="scrub-(previous|next)" data-scrub-to="([^"]*)"'
+    assert re.findall(steps, many) == re.findall(steps, few)
+    assert re.findall(steps, many)  # both steps are there
+    assert explanations.moment_bounds(ui.platform, story.run_id) == (len(every), every[-1])

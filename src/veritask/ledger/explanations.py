@@ -161,3 +161,27 @@ def observed_times(connection: Connection, run_id: str) -> list[datetime]:
         sa.select(_e.observed_at).where(_e.run_id == run_id).distinct().order_by(_e.observed_at)
     )
     return [row.observed_at for row in rows]
+
+
+def observed_bounds(connection: Connection, run_id: str) -> tuple[int, datetime | None]:
+    """How many distinct instants the run's events were recorded at, and the last one: one
+    aggregate, whatever the run's size."""
+    row = connection.execute(
+        sa.select(sa.func.count(sa.distinct(_e.observed_at)), sa.func.max(_e.observed_at)).where(
+            _e.run_id == run_id
+        )
+    ).one()
+    return int(row[0]), row[1]
+
+
+def observed_neighbours(
+    connection: Connection, run_id: str, here: datetime
+) -> tuple[datetime | None, datetime | None]:
+    """The last instant an event of the run was recorded before ``here``, and the first after."""
+    before = connection.execute(
+        sa.select(sa.func.max(_e.observed_at)).where(_e.run_id == run_id, _e.observed_at < here)
+    ).scalar_one()
+    after = connection.execute(
+        sa.select(sa.func.min(_e.observed_at)).where(_e.run_id == run_id, _e.observed_at > here)
+    ).scalar_one()
+    return before, after

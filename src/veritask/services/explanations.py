@@ -152,6 +152,20 @@ def moments(platform: Platform, run_id: str) -> tuple[datetime, ...]:
         return tuple(explanations.observed_times(connection, run_id))
 
 
+def moment_bounds(platform: Platform, run_id: str) -> tuple[int, datetime | None]:
+    """How many instants :func:`moments` would give, and the last, without reading them."""
+    with dialects.read_transaction(platform.engine) as connection:
+        return explanations.observed_bounds(connection, run_id)
+
+
+def neighbour_moments(
+    platform: Platform, run_id: str, here: datetime
+) -> tuple[datetime | None, datetime | None]:
+    """The instant of :func:`moments` before ``here`` and the one after (None: none)."""
+    with dialects.read_transaction(platform.engine) as connection:
+        return explanations.observed_neighbours(connection, run_id, here)
+
+
 def detail_then(detail: views.RunDetail, told: ExplainedRun) -> views.RunDetail:
     """The run's detail as it was known at ``told.as_of`` (the *known then* column): the
     run's two states and reasons, and each instance's state, reason and the attempts it had

@@ -75,9 +75,12 @@ def scrubber(found: context.Page, detail: views.RunDetail, asked: str | None) ->
     life is moved to its nearest end."""
     platform = found.platform
     run = detail.run
-    moments = explanations.moments(platform, run.id)
+    # A large run's instants are many (several per instance): read them all only when they
+    # are few enough to draw as ticks, else only the two around the instant shown.
+    count, last = explanations.moment_bounds(platform, run.id)
+    moments = explanations.moments(platform, run.id) if count <= MOST_TICKS else None
     start = run.created_at
-    end = _end(platform, run, moments)
+    end = _end(platform, run, last)
     as_of: datetime | None = None
     error = None
     if asked is not None and asked.strip():
@@ -89,17 +92,22 @@ def scrubber(found: context.Page, detail: views.RunDetail, asked: str | None) ->
     if as_of is not None:
         told = explanations.explain_run(platform, run.id, as_of=as_of)
     here = end if as_of is None else as_of
-    before = bisect.bisect_left(moments, here)
-    after = bisect.bisect_right(moments, here)
+    if moments is None:
+        previous, following = explanations.neighbour_moments(platform, run.id, here)
+    else:
+        before = bisect.bisect_left(moments, here)
+        after = bisect.bisect_right(moments, here)
+        previous = moments[before - 1] if before > 0 else None
+        following = moments[after] if after < len(moments) else None
     return Scrubber(
         start=start,
         end=end,
         as_of=as_of,
         typed=(asked or "") if error else typed(here, found),
         error=error,
-        previous=moments[before - 1] if before > 0 else None,
-        next=moments[after] if after < len(moments) and as_of is not None else None,
-        ticks=moments if len(moments) <= MOST_TICKS else (),
+        previous=previous,
+        next=following if as_of is not None else None,
+        ticks=moments or (),
         late=_late(told),
         told=told,
     )
@@ -120,10 +128,10 @@ def parse(text: str, found: context.Page) -> datetime:
     return moment
 
 
-def _end(platform: Platform, run: views.Run, moments: tuple[datetime, ...]) -> datetime:
+def _end(platform: Platform, run: views.Run, last: datetime | None) -> datetime:
     """Now, or once the run ended its last recorded event (late news included)."""
-    if run.execution_state in _ENDED and moments:
-        return max(moments[-1], run.created_at)
+    if run.execution_state in _ENDED and last is not None:
+        return max(last, run.created_at)
     return max(platform.now(), run.created_at + timedelta(seconds=1))
 
 
