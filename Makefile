@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.up
 	$(BIN)/python -m bench.ui
 	$(BIN)/python -m bench.large_run
+	$(BIN)/python -m bench.explain
 	$(BIN)/python -m bench.backfill
 	$(BIN)/python -m bench.pools
 	$(BIN)/python -m bench.waits

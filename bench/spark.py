@@ -16,6 +16,7 @@ env`` prints the variables), else it says so and exits 0.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import tempfile
@@ -100,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
+    # No platform listens for the watcher's reports: each would be a warning, none is timed.
+    logging.getLogger("veritask.execution.engine_watch").setLevel(logging.ERROR)
     master = os.environ.get(client.MASTER_ENV)
     if not master:
         print(f"bench.spark: {client.MASTER_ENV} is not set (tools/spark-local start); skipped")

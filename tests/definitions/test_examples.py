@@ -117,7 +117,8 @@ def test_every_shell_command_of_the_examples_runs_on_this_machine(
     path: Path, tmp_path: Path
 ) -> None:
     definition = parse_definition(path.read_text())
-    steps = [(key, task.run) for key, task in definition.tasks.items()]
+    # A container task's line runs in its image, not on this machine.
+    steps = [(key, task.run) for key, task in definition.tasks.items() if task.container is None]
     if definition.publish is not None:
         steps += [(c.name, c.run) for c in definition.publish.checks]
         steps.append(("commit", definition.publish.commit.run))

@@ -45,6 +45,7 @@ def _pages(up: Veritask) -> list[str]:
         "/ui/definitions/new",
         "/ui/runs",
         f"/ui/runs/{run_id}",
+        f"/ui/runs/{run_id}?as_of=2000-01-01T00:00:00Z",  # as of its creation: the banner
         f"/ui/runs/{run_id}/clear?failed=yes",
         f"/ui/runs/{run_id}/rerun",
         f"/ui/instances/{instance_id}",

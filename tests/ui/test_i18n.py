@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from veritask.core import transitions
 from veritask.core.events import ActorKind, ErrorCategory, EventKind, OpenReason, OverrideScope
+from veritask.core.explanation import ChangeKind
 from veritask.core.states import (
     AttemptState,
     DefinitionLifecycle,
@@ -154,6 +156,8 @@ def test_templates_show_no_text_outside_the_catalog(path: Path) -> None:
         ("schedule", SchedulePattern),
         ("weekday", range(7)),
         ("month", range(1, 13)),
+        ("rule_why", [rule.name for rule in transitions.INSTANCE_RULES]),
+        ("change_kind", ChangeKind),
     ],
 )
 def test_every_state_and_kind_has_a_name(prefix: str, values: Iterable[object]) -> None:
@@ -256,3 +260,9 @@ def test_a_time_is_shown_in_the_viewers_zone_with_utc_on_hover_and_how_long_ago(
     )
     moment = rendering.moment_in(zoneinfo.ZoneInfo("Asia/Shanghai"))
     assert moment(now) == "2026-12-02 16:00:00 CST"  # tooltips are in the viewer's zone too
+
+
+def test_the_english_of_each_transition_rule_is_the_tables_own() -> None:
+    english = i18n.catalog(i18n.Language.EN)
+    for rule in transitions.INSTANCE_RULES:
+        assert english[f"rule_why.{rule.name}"] == rule.why, rule.name

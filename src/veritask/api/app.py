@@ -17,6 +17,7 @@ from veritask.api.v2 import (
     callbacks,
     definitions,
     durations,
+    explanations,
     pools,
     reruns,
     run_lists,
@@ -66,6 +67,7 @@ def create_app(settings: ApiSettings, *, platform: Platform | None = None) -> Fa
         tokens,
         alerts,
         durations,
+        explanations,
         backfills,
         pools,
     )

@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -249,13 +250,61 @@ def _write(stream: TextIO, lines: list[JSONObject]) -> None:
 
 @click.command("replay")
 @click.argument(
-    "path", type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path)
+    "path",
+    required=False,
+    type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path),
+)
+@click.option(
+    "--policy",
+    default=None,
+    metavar="K=V,...",
+    help="What-if: replay finished runs under another policy, e.g. "
+    "'lease=30s,retries=5,evidence_window=2m,on_unknown=fail'. Reads only.",
+)
+@click.option(
+    "--since",
+    default=None,
+    metavar="T",
+    help="With --policy: runs created at or after T (ISO 8601, UTC without an offset; "
+    "or a duration back from now, e.g. 24h).",
+)
+@click.option("--until", default=None, metavar="T", help="With --policy: runs created before T.")
+@click.option("--definition", "name", default=None, help="With --policy: this definition only.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --policy: at most this many runs, oldest first (default 1000).",
 )
 @DATABASE_OPTION
 @JSON_OPTION
-def replay_command(path: Path, database_url: str | None, as_json: bool) -> None:
-    """Load an export into an empty, migrated database and rebuild every snapshot from the
-    events alone. Exit 4 if the database is not empty."""
+def replay_command(
+    path: Path | None,
+    policy: str | None,
+    since: str | None,
+    until: str | None,
+    name: str | None,
+    limit: int | None,
+    database_url: str | None,
+    as_json: bool,
+) -> None:
+    """Load an export FILE into an empty, migrated database and rebuild every snapshot from
+    the events alone (exit 4 if the database is not empty); or, with --policy, estimate what
+    would have differed in finished runs under another policy (reads only)."""
+    if policy is not None:
+        if path is not None:
+            raise CliError(EXIT_USAGE, "give an export FILE or --policy, not both")
+        _what_if(policy, since, until, name, limit, database_url, as_json)
+        return
+    if path is None:
+        raise CliError(EXIT_USAGE, "give an export FILE (or - for stdin), or --policy")
+    for option, value in (("--since", since), ("--until", until), ("--definition", name)):
+        if value is not None:
+            raise CliError(EXIT_USAGE, f"{option} goes with --policy")
+    _load_export(path, database_url, as_json)
+
+
+def _load_export(path: Path, database_url: str | None, as_json: bool) -> None:
     from veritask.services import operations
 
     text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
@@ -279,6 +328,45 @@ def replay_command(path: Path, database_url: str | None, as_json: bool) -> None:
         render.print_json({"instances": len(replayed)})
     else:
         render.out.print(f"replayed {len(replayed)} instances from {path}")
+
+
+def _what_if(
+    policy: str,
+    since: str | None,
+    until: str | None,
+    name: str | None,
+    limit: int | None,
+    database_url: str | None,
+    as_json: bool,
+) -> None:
+    from veritask.cli import what_if_view
+    from veritask.services import errors, what_if
+
+    try:
+        change = what_if.parse_policy(policy)
+    except errors.InvalidInput as exc:
+        problem = exc.problems[0] if exc.problems else None
+        key = problem.field.removeprefix("policy").lstrip(".") if problem else ""
+        message = problem.message if problem else str(exc)
+        raise CliError(EXIT_USAGE, f"--policy: {key + ': ' if key else ''}{message}") from None
+    if since is None:
+        raise CliError(EXIT_USAGE, "--since: required with --policy (a time, or e.g. 24h)")
+    now = datetime.now(UTC)
+    start = what_if_view.moment(since, "--since", now)
+    end = None if until is None else what_if_view.moment(until, "--until", now)
+    with _platform(database_url) as platform:
+        report = what_if.replay(
+            platform,
+            change,
+            since=start,
+            until=end,
+            definition=name,
+            limit=limit or what_if.DEFAULT_LIMIT,
+        )
+    if as_json:
+        render.print_json(report.to_json())
+    else:
+        what_if_view.print_report(report)
 
 
 @click.command("purge")

@@ -163,6 +163,14 @@ def _on_tasks_path(folder: Path) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(entries))
 
 
+def _spark_apps_in(folder: Path) -> None:
+    """Let the examples' Spark tasks name their applications relative to ``folder``, unless
+    ``VERITASK_SPARK_APPS`` names another folder."""
+    from veritask.execution.spark import registration
+
+    os.environ.setdefault(registration.APPS_ENV, str(folder.resolve()))
+
+
 def _load_examples(platform: Platform, folder: Path) -> None:
     from veritask.services import definitions, errors
 
@@ -212,6 +220,7 @@ def up_command(port: int, host: str, slots: int | None, examples: Path) -> None:
     url = f"http://{host}:{sock.getsockname()[1]}"
     if examples.is_dir():
         _on_tasks_path(examples)
+        _spark_apps_in(examples)
     runtime = SchedulerRuntime(platform, commit_base_url=url, slots=slots)
     try:
         runtime.start()

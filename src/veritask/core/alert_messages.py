@@ -131,6 +131,12 @@ STOP_UNCONFIRMED = Phrase(
     attempt_no=_N,
     seconds=_N,
 )
+STRAY_STOPPED = Phrase(
+    "alert.stray_stopped",
+    "the engine ran {external_id} for attempt {attempt_no} of an instance this platform does "
+    "not hold (its run is this platform's): it was asked to stop",
+    attempt_no=_N,
+)
 FENCED_STILL_RUNNING = Phrase(
     "alert.fenced_still_running",
     "attempt {attempt_no} was fenced but the engine did not confirm it stopped within "

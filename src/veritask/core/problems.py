@@ -231,6 +231,22 @@ SPARK_PLACEHOLDER = Phrase(
     "args and conf are passed as written; a driver reads the run's values from its "
     "environment (VERITASK_LOGICAL_DATE, VERITASK_PARAM_…)",
 )
+NOT_A_VOLUME = Phrase(
+    "problem.not_a_volume",
+    "expected HOST:CONTAINER or HOST:CONTAINER:ro, both absolute paths without '..', got {value!r}",
+)
+NO_VOLUMES_ALLOWED = Phrase(
+    "problem.no_volumes_allowed",
+    "no host path may be mounted here: {setting} lists none (host directories, comma-separated)",
+)
+VOLUME_NOT_ALLOWED = Phrase(
+    "problem.volume_not_allowed",
+    "the host path {host!r} is not under a directory {setting} allows ({allowed})",
+)
+NOT_A_SECRET_FILE = Phrase(
+    "problem.not_a_secret_file",
+    "{name!r} is not a file name: use letters, digits, '.', '_' and '-', not starting with '.'",
+)
 RUN_LIST_PLACEHOLDER = Phrase(
     "problem.run_list_placeholder",
     "a run list is passed as it is written: write run as a shell line to use placeholders",

@@ -165,6 +165,11 @@ def _task(task: TaskSpec, priority: int) -> JSONObject:
         ):
             if value is not None:
                 data[name] = value
+        # Each only when given, so that a container task that mounts nothing keeps its hash.
+        if task.container.volumes:
+            data["volumes"] = [str(volume) for volume in task.container.volumes]
+        if task.container.secret_files:
+            data["secret_files"] = dict(task.container.secret_files)
     if task.spark is not None:
         spark = task.spark
         if spark.app is not None:

@@ -231,7 +231,21 @@ class ContainerPull(StrEnum):
 #: The executor a task with ``image`` uses unless it names another.
 CONTAINER_EXECUTOR = "container"
 #: What only a container task may say.
-CONTAINER_FIELDS = ("image", "cpus", "memory", "workdir", "pull")
+CONTAINER_FIELDS = ("image", "cpus", "memory", "workdir", "pull", "volumes", "secret_files")
+#: Where a container task's ``secret_files`` are, in the container.
+SECRET_FILES_DIR = "/run/secrets"
+
+
+@dataclass(frozen=True)
+class VolumeSpec:
+    """A host directory a container task mounts: ``HOST:CONTAINER[:ro]`` in ``volumes:``."""
+
+    host: str
+    container: str
+    read_only: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.container}" + (":ro" if self.read_only else "")
 
 
 @dataclass(frozen=True)
@@ -247,6 +261,9 @@ class ContainerSpec:
     argv: tuple[str, ...] = ()
     """The command when ``run`` is a list, passed as written (no shell); empty when ``run``
     is a shell line (run as ``/bin/sh -c``)."""
+    volumes: tuple[VolumeSpec, ...] = ()
+    secret_files: Mapping[str, str] = field(default_factory=dict)
+    """File names in ``/run/secrets`` and the secret (by name) each holds."""
 
 
 #: The executor a task with ``app`` or ``jar`` uses unless it names another.

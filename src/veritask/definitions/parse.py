@@ -20,7 +20,7 @@ from veritask.core.jsontypes import JSONValue
 from veritask.core.policy import Backoff, OnUnknown, RetryPolicy, TaskPolicy
 from veritask.core.run_state import TaskRole, find_cycles
 from veritask.core.trigger_rules import TriggerRule
-from veritask.definitions import cron, declarations, placeholders, source, trigger
+from veritask.definitions import containers, cron, declarations, placeholders, source, trigger
 from veritask.definitions.codec import content_hash, definition_to_json
 from veritask.definitions.environment import read_env
 from veritask.definitions.errors import DefinitionError, Problem
@@ -153,16 +153,22 @@ _MAPPABLE = (WaitKind.PATH, WaitKind.HTTP)
 ExecutorCheck = Callable[[str], str | None]
 
 
-def parse_definition(text: str, *, executors: ExecutorCheck | None = None) -> Definition:
+def parse_definition(
+    text: str,
+    *,
+    executors: ExecutorCheck | None = None,
+    volumes: containers.VolumeCheck | None = None,
+) -> Definition:
     """Read a definition written in YAML or JSON; raise :class:`DefinitionError` listing every
     problem with its field and line.
 
-    ``executors`` checks each task's executor (not a wait's): the platform that applies the
-    definition knows which engines it has, this module does not."""
+    ``executors`` checks each task's executor (not a wait's), and ``volumes`` each host path
+    a container task mounts: the platform that applies the definition knows which engines it
+    has and what they may mount, this module does not."""
     tree, problems = source.from_text(text)
     if tree is None:
         raise DefinitionError(problems)
-    return _Reader(problems, executor_check=executors).build(tree)
+    return _Reader(problems, executor_check=executors, volume_check=volumes).build(tree)
 
 
 def definition_from_json(
@@ -183,6 +189,7 @@ class _Edge:
 class _Reader(Reader):
     edges: dict[str, list[_Edge]] = field(default_factory=dict)
     executor_check: ExecutorCheck | None = None
+    volume_check: containers.VolumeCheck | None = None
 
     def build(self, tree: Value) -> Definition:
         definition = self.definition(tree)
@@ -625,10 +632,23 @@ class _Reader(Reader):
                     memory = None
         workdir = self.text(f.get("workdir"), f"{path}.workdir")
         pull = self.choice(f.get("pull"), f"{path}.pull", ContainerPull, ContainerPull.MISSING)
+        volumes = containers.read_volumes(
+            self, f.get("volumes"), f"{path}.volumes", self.volume_check
+        )
+        secret_files = containers.read_secret_files(
+            self, f.get("secret_files"), f"{path}.secret_files"
+        )
         if image is None or not image.strip() or run is None:
             return None
         return ContainerSpec(
-            image=image, cpus=cpus, memory=memory, workdir=workdir, pull=pull, argv=argv
+            image=image,
+            cpus=cpus,
+            memory=memory,
+            workdir=workdir,
+            pull=pull,
+            argv=argv,
+            volumes=volumes,
+            secret_files=secret_files,
         )
 
     def spark(

@@ -173,6 +173,12 @@ def executor_problem(name: str, environ: Mapping[str, str]) -> str | None:
     return None
 
 
+def volume_problem(host_path: str, environ: Mapping[str, str]) -> str | None:
+    """Why a task may not mount the host directory ``host_path`` here, or None when the
+    operator's allow-list (``VERITASK_CONTAINER_VOLUMES``) holds it."""
+    return container_registration.volume_problem(host_path, environ)
+
+
 def from_environment(environ: Mapping[str, str]) -> dict[str, port.Executor]:
     """The configured engines' executors (beside ``local`` and ``wait``, which every
     scheduler builds itself); an engine whose settings are absent is not built.

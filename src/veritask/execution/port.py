@@ -107,6 +107,20 @@ class Pull(StrEnum):
 
 
 @dataclass(frozen=True)
+class Mount:
+    """A host directory a container task mounts (``volumes:``): the operator's allow-list
+    (``VERITASK_CONTAINER_VOLUMES``) says which host paths may be."""
+
+    host: str
+    container: str
+    read_only: bool = False
+
+    def __post_init__(self) -> None:
+        if not (self.host.startswith("/") and self.container.startswith("/")):
+            raise ValueError("Mount.host and Mount.container must be absolute paths")
+
+
+@dataclass(frozen=True)
 class ContainerRun:
     """A task that is one container: ``command`` run in ``image`` by a container engine that
     speaks the Docker Engine API (Docker or Podman; ``execution/container/``)."""
@@ -119,6 +133,10 @@ class ContainerRun:
     """The memory limit in bytes."""
     workdir: str | None = None
     pull: Pull = Pull.MISSING
+    volumes: tuple[Mount, ...] = ()
+    secret_files: Mapping[str, str] = field(default_factory=dict)
+    """Files of ``/run/secrets`` in the container, by file name, and the name of the secret
+    each holds (never its value): looked up when the attempt is submitted."""
 
     def __post_init__(self) -> None:
         if not self.image.strip():
@@ -426,6 +444,38 @@ class Resuming(Protocol):
         """Watch and report on the attempt if its engine still runs it; True if this process
         watches it now (it may have already). Raises ``ExecutorError`` when the engine cannot
         be asked, or holds the attempt under another token."""
+        ...
+
+
+@dataclass(frozen=True)
+class Held:
+    """An attempt an engine holds, as the engine's own record of it says (its labels): what
+    the reconciler compares with the ledger to find work nobody follows any more."""
+
+    instance_id: str
+    attempt_no: int
+    external_id: str
+    token_hash: str
+    """The SHA-256 of the attempt's token, as the engine keeps it (never the token)."""
+    running: bool
+    """Whether the engine runs it now (pending, running or paused): what a stop would end."""
+    source: ObservationSource
+    """Where the listing came from (one of the engine's observation sources)."""
+    run_id: str | None = None
+    definition: str | None = None
+    details: Mapping[str, DetailValue] = field(default_factory=dict)
+    """The engine's own words on it (its id, status, start time): the stop's evidence."""
+
+
+@runtime_checkable
+class Listing(Protocol):
+    """An executor whose engine can list every attempt it holds, those of attempts the ledger
+    no longer follows too (fenced, superseded, ended, or left by a platform that lost its
+    database). The reconciler stops those that are this platform's and not live."""
+
+    def held_attempts(self) -> list[Held]:
+        """Every attempt the engine holds, running or ended. Raises ``ExecutorError`` when
+        the engine cannot be asked."""
         ...
 
 

@@ -6,7 +6,7 @@ checker threads (``checkers``). Ten thousand waits cost a heap entry each and a 
 second (docs/scheduling.md, "Waits that hold no slot").
 
 No worker runs a wait, so the executor reports for it with the attempt's token, as the SQL
-executor does (``sql/reports.Reporter``): ``started`` at the first check, a ``progress`` report
+executor does (``sql/engine_watch.Reporter``): ``started`` at the first check, a ``progress`` report
 with what a check saw — only when that changed, or when ``RECORD_EVERY`` passed, saying how
 many checks saw the same — a heartbeat when no report was sent for ``heartbeat_interval``, so
 that the lease holds, and ``completed`` when the condition holds (its output is what was seen),
@@ -42,8 +42,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from veritask.core import jsontypes
-from veritask.execution import errors, port, secrets, wait_http, wire
-from veritask.execution.sql import connections, reports
+from veritask.execution import engine_watch, errors, port, secrets, wait_http, wire
+from veritask.execution.sql import connections
 
 EXTERNAL_ID_PREFIX = "wait:"
 #: Checker threads: a check is a stat, a query or a GET, so a few serve thousands of waits.
@@ -105,7 +105,7 @@ class _Wait:
         self.spec = spec
         self.task = task
         self.key = _key(spec.instance_id, spec.attempt_no)
-        self.reporter = reports.Reporter(spec)
+        self.reporter = engine_watch.Reporter(spec)
         self.resumed = task.since is not None
         self.since = task.since or now
         self.deadline = self.since + task.timeout
@@ -124,7 +124,7 @@ class _Wait:
         self.started_reported = self.resumed
         self.wake_at = self.next_check
         self.done = False
-        self.last_seq = reports.STARTED_SEQ
+        self.last_seq = engine_watch.STARTED_SEQ
 
 
 class WaitExecutor:
@@ -392,7 +392,9 @@ class WaitExecutor:
                 # Cut: a report's evidence is bounded (core/reports.py), a statement is not.
                 target=wait.task.target[:4096],
             )
-            wait.reporter.send("started", evidence, seq=reports.STARTED_SEQ, event_time=wait.since)
+            wait.reporter.send(
+                "started", evidence, seq=engine_watch.STARTED_SEQ, event_time=wait.since
+            )
         refused: str | None = None
         try:
             held, seen = self._look(wait.task, wait.limit)

@@ -80,6 +80,25 @@ class ContainerStartedEvidence(TypedDict):
     """The engine's ``StartedAt``."""
 
 
+class SparkStartedEvidence(TypedDict):
+    """A Spark driver's start, as its master shows it (``execution/spark``)."""
+
+    worker: str
+    """``spark:<master>``: no worker of ours runs beside the driver."""
+    host: str
+    """The master's REST submission server."""
+    driver_id: str
+    """The master's id of the driver: unique on the master."""
+    spark_worker: str
+    """The Spark worker that runs the driver (``host:port``), as the master says."""
+    app_name: str
+    """``spark.app.name``: the attempt's name and the start of its token's hash."""
+    started_at: str
+    """When the driver was first seen RUNNING (the master keeps no start time of a driver)."""
+    started_at_source: str
+    """How ``started_at`` was learnt: ``first_seen_running``."""
+
+
 class HeartbeatEvidence(TypedDict):
     pass
 
@@ -143,7 +162,13 @@ class _Envelope(TypedDict):
 
 class StartedEvent(_Envelope):
     kind: Literal["started"]
-    evidence: StartedEvidence | SqlStartedEvidence | WaitStartedEvidence | ContainerStartedEvidence
+    evidence: (
+        StartedEvidence
+        | SqlStartedEvidence
+        | WaitStartedEvidence
+        | ContainerStartedEvidence
+        | SparkStartedEvidence
+    )
 
 
 class HeartbeatEvent(_Envelope):
@@ -174,6 +199,7 @@ Evidence: TypeAlias = (
     | SqlStartedEvidence
     | WaitStartedEvidence
     | ContainerStartedEvidence
+    | SparkStartedEvidence
     | HeartbeatEvidence
     | ProgressEvidence
     | CompletedEvidence

@@ -8,13 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from veritask.core.events import Event
 from veritask.core.jsontypes import JSONObject
+from veritask.core.states import RunExecutionState
 from veritask.ledger import schema, statements
+from veritask.ledger.rows import RunRow
+
+#: The execution states of a run whose instances will not move again by themselves.
+FINISHED = (RunExecutionState.SUCCESS, RunExecutionState.FAILED, RunExecutionState.CANCELLED)
 
 
 @dataclass
@@ -68,3 +74,27 @@ def recent_run_ids(connection: Connection, definition_id: str, *, limit: int) ->
             .limit(limit)
         ).scalars()
     )
+
+
+def finished_runs(
+    connection: Connection,
+    *,
+    since: datetime,
+    until: datetime | None = None,
+    definition_id: str | None = None,
+    limit: int,
+) -> list[RunRow]:
+    """Finished runs created in ``[since, until)``, oldest first, at most ``limit`` (keyset
+    index on created_at, id)."""
+    r = schema.runs.c
+    statement = (
+        sa.select(schema.runs)
+        .where(r.created_at >= since, r.execution_state.in_([s.value for s in FINISHED]))
+        .order_by(r.created_at, r.id)
+        .limit(limit)
+    )
+    if until is not None:
+        statement = statement.where(r.created_at < until)
+    if definition_id is not None:
+        statement = statement.where(r.definition_id == definition_id)
+    return [RunRow.from_row(row) for row in connection.execute(statement)]

@@ -197,6 +197,10 @@ class Dispatcher:
                     memory=box.memory,
                     workdir=box.workdir,
                     pull=port.Pull(box.pull.value),
+                    volumes=tuple(
+                        port.Mount(v.host, v.container, v.read_only) for v in box.volumes
+                    ),
+                    secret_files=dict(box.secret_files),
                 )
             else:
                 work = port.ShellCommand(command)

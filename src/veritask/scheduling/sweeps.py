@@ -28,7 +28,7 @@ from veritask.execution.errors import ExecutorError
 from veritask.ledger import alerts, dialects, pools, queries, statements
 from veritask.ledger.ledger import Ledger, StaleDecision
 from veritask.ledger.vocabulary import AlertCategory
-from veritask.scheduling import dispatch
+from veritask.scheduling import dispatch, strays
 from veritask.scheduling.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,8 @@ class Sweeper:
         # ledger keeps the evidence; this only says whom to ask (a restart's recovery asks all).
         self._absent: dict[str, str] = {}
         self._policies = statements.PolicyTexts()
+        #: Attempts an engine runs that the ledger no longer follows (``scheduling.strays``).
+        self.strays = strays.Strays(ledger, dispatcher.executors)
         #: Whose instances the sweeps decide: this scheduler's share of the runs
         #: (``scheduling.sharing``; every run when it shares with nobody).
         self.owns: Owns = _every_run
@@ -232,6 +234,9 @@ class Sweeper:
                 done += self._reconcile_guarded(
                     instance_id, run_id, now, contexts, everything, running_only=True
                 )
+        if runs is None:
+            # Last: what the ledger follows was compared with its engine first.
+            done += self.strays.sweep(now, self.owns)
         return done
 
     def _reconcile_guarded(

@@ -65,8 +65,9 @@ def apply_definition(platform: Platform, text: str, *, actor: str) -> views.Appl
     Each task's executor must be one this platform has and that this process's environment
     configures: the schedulers are started with the same settings."""
     check = functools.partial(engines.executor_problem, environ=os.environ)
+    mounts = functools.partial(engines.volume_problem, environ=os.environ)
     try:
-        parsed = parse.parse_definition(text, executors=check)
+        parsed = parse.parse_definition(text, executors=check, volumes=mounts)
         name = parsed.name
         # A YAML escape (``"\0"``) makes a NUL the request's text did not hold.
         where = next(nul_paths(definition_codec.definition_to_json(parsed), ""), None)

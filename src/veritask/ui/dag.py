@@ -40,6 +40,8 @@ class Node:
     href: str
     caption: str = ""
     """Drawn under the label instead of the state (a definition's graph has no states yet)."""
+    late: bool = False
+    """An event of it arrived late for the instant the page shows: a mark in its corner."""
 
 
 @dataclass(frozen=True)

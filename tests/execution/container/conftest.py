@@ -24,7 +24,7 @@ from veritask.execution.container import engine
 
 IMAGE = "veritask-test-busybox"
 _CONF = Path("/etc/containers/containers.conf")
-_APPLETS = ("sh", "sleep", "echo", "cat", "trap", "true", "false", "head", "dd", "env", "tr")
+_APPLETS = ("sh", "sleep", "echo", "cat", "trap", "true", "false", "head", "dd", "env", "tr", "ls")
 
 
 def _answers(path: Path) -> bool:
@@ -121,10 +121,13 @@ def container_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     socket = work / "podman.sock"
     host = f"unix://{socket}"
     with (work / "service.log").open("wb") as service_log:
+        # In its own folder: conmon (Podman 4.3 here) writes its out-of-memory marker, a
+        # file named ``oom``, into the service's working directory.
         service = subprocess.Popen(
             [podman, "system", "service", "--time=0", host],
             stdout=subprocess.DEVNULL,
             stderr=service_log,
+            cwd=work,
         )
     try:
         deadline = time.monotonic() + 30

@@ -4,6 +4,8 @@ reports for the attempt what ``describe`` says (``started``, ``heartbeat``, ``co
 
 from __future__ import annotations
 
+import subprocess
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,10 +15,11 @@ import pytest
 import sqlalchemy as sa
 
 from tests.execution.container.conftest import IMAGE
-from tests.scheduling.harness import Harness
+from tests.scheduling.harness import Harness, wait_for
+from veritask.core import jsontypes
 from veritask.core.states import InstanceState, RunExecutionState
 from veritask.execution import port
-from veritask.execution.container import engine
+from veritask.execution.container import client, engine
 from veritask.ledger import dialects, schema
 
 DEFINITION = f"""
@@ -116,6 +119,136 @@ tasks:
         ["CREATED", "SCHEDULED", "QUEUED", "RUNNING", "CANCELLING", "TIMEOUT"],
         ["CREATED", "SCHEDULED", "QUEUED", "RUNNING", "TIMEOUT"],
     )
+
+
+class _Vault:
+    def lookup(self, *, name: str) -> str | None:
+        return "s3cr3t-value" if name == "db_password" else None
+
+    def describe(self) -> str:
+        return "a test vault"
+
+
+def test_a_secret_file_reaches_the_task_and_no_event_holds_its_value(
+    database_url: str, tmp_path: Path, container_host: str
+) -> None:
+    containers = engine.ContainerExecutor(
+        host=container_host, secret_providers=[_Vault()], secret_dir=tmp_path / "secrets"
+    )
+    boxes = Harness(database_url, tmp_path / "home", others={"container": containers})
+    try:
+        boxes.apply(
+            f"""
+name: secretive
+tasks:
+  reads:
+    image: {IMAGE}
+    pull: never
+    run: test "$(tr a-z A-Z < /run/secrets/pw)" = S3CR3T-VALUE
+    secret_files: {{pw: db_password}}
+    retry: {{max_retries: 0}}
+"""
+        )
+        run_id = boxes.trigger("secretive")
+        state, _ = boxes.finish(run_id, timeout=60)
+        reads = boxes.instances(run_id)["reads"]
+        evidence = [found["evidence"] for found in _all_events(boxes, reads.id)]
+    finally:
+        boxes.close()
+        containers.close()
+
+    assert state is RunExecutionState.SUCCESS
+    assert reads.state is InstanceState.SUCCESS
+    assert evidence and "s3cr3t-value" not in repr(evidence)
+
+
+def _start(host: str, name: str, labels: dict[str, str]) -> None:
+    """A running container of the test image with these labels, made as no executor would."""
+    engine_client = client.Client(host)
+    try:
+        made = engine_client.call(
+            "POST",
+            "/containers/create",
+            params={"name": name},
+            body={
+                "Image": IMAGE,
+                "Cmd": ["sleep", "60"],
+                "Labels": dict[str, jsontypes.JSONValue](labels),
+                "HostConfig": {"Init": True},
+                "StopTimeout": 1,
+            },
+        )
+        assert made.status == 201, made.message
+        assert engine_client.call("POST", f"/containers/{name}/start").status == 204
+    finally:
+        engine_client.close()
+
+
+def _running(host: str, name: str) -> bool:
+    engine_client = client.Client(host)
+    try:
+        found = engine_client.call("GET", f"/containers/{name}/json").json()
+    finally:
+        engine_client.close()
+    state = found.get("State")
+    return isinstance(state, dict) and state.get("Running") is True
+
+
+def test_a_container_of_an_ended_attempt_is_stopped_and_another_platforms_is_left(
+    boxes: Harness, container_host: str
+) -> None:
+    boxes.apply(DEFINITION)
+    run_id = boxes.trigger("boxes")
+    boxes.finish(run_id, timeout=60)
+    ok = boxes.instances(run_id)["ok"]
+    [opened] = _evidence(boxes, ok.id, "attempt_opened")
+    suffix = uuid.uuid4().hex[:8]
+    # A copy of attempt 1 that still runs after the ledger recorded its end (as a container
+    # a lost scheduler started twice would), and one of another platform on the same engine.
+    ours, theirs = f"veritask-stray-{suffix}", f"veritask-other-{suffix}"
+    labelled = {engine.LABEL_ATTEMPT: "1", engine.LABEL_DEFINITION: "boxes"}
+    _start(
+        container_host,
+        ours,
+        {
+            **labelled,
+            engine.LABEL_INSTANCE: ok.id,
+            engine.LABEL_TOKEN: opened["token_hash"],
+            engine.LABEL_RUN: run_id,
+        },
+    )
+    _start(
+        container_host,
+        theirs,
+        {
+            **labelled,
+            engine.LABEL_INSTANCE: f"other-{suffix}",
+            engine.LABEL_TOKEN: "0" * 64,
+            engine.LABEL_RUN: str(uuid.uuid4()),
+        },
+    )
+    try:
+        boxes.scheduler.sweeper.reconcile(datetime.now(UTC), boxes.scheduler.context_for)
+        wait_for(lambda: not _running(container_host, ours), what="the stray to stop", timeout=20)
+        boxes.scheduler.sweeper.reconcile(datetime.now(UTC), boxes.scheduler.context_for)
+        still = _running(container_host, theirs)
+    finally:
+        subprocess.run(["podman", "rm", "--force", ours, theirs], capture_output=True, timeout=60)
+
+    assert still, "a container of another platform is left alone"
+    [stopped] = [e for e in _evidence(boxes, ok.id, "engine_observed") if "stray" in e["details"]]
+    assert stopped["engine_state"] == "running" and stopped["source"] == "container_list"
+    assert stopped["details"]["stray"] == "ended" and stopped["details"]["container"] == ours
+    assert boxes.instances(run_id)["ok"].state is InstanceState.SUCCESS
+
+
+def _all_events(boxes: Harness, instance_id: str) -> list[dict[str, Any]]:
+    e = schema.events.c
+    with dialects.read_transaction(boxes.engine) as connection:
+        rows = connection.execute(
+            sa.select(e.evidence, e.event_time).where(e.instance_id == instance_id)
+        ).all()
+    return [{"evidence": dict(row.evidence), "event_time": row.event_time} for row in rows]
 
 
 def _events(boxes: Harness, instance_id: str, kind: str) -> list[dict[str, Any]]:

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from tests.execution.spark import helpers
 from tests.execution.spark.conftest import Cluster, start_local, stop_local
 from tests.scheduling.harness import Harness, wait_for
 from veritask.core.states import InstanceState, RunExecutionState
-from veritask.execution import port
+from veritask.execution import errors, port
 from veritask.execution.spark import engine, registration
+from veritask.ledger import dialects, schema
 
 
 def _ended(executor: engine.SparkExecutor, external_id: str) -> port.Observation:
@@ -122,9 +126,21 @@ tasks:
     [(number, _, _, external_id)] = run.attempts(instances["broken"].id)
     assert number == 1 and external_id is not None
     assert external_id.startswith(engine.EXTERNAL_ID_PREFIX)
-    [details] = run.engine_details(instances["broken"].id, "engine_observed")
+    # The watcher reported the end, with the master's answer as its evidence.
+    [completed] = _evidence(run, instances["broken"].id, "completed")
+    details = completed["engine"]["details"]
+    assert completed["error_category"] == "task_error"
     assert details["driver_state"] == "FAILED"
     assert details["driver_id"] == external_id.removeprefix(engine.EXTERNAL_ID_PREFIX)
+
+
+def _evidence(run: Harness, instance_id: str, kind: str) -> list[dict[str, Any]]:
+    e = schema.events.c
+    with dialects.read_transaction(run.engine) as connection:
+        found = connection.execute(
+            sa.select(e.evidence).where(e.instance_id == instance_id, e.kind == kind)
+        ).scalars()
+        return [dict(evidence) for evidence in found]
 
 
 def test_a_master_restarted_without_recovery_no_longer_knows_the_driver(
@@ -160,3 +176,23 @@ def test_a_master_restarted_without_recovery_no_longer_knows_the_driver(
     assert gone.engine_state is port.EngineState.NOT_FOUND
     assert gone.source is registration.Source.STATUS
     assert gone.details["driver_id"] == external_id.removeprefix(engine.EXTERNAL_ID_PREFIX)
+
+
+def test_a_relative_app_without_a_folder_to_find_it_in_is_refused_for_good(
+    tmp_path: Path,
+) -> None:
+    # No master answers at this address: the refusal comes before anything is sent or written.
+    executor = engine.SparkExecutor(master="http://127.0.0.1:9", state_dir=tmp_path / "state")
+    relative = helpers.spec(tmp_path, 0)
+    relative = dataclasses.replace(
+        relative, task=port.SparkApplication(app="jobs/sleeper.py", args=(), conf={})
+    )
+    try:
+        with pytest.raises(errors.ExecutorError, match="VERITASK_SPARK_APPS") as refused:
+            executor.submit(spec=relative)
+    finally:
+        executor.close()
+
+    assert refused.value.retryable is False
+    assert "'jobs/sleeper.py'" in str(refused.value)
+    assert not list((tmp_path / "state").rglob("*.json"))  # no journal entry to find again

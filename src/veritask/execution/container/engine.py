@@ -21,14 +21,14 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
 from veritask.core import jsontypes
-from veritask.execution import endings, errors, port, secrets
-from veritask.execution.container import client, registration, watch
+from veritask.execution import endings, engine_watch, errors, port, secrets
+from veritask.execution.container import client, mounts, registration, watch
 
 EXTERNAL_ID_PREFIX: Final = "container:"
 NAME_PREFIX: Final = "veritask-"
@@ -82,6 +82,8 @@ class ContainerExecutor:
 
     ``log_dir``, when given, keeps each container's log as ``<name>.log`` when ``cleanup``
     removes the container (the engine drops a container's log with it).
+    ``allowed_volumes`` are the host directories a task's ``volumes`` may mount (under);
+    ``secret_dir`` is where each attempt's ``secret_files`` are written (``mounts``).
     """
 
     def __init__(
@@ -92,8 +94,12 @@ class ContainerExecutor:
         secret_providers: Sequence[secrets.SecretProvider] | None = None,
         unstarted_after: timedelta = UNSTARTED_AFTER,
         clock: Callable[[], datetime] = _utc_now,
+        allowed_volumes: Sequence[str] = (),
+        secret_dir: Path | None = None,
     ) -> None:
         self.client = client.Client(host)
+        self.allowed_volumes = tuple(allowed_volumes)
+        self.secret_files = mounts.SecretFiles(secret_dir or Path(registration.DEFAULT_SECRET_DIR))
         self.unstarted_after = unstarted_after
         self.clock = clock
         self.log_dir = log_dir
@@ -105,7 +111,7 @@ class ContainerExecutor:
         #: Containers a thread of this process is stopping now: a new request waits for it.
         self._stopping: set[str] = set()
         #: Containers a thread of this process watches and reports on, by name.
-        self._watching: dict[str, threading.Thread] = {}
+        self._watchers = engine_watch.Watchers(self._closed)
         #: The threads that copy a container's output into its kept log as it comes.
         self._followers: dict[str, threading.Thread] = {}
 
@@ -128,11 +134,14 @@ class ContainerExecutor:
         if found.status != 404:
             raise _failure("inspect", name, found)
         self._ensure_image(task)
-        made = self.client.call(
-            "POST", "/containers/create", params={"name": name}, body=self._body(spec, task)
-        )
+        body = self._body(spec, task)
+        if task.secret_files:
+            host = _object(body["HostConfig"])
+            host["Binds"] = [*_strings(host.get("Binds")), self._write_secret_files(task, name)]
+        made = self.client.call("POST", "/containers/create", params={"name": name}, body=body)
         if made.status != 201:
             if made.status != 409 and "already in use" not in made.message:
+                self.secret_files.remove(name)
                 raise _failure("create", name, made)
             # The name is in use (Docker answers 409, Podman 500): another submission made it
             # at the same moment, and starts it. The engine may answer its inspection only
@@ -278,6 +287,7 @@ class ContainerExecutor:
         name = _name(external_id)
         observation = self.describe(external_id=external_id)
         if observation.engine_state is port.EngineState.NOT_FOUND:
+            self.secret_files.remove(name)
             return
         if not observation.ended:
             raise errors.ExecutorError(
@@ -294,6 +304,7 @@ class ContainerExecutor:
         removed = self.client.call("DELETE", f"/containers/{client.path_name(name)}")
         if removed.status not in (200, 204, 404):
             raise _failure("remove", name, removed)
+        self.secret_files.remove(name)
         with self._lock:
             self._cancelled.discard(name)
 
@@ -303,9 +314,8 @@ class ContainerExecutor:
         if not isinstance(spec.task, port.ContainerRun):
             return False
         name = container_name(spec.instance_id, spec.attempt_no)
-        with self._lock:
-            if name in self._watching:
-                return True
+        if self._watchers.watching(name):
+            return True
         found = self._inspect(name)
         if found.status == 404:
             return False
@@ -323,12 +333,26 @@ class ContainerExecutor:
         self._watch(spec, name)
         return True
 
+    def held_attempts(self) -> list[port.Held]:
+        """Every container with Veritask's labels the engine holds (``port.Listing``): the
+        reconciler stops those of this platform's attempts that are no longer live."""
+        listed = self.client.call(
+            "GET",
+            "/containers/json",
+            params={"all": "1", "filters": json.dumps({"label": [LABEL_INSTANCE]})},
+        )
+        if listed.status != 200:
+            raise _failure("list", "the containers", listed)
+        found: list[port.Held] = []
+        for item in listed.list():
+            held = _held(item) if isinstance(item, dict) else None
+            if held is not None:
+                found.append(held)
+        return found
+
     def wait_for_watchers(self, timeout: float) -> None:
         """Wait until this process has reported the end of what it watches (tests, shutdown)."""
-        with self._lock:
-            threads = list(self._watching.values())
-        for thread in threads:
-            thread.join(timeout)
+        self._watchers.wait(timeout)
 
     def read_log(self, *, instance_id: str, attempt_no: int) -> bytes | None:
         """The container's output (stdout and stderr as written), from the engine while the
@@ -373,14 +397,17 @@ class ContainerExecutor:
             self._start(name)
 
     def _watch(self, spec: port.AttemptSpec, name: str) -> None:
-        with self._lock:
-            if name in self._watching:
-                return
-            watcher = threading.Thread(
-                target=self._follow, args=(spec, name), name=f"container-watch-{name}", daemon=True
-            )
-            self._watching[name] = watcher
-        watcher.start()
+        if self._watchers.watching(name):
+            return
+        external_id = EXTERNAL_ID_PREFIX + name
+        self._watchers.start(
+            name,
+            # Once it has ended, nothing reads its secret files again.
+            lambda: watch.Watch(
+                spec, self.client.host, done=lambda: self.secret_files.remove(name)
+            ),
+            lambda: self.describe(external_id=external_id),
+        )
         kept = self._kept_log(name)
         if kept is not None:
             follower = threading.Thread(
@@ -392,24 +419,6 @@ class ContainerExecutor:
             with self._lock:
                 self._followers[name] = follower
             follower.start()
-
-    def _follow(self, spec: port.AttemptSpec, name: str) -> None:
-        """Look at the container until it ends, reporting what changed; an engine that cannot
-        be reached is asked again (the reconciler decides if it never answers)."""
-        reporter = watch.Watch(spec, self.client.host)
-        external_id = EXTERNAL_ID_PREFIX + name
-        try:
-            while not self._closed.is_set():
-                try:
-                    if reporter.look(self.describe(external_id=external_id)):
-                        return
-                except (errors.ExecutorError, RuntimeError) as exc:  # RuntimeError: closed
-                    log.warning("watching the container %s: %s", name, exc)
-                self._closed.wait(reporter.pause())
-        finally:
-            reporter.close()
-            with self._lock:
-                self._watching.pop(name, None)
 
     def _killed_by_kernel(
         self, inspected: jsontypes.JSONObject, details: dict[str, port.DetailValue]
@@ -518,6 +527,11 @@ class ContainerExecutor:
         if task.memory is not None:
             host["Memory"] = task.memory
             host["MemorySwap"] = task.memory  # no swap beyond the limit: OOM is OOM
+        binds = mounts.binds(
+            task, allowed=self.allowed_volumes, local_engine=self.client.host.startswith("unix://")
+        )
+        if binds:
+            host["Binds"] = list[jsontypes.JSONValue](binds)
         body: dict[str, jsontypes.JSONValue] = {
             "Image": task.image,
             "Cmd": list(task.command),
@@ -532,15 +546,28 @@ class ContainerExecutor:
         return body
 
     def _secrets(self, spec: port.AttemptSpec) -> dict[str, str]:
-        if not spec.secret_env:
+        return self._resolve(spec.secret_env)
+
+    def _resolve(self, wanted: Mapping[str, str]) -> dict[str, str]:
+        if not wanted:
             return {}
         providers = self._secret_providers
         if providers is None:
             providers = secrets.providers_from_environment(os.environ)
         try:
-            return secrets.resolve(spec.secret_env, providers=providers)
+            return secrets.resolve(wanted, providers=providers)
         except secrets.SecretError as exc:
             raise errors.ExecutorError(str(exc), retryable=False) from None
+
+    def _write_secret_files(self, task: port.ContainerRun, name: str) -> str:
+        """The task's secret files, written for its container: the bind that mounts them."""
+        if not self.client.host.startswith("unix://"):
+            raise errors.ExecutorError(
+                f"secret_files need the container engine on the scheduler's host (a unix "
+                f"socket): the files are mounted from it, and the engine is {self.client.host}",
+                retryable=False,
+            )
+        return self.secret_files.write(name, self._resolve(task.secret_files))
 
     def _stop_in_background(self, name: str) -> None:
         with self._lock:
@@ -608,6 +635,47 @@ def _name(external_id: str) -> str:
     if not external_id.startswith(EXTERNAL_ID_PREFIX) or not name.startswith(NAME_PREFIX):
         raise errors.ExecutorError(f"not a container external id: {external_id!r}")
     return name
+
+
+def _held(item: jsontypes.JSONObject) -> port.Held | None:
+    """An attempt's container as the engine lists it; None for one whose labels or name are
+    not those of an attempt's container."""
+    labels = _object(item.get("Labels"))
+    names = item.get("Names")
+    name = names[0] if isinstance(names, list) and names and isinstance(names[0], str) else ""
+    name = name.lstrip("/")  # Docker lists "/name"
+    instance, attempt, token = (labels.get(k) for k in (LABEL_INSTANCE, LABEL_ATTEMPT, LABEL_TOKEN))
+    if not (
+        name.startswith(NAME_PREFIX)
+        and isinstance(instance, str)
+        and isinstance(token, str)
+        and isinstance(attempt, str)
+        and attempt.isdigit()
+        and int(attempt) >= 1
+    ):
+        return None
+    status = str(item.get("State") or "")
+    details: dict[str, port.DetailValue] = {"container": name, "status": status}
+    for key, field_name in (("Id", "engine_id"), ("Image", "image")):
+        value = item.get(key)
+        if isinstance(value, str):
+            details[field_name] = value
+    run, definition = labels.get(LABEL_RUN), labels.get(LABEL_DEFINITION)
+    return port.Held(
+        instance_id=instance,
+        attempt_no=int(attempt),
+        external_id=EXTERNAL_ID_PREFIX + name,
+        token_hash=token,
+        running=status in _RUNNING,
+        source=registration.Source.LIST,
+        run_id=run if isinstance(run, str) else None,
+        definition=definition if isinstance(definition, str) else None,
+        details=details,
+    )
+
+
+def _strings(value: object) -> list[jsontypes.JSONValue]:
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
 
 
 def _skip_code(labels: jsontypes.JSONObject) -> int:

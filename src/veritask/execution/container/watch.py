@@ -3,77 +3,52 @@ container.
 
 A thread of the Veritask process that started the container (or of one that took it over,
 ``ContainerExecutor.resume``) looks at the engine and reports what it sees with the attempt's
-token, as a worker would: ``started`` with the engine's ``StartedAt`` as its time, a
-``heartbeat`` every heartbeat interval while the engine says ``running`` (not while
-``paused``: a frozen container is silent, and its lease lapses as a frozen worker's would),
-and ``completed`` with ``describe``'s answer (exit code, signal, category, the engine's
-``FinishedAt``). Reports are numbered as the SQL engine's are (``sql/reports``): ``started`` is
-1, each later one 3 plus the milliseconds since the start, so two watchers of one container
-number alike. A second thread follows the container's log stream into the kept log file as
-the output comes.
+token, as a worker would (``engine_watch.Watch``): ``started`` with the engine's ``StartedAt``
+as its time, a ``heartbeat`` every heartbeat interval while the engine says ``running`` (not
+while ``paused``: a frozen container is silent, and its lease lapses as a frozen worker's
+would), and ``completed`` with ``describe``'s answer (exit code, signal, category, the engine's
+``FinishedAt``). Reports are numbered from ``StartedAt`` (``engine_watch.clock_seq``), so two
+watchers of one container number alike. A second thread follows the container's log stream
+into the kept log file as the output comes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import Final
 
 import httpx
 
-from veritask.execution import port, wire
+from veritask.execution import engine_watch, port, wire
 from veritask.execution.container import client
-from veritask.execution.sql import reports
 
-#: How often the watcher looks at the engine before the container starts, and after.
-LOOK_BEFORE_START_SECONDS: Final = 0.1
-LOOK_WHILE_RUNNING_SECONDS: Final = 0.5
 log = logging.getLogger(__name__)
 
 
-class Watch:
-    """One attempt's watcher: ``look`` reports what an observation shows."""
+class Watch(engine_watch.Watch):
+    """One container attempt's watcher: ``look`` reports what an observation shows."""
 
-    def __init__(self, spec: port.AttemptSpec, host: str) -> None:
-        self.spec = spec
+    def __init__(
+        self, spec: port.AttemptSpec, host: str, *, done: Callable[[], None] = lambda: None
+    ) -> None:
+        super().__init__(spec)
         self.host = host
-        self.reporter = reports.Reporter(spec)
-        self.beat_seconds = spec.heartbeat_interval.total_seconds()
-        self.started_at: datetime | None = None
-        self.beat_due = 0.0
-
-    def pause(self) -> float:
-        if self.started_at is None:
-            return LOOK_BEFORE_START_SECONDS
-        return min(LOOK_WHILE_RUNNING_SECONDS, self.beat_seconds)
+        self.done = done
 
     def look(self, observation: port.Observation) -> bool:
-        """Report what ``observation`` shows; True when there is nothing left to watch."""
-        now = datetime.now(UTC)
-        if observation.started_at is not None and self.started_at is None:
-            self._report_start(observation)
-        if observation.engine_state is port.EngineState.NOT_FOUND:
-            return True  # removed under us: the reconciler asks the engine and decides
-        if observation.ended:
-            if self.started_at is not None:
-                self._report_end(observation, now)
-            return True
-        running = observation.details.get("status") == "running"
-        if self.started_at is not None and running and time.monotonic() >= self.beat_due:
-            seq = reports.clock_seq(self.started_at, now)
-            self.reporter.send("heartbeat", {}, seq=seq, event_time=now)
-            self.beat_due = time.monotonic() + self.beat_seconds
-        return False
+        """As any engine's watcher; ``done`` is called once nothing is left to watch."""
+        finished = super().look(observation)
+        if finished:
+            self.done()
+        return finished
 
-    def _report_start(self, observation: port.Observation) -> None:
-        started_at = observation.started_at
-        if started_at is None:
-            return
-        evidence = wire.ContainerStartedEvidence(
+    def started_evidence(
+        self, observation: port.Observation, started_at: datetime
+    ) -> wire.ContainerStartedEvidence:
+        return wire.ContainerStartedEvidence(
             worker=f"container:{self.host}",
             host=self.host,
             container=str(observation.details.get("container") or ""),
@@ -81,27 +56,15 @@ class Watch:
             image=str(observation.details.get("image") or ""),
             started_at=wire.format_time(started_at),
         )
-        self.reporter.send("started", evidence, seq=reports.STARTED_SEQ, event_time=started_at)
-        self.started_at = started_at
-        self.beat_due = time.monotonic() + self.beat_seconds
 
-    def _report_end(self, observation: port.Observation, now: datetime) -> None:
-        started_at = self.started_at
-        if started_at is None:
-            return
-        evidence = reports.completed_evidence(observation)
+    def beating(self, observation: port.Observation) -> bool:
+        return observation.details.get("status") == "running"
+
+    def ended_evidence(self, observation: port.Observation) -> wire.CompletedEvidence:
+        evidence = engine_watch.completed_evidence(observation)
         signal = observation.details.get("signal")
-        evidence["exit_code"] = observation.exit_code
         evidence["signal"] = signal if isinstance(signal, int) else None
-        problem = observation.details.get("error_message")
-        if isinstance(problem, str) and problem:
-            evidence["error_message"] = problem
-        ended_at = observation.ended_at or now
-        seq = reports.clock_seq(started_at, max(now, ended_at)) + 1
-        self.reporter.send("completed", evidence, seq=seq, event_time=ended_at)
-
-    def close(self) -> None:
-        self.reporter.close()
+        return evidence
 
 
 def follow_log(host: str, name: str, kept: Path, cap: int, stopped: Callable[[], bool]) -> None:

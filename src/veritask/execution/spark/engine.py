@@ -12,10 +12,11 @@ in the launch command at the head of the driver's ``stderr``; while a driver of 
 for a core (it has no directory yet, so no name to read) the submission is refused as retryable
 rather than risk a second driver.
 
-The master is the source of truth: no worker of ours runs beside the driver and nothing reports
-for it. ``describe`` reads the driver's state (``/v1/submissions/status``) and the reconciler
-turns it into the attempt's events. The driver's state is trusted, not the application's: an
-application may say FINISHED of a driver that then failed.
+The master is the source of truth: no worker of ours runs beside the driver. ``describe`` reads
+the driver's state (``/v1/submissions/status``); a thread of the submitting process (``watch``)
+reports for the attempt from it (``started``, heartbeats while RUNNING, ``completed``), and
+after a restart ``resume`` lets another process take the watching over. The driver's state is
+trusted, not the application's: an application may say FINISHED of a driver that then failed.
 
 The external id is ``spark:<driver id>``.
 """
@@ -39,8 +40,8 @@ from pathlib import Path
 from typing import Final
 
 from veritask.core import jsontypes
-from veritask.execution import errors, port, secrets
-from veritask.execution.spark import client, registration
+from veritask.execution import engine_watch, errors, port, secrets
+from veritask.execution.spark import client, registration, watch
 
 EXTERNAL_ID_PREFIX: Final = "spark:"
 NAME_PREFIX: Final = "veritask-"
@@ -91,6 +92,8 @@ class Record:
     timeout_seconds: float | None = None
     cancelled: bool = False
     timed_out: bool = False
+    #: When a process of this host first saw the driver RUNNING (the master keeps no start).
+    started_at: str | None = None
 
 
 class SparkExecutor:
@@ -101,7 +104,8 @@ class SparkExecutor:
     ``work_dir``, when given, is the worker's work directory as this host sees it: the drivers'
     ``stdout`` and ``stderr`` are read there (the attempt's log; the launch command that names
     a driver whose submission lost its answer). ``python``, when given, is the Python the
-    drivers of Python applications run (``spark.pyspark.python``).
+    drivers of Python applications run (``spark.pyspark.python``). ``apps``, when given, is
+    the folder a relative ``app`` or ``jar`` is found in; without it a relative one is refused.
     """
 
     def __init__(
@@ -112,6 +116,7 @@ class SparkExecutor:
         ui: str | None = None,
         work_dir: Path | None = None,
         python: str | None = None,
+        apps: Path | None = None,
         secret_providers: Sequence[secrets.SecretProvider] | None = None,
         clock: Callable[[], datetime] = _utc_now,
     ) -> None:
@@ -119,6 +124,7 @@ class SparkExecutor:
         self.state_dir = state_dir
         self.work_dir = work_dir
         self.python = python
+        self.apps = apps
         self.clock = clock
         self._secret_providers = secret_providers
         self._lock = threading.Lock()
@@ -126,6 +132,8 @@ class SparkExecutor:
         #: Drivers a thread of this process is killing now: a new request waits for it.
         self._killing: set[str] = set()
         self._closed = threading.Event()
+        #: The drivers a thread of this process watches and reports on, by driver id.
+        self._watchers = engine_watch.Watchers(self._closed)
 
     # --- the port -----------------------------------------------------------------------
 
@@ -145,13 +153,16 @@ class SparkExecutor:
                     retryable=False,
                 )
             if record is not None and record.driver_id is not None:
+                self._watch(spec, record.driver_id)
                 return port.Submission(EXTERNAL_ID_PREFIX + record.driver_id, created=False)
             if record is not None:
                 # Sent before, and its answer lost: find the driver before sending it again.
                 found = self._find(app_name(name, spec.attempt_token))
                 if found is not None:
                     self._write(replace(record, driver_id=found))
+                    self._watch(spec, found)
                     return port.Submission(EXTERNAL_ID_PREFIX + found, created=False)
+            request = self._request(spec, task, name)  # refused before anything is written
             record = Record(
                 name=name,
                 token_sha256=token_hash(spec.attempt_token),
@@ -159,7 +170,7 @@ class SparkExecutor:
                 timeout_seconds=None if spec.timeout is None else spec.timeout.total_seconds(),
             )
             self._write(record)
-            answer = self.client.create(self._request(spec, task, name))
+            answer = self.client.create(request)
             body = answer.json()
             driver_id = body.get("submissionId")
             if body.get("success") is not True or not isinstance(driver_id, str):
@@ -169,6 +180,7 @@ class SparkExecutor:
                     retryable=answer.status >= 500,
                 )
             self._write(replace(record, driver_id=driver_id))
+        self._watch(spec, driver_id)
         if spec.timeout is not None:
             timer = threading.Timer(
                 spec.timeout.total_seconds(), self._time_out, args=(name, driver_id)
@@ -208,6 +220,10 @@ class SparkExecutor:
         record = self._record_of(driver_id)
         if state in _WAITING:
             return observe.make(port.EngineState.PENDING, registration.Source.STATUS)
+        observe.started_at = self._started(record, running=state == "RUNNING")
+        if observe.started_at is not None:
+            details["started_at"] = observe.started_at.isoformat()
+            details["started_at_source"] = watch.FIRST_SEEN_RUNNING
         if state == "RUNNING":
             if self._late(record):
                 details["timed_out"] = True
@@ -274,6 +290,48 @@ class SparkExecutor:
         kept = self._kept_log(name)
         return kept.read_bytes() if kept.exists() else None
 
+    def resume(self, *, spec: port.AttemptSpec) -> bool:
+        """Watch and report on an attempt whose driver the master still has and no thread of
+        this process watches (the process that submitted it died); True if watched now. The
+        driver is found by the journal, else by its name among the master's drivers (a
+        journal of another host)."""
+        if not isinstance(spec.task, port.SparkApplication):
+            return False
+        name = attempt_name(spec.instance_id, spec.attempt_no)
+        with self._attempt_lock(name):
+            record = self._read(name)
+            if record is not None and record.token_sha256 != token_hash(spec.attempt_token):
+                raise errors.ExecutorError(
+                    f"the Spark driver {name} runs attempt {spec.attempt_no} under another token",
+                    retryable=False,
+                )
+            driver_id = record.driver_id if record is not None else None
+            if driver_id is None:
+                driver_id = self._find(app_name(name, spec.attempt_token))
+                if driver_id is None:
+                    return False
+                self._write(
+                    replace(record, driver_id=driver_id)
+                    if record is not None
+                    else Record(
+                        name=name,
+                        token_sha256=token_hash(spec.attempt_token),
+                        submitted_at=self.clock().isoformat(),
+                        driver_id=driver_id,
+                    )
+                )
+        if self._watchers.watching(driver_id):
+            return True
+        seen = self.describe(external_id=EXTERNAL_ID_PREFIX + driver_id)
+        if seen.ended or seen.engine_state is port.EngineState.NOT_FOUND:
+            return False  # describe tells how it ended, or that the master forgot it
+        self._watch(spec, driver_id)
+        return True
+
+    def wait_for_watchers(self, timeout: float) -> None:
+        """Wait until this process has reported the end of what it watches (tests, shutdown)."""
+        self._watchers.wait(timeout)
+
     def external_id_of(self, *, instance_id: str, attempt_no: int) -> str | None:
         """The external id of the attempt's driver, as this executor's journal has it."""
         record = self._read(attempt_name(instance_id, attempt_no))
@@ -286,6 +344,19 @@ class SparkExecutor:
         self.client.close()
 
     # --- the request --------------------------------------------------------------------
+
+    def _located(self, field: str, path: str) -> str:
+        """``path`` as the master is given it: a URL or an absolute path as written, a relative
+        path below ``apps``."""
+        if "://" in path or path.startswith("/"):
+            return path
+        if self.apps is None:
+            raise errors.ExecutorError(
+                f"{field} {path!r} is a relative path, and {registration.APPS_ENV} names no"
+                " folder to find it in: set it, or write an absolute path",
+                retryable=False,
+            )
+        return str(self.apps / path)
 
     def _request(
         self, spec: port.AttemptSpec, task: port.SparkApplication, name: str
@@ -306,14 +377,14 @@ class SparkExecutor:
             if self.python is not None:
                 properties.setdefault("spark.pyspark.python", self.python)
                 env.setdefault("PYSPARK_PYTHON", self.python)
-            resource, main_class = task.app, PYTHON_RUNNER
+            resource, main_class = self._located("app", task.app), PYTHON_RUNNER
             # PythonRunner's arguments: the file, the extra Python files (none), the app's own.
-            arguments: list[jsontypes.JSONValue] = [task.app, "", *task.args]
+            arguments: list[jsontypes.JSONValue] = [resource, "", *task.args]
         else:
             assert task.jar is not None and task.main_class is not None
-            resource, main_class = task.jar, task.main_class
+            resource, main_class = self._located("jar", task.jar), task.main_class
             arguments = list(task.args)
-            properties.setdefault("spark.jars", task.jar)
+            properties.setdefault("spark.jars", resource)
         return {
             "action": "CreateSubmissionRequest",
             "appResource": resource,
@@ -374,6 +445,30 @@ class SparkExecutor:
                 retryable=True,
             )
         return None
+
+    # --- the watcher --------------------------------------------------------------------
+
+    def _watch(self, spec: port.AttemptSpec, driver_id: str) -> None:
+        name = app_name(attempt_name(spec.instance_id, spec.attempt_no), spec.attempt_token)
+        external_id = EXTERNAL_ID_PREFIX + driver_id
+        self._watchers.start(
+            driver_id,
+            lambda: watch.Watch(spec, self.client, name),
+            lambda: self.describe(external_id=external_id),
+        )
+
+    def _started(self, record: Record | None, *, running: bool) -> datetime | None:
+        """When the driver was first seen RUNNING, as the journal has it; a driver RUNNING
+        now and never seen so is written down as started now."""
+        if record is None:
+            return None
+        if record.started_at is None and running:
+            with self._attempt_lock(record.name):
+                record = self._read(record.name) or record
+                if record.started_at is None:
+                    record = replace(record, started_at=self.clock().isoformat())
+                    self._write(record)
+        return None if record.started_at is None else datetime.fromisoformat(record.started_at)
 
     # --- timeouts and kills -------------------------------------------------------------
 

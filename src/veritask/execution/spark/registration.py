@@ -23,6 +23,8 @@ STATE_DIR_ENV: Final = "VERITASK_SPARK_STATE_DIR"
 #: The Python the drivers of Python applications run (it must import pyspark).
 PYTHON_ENV: Final = "VERITASK_SPARK_PYTHON"
 DEFAULT_STATE_DIR: Final = "~/.veritask/spark"
+#: The folder a task's relative ``app``/``jar`` is found in (the workers read it there too).
+APPS_ENV: Final = "VERITASK_SPARK_APPS"
 
 
 class Source(StrEnum):
@@ -43,12 +45,14 @@ def _executor(environ: Mapping[str, str]) -> engine_module.SparkExecutor:
 
     master = environ[client.MASTER_ENV]
     work_dir = environ.get(WORK_DIR_ENV)
+    apps = environ.get(APPS_ENV)
     return engine.SparkExecutor(
         master=master,
         ui=client.ui_from_environment(environ, master),
         state_dir=Path(environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR).expanduser(),
         work_dir=Path(work_dir) if work_dir else None,
         python=environ.get(PYTHON_ENV) or None,
+        apps=Path(apps).resolve() if apps else None,
     )
 
 

@@ -32,7 +32,7 @@ from psycopg import pq
 from psycopg.rows import dict_row
 
 from veritask.core import jsontypes
-from veritask.execution import errors, port, secrets
+from veritask.execution import engine_watch, errors, port, secrets
 from veritask.execution.sql import connections, markers, registration, reports
 
 EXTERNAL_ID_PREFIX = "sql:"
@@ -244,7 +244,7 @@ class SqlExecutor:
         """Read the script's answer (if this process sent it) and report what the server
         shows, until the statement ends."""
         answer = _Answer(runner) if runner is not None else None
-        watch = _Watch(reports.Reporter(spec), target.connection, spec.heartbeat_interval)
+        watch = _Watch(engine_watch.Reporter(spec), target.connection, spec.heartbeat_interval)
         # One connection for the whole watch, opened again after an error: a warehouse counts
         # its connections.
         conn: psycopg.Connection[dict[str, object]] | None = None
@@ -429,7 +429,7 @@ class _Answer:
 class _Watch:
     """What one watcher has reported of an attempt, and what it reports next."""
 
-    def __init__(self, reporter: reports.Reporter, connection: str, beat: timedelta) -> None:
+    def __init__(self, reporter: engine_watch.Reporter, connection: str, beat: timedelta) -> None:
         self.reporter = reporter
         self.connection = connection
         self.beat_seconds = beat.total_seconds()
@@ -456,7 +456,7 @@ class _Watch:
             # Never claimed: cancelled before it started, or never run; the reconciler asks.
             return True
         if self.started_at is not None and time.monotonic() >= self.beat_due:
-            seq = reports.clock_seq(self.started_at, now)
+            seq = engine_watch.clock_seq(self.started_at, now)
             self.reporter.send("heartbeat", {}, seq=seq, event_time=now)
             self.beat_due = time.monotonic() + self.beat_seconds
         return False
@@ -478,7 +478,7 @@ class _Watch:
             backend_start=datetime.fromisoformat(str(details.get("backend_start"))),
             query_start=None if query_start is None else datetime.fromisoformat(str(query_start)),
         )
-        self.reporter.send("started", evidence, seq=reports.STARTED_SEQ, event_time=started_at)
+        self.reporter.send("started", evidence, seq=engine_watch.STARTED_SEQ, event_time=started_at)
         self.reporter.send(
             "progress",
             reports.progress_evidence(reports.EXECUTING),
@@ -492,7 +492,7 @@ class _Watch:
         started_at = self.started_at
         if started_at is None:
             return
-        seq = reports.clock_seq(started_at, now)
+        seq = engine_watch.clock_seq(started_at, now)
         ended_at = observation.ended_at or now
         if observation.engine_state is port.EngineState.SUCCEEDED:
             # Its output and its completion marker were committed together, at ``ended_at``.

@@ -5,17 +5,18 @@ cancel and override forms (operators, with a reason)."""
 
 from __future__ import annotations
 
+from typing import Annotated
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from veritask.core.events import EventKind, OverrideScope
 from veritask.core.states import InstanceState
-from veritask.services import activity, errors, logs, overrides, runs
+from veritask.services import activity, errors, explanations, logs, overrides, runs
 from veritask.services.tokens import TokenRole
-from veritask.ui import context, history, rendering
+from veritask.ui import context, history, rendering, scrubber
 from veritask.ui.pages.routing import UiRoute
 
 router = APIRouter(prefix="/ui/instances", route_class=UiRoute, include_in_schema=False)
@@ -31,13 +32,21 @@ def instance_page(
     order: str = "newest",
     kind: str = "",
     outcome: str = "",
+    as_of: Annotated[str | None, Query(max_length=64)] = None,
 ) -> Response:
     """The instance; its history newest first (``order=oldest`` for the recorded order), of
     one event ``kind`` and one ``outcome`` when asked (a value the page does not offer shows
-    every event)."""
+    every event); its explain panel for ``as_of`` (the present without it)."""
     found = context.page(request)
     position = activity.latest_position(found.platform, instance_id=instance_id)
     detail = runs.get_instance(found.platform, instance_id)
+    asked, problem = None, None
+    if as_of is not None and as_of.strip():
+        try:
+            asked = scrubber.parse(as_of, found)
+        except errors.InvalidInput as exc:
+            problem = str(exc)
+    told = explanations.explain_instance(found.platform, instance_id, as_of=asked)
     order = order if order in history.ORDERS else "newest"
     kind = kind if kind in EVENT_KINDS else ""
     outcome = outcome if outcome in history.OUTCOMES else ""
@@ -66,6 +75,11 @@ def instance_page(
     return context.render(
         found,
         "instance.html",
+        status=422 if problem else 200,
+        told=told,
+        explain_error=problem,
+        explain_typed=(as_of or "") if problem or asked is None else scrubber.typed(asked, found),
+        as_query=scrubber.query,
         detail=detail,
         instance=detail.instance,
         current=current,

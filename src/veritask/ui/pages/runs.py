@@ -10,9 +10,9 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from veritask.services import activity, durations, reruns, runs, views
+from veritask.services import activity, durations, explanations, reruns, runs, views
 from veritask.services.tokens import TokenRole
-from veritask.ui import context, dag, gantt, graphs
+from veritask.ui import context, dag, gantt, graphs, scrubber
 from veritask.ui.pages.routing import UiRoute
 
 router = APIRouter(prefix="/ui/runs", route_class=UiRoute, include_in_schema=False)
@@ -38,29 +38,47 @@ class Page:
 
 @router.get("/{run_id}")
 def run_page(
-    request: Request, run_id: str, page: Annotated[int, Query(ge=1, le=1_000_000)] = 1
+    request: Request,
+    run_id: str,
+    page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
+    as_of: Annotated[str | None, Query(max_length=64)] = None,
 ) -> Response:
+    """The run live, or as it was known at ``as_of`` (the time scrubber's instant: each
+    state is ``explain``'s *known then* column, late events marked)."""
     found = context.page(request)
     position = activity.latest_position(found.platform, run_id=run_id)
     detail = runs.get_run(found.platform, run_id)
     graph = runs.run_graph(found.platform, run_id)
+    scrub = scrubber.scrubber(found, detail, as_of)
+    phases: dict[str, tuple[durations.PhaseInterval, ...]]
+    if scrub.told is not None:
+        detail = explanations.detail_then(detail, scrub.told)
+        phases = {told.id: explanations.phases_then(told) for told in scrub.told.instances}
     rows = task_rows(detail)
     shown = page_of(len(rows), page)
     rows = rows[shown.first - 1 : shown.last]
     listed = [instance for row in rows for instance in (row.members or (row.instance,))]
-    # The same intervals as GET /api/v2/runs/{id}/durations: one computation of the phases.
-    phases = {
-        instance.instance_id: instance.phases
-        for instance in durations.run_timeline(
-            found.platform, run_id, only={instance.id for instance in listed}
-        )
-    }
+    if scrub.told is None:
+        # The same intervals as GET /api/v2/runs/{id}/durations: one computation of the phases.
+        phases = {
+            instance.instance_id: instance.phases
+            for instance in durations.run_timeline(
+                found.platform, run_id, only={instance.id for instance in listed}
+            )
+        }
     return context.render(
         found,
         "run.html",
+        status=422 if scrub.error else 200,
+        scrub=scrub,
+        as_query=scrubber.query,
         detail=detail,
         run=detail.run,
-        graph=task_graph(detail, graph) if shown.total <= GRAPH_MAX_BOXES else None,
+        graph=(
+            task_graph(detail, graph, late=scrub.late_instances)
+            if shown.total <= GRAPH_MAX_BOXES
+            else None
+        ),
         graph_max=GRAPH_MAX_BOXES,
         chart=gantt.chart(
             [
@@ -73,7 +91,7 @@ def run_page(
                 )
                 for instance in listed
             ],
-            found.platform.now(),
+            scrub.as_of or found.platform.now(),
         ),
         phase_kinds=list(durations.Phase),
         position=position,
@@ -174,10 +192,13 @@ def label_of(instance: views.Instance) -> str:
     return instance.task if instance.map_index < 0 else f"{instance.task}[{instance.map_index}]"
 
 
-def task_graph(detail: views.RunDetail, graph: views.TaskGraph) -> dag.Layout:
+def task_graph(
+    detail: views.RunDetail, graph: views.TaskGraph, *, late: frozenset[str] = frozenset()
+) -> dag.Layout:
     """The run's instances as nodes; a task's edges join every instance of the two tasks. An
     expanded mapped task is one box: its count of instances, the state that asks for
-    attention first, and a link to its row, which opens into them."""
+    attention first, and a link to its row, which opens into them. The instances in ``late``
+    (an event of theirs arrived late for the instant shown) are marked."""
     by_task: dict[str, list[str]] = {}
     nodes = []
     for row in task_rows(detail):
@@ -190,6 +211,7 @@ def task_graph(detail: views.RunDetail, graph: views.TaskGraph) -> dag.Layout:
                     f"{instance.task} ×{len(row.members)}",
                     group_state(row.counts),
                     f"#mapped-{instance.task}",
+                    late=any(member.id in late for member in row.members),
                 )
             )
             continue
@@ -199,6 +221,7 @@ def task_graph(detail: views.RunDetail, graph: views.TaskGraph) -> dag.Layout:
                 label_of(instance),
                 instance.state.value,
                 f"/ui/instances/{instance.id}",
+                late=instance.id in late,
             )
         )
     pairs = [

@@ -1,6 +1,6 @@
 // Veritask's own script: no framework. It reports the browser's time zone (a cookie the
 // server renders dates with), keeps [data-live] regions fresh when the server-sent events
-// say the ledger moved, follows a growing log, runs the log viewer, zooms and pans the task
+// say the ledger moved, moves the run page through time (the scrubber), follows a growing log, runs the log viewer, zooms and pans the task
 // graphs, numbers the editor's lines, and submits the language choice. Every page works
 // without it, only without live updates.
 (function () {
@@ -26,30 +26,34 @@
   }
 
   // -- live regions ---------------------------------------------------------------------------
+  // Swaps in the [data-live] regions of a freshly rendered page.
+  function swapIn(html) {
+    var fresh = new DOMParser().parseFromString(html, "text/html");
+    document.querySelectorAll("[data-live]").forEach(function (region) {
+      var replacement = fresh.getElementById(region.id);
+      if (!replacement) return;
+      // What the reader opened (a fold of the history, an event's evidence) stays open.
+      var opened = Array.prototype.map.call(
+        region.querySelectorAll("details[open][id]"), function (d) { return d.id; });
+      var imported = document.importNode(replacement, true);
+      opened.forEach(function (id) {
+        var again = imported.querySelector("#" + CSS.escape(id));
+        if (again) again.open = true;
+      });
+      region.replaceWith(imported);
+    });
+    document.dispatchEvent(new CustomEvent("veritask:refreshed"));
+  }
+  // A page shown as of an instant (the run's time scrubber) stays there: live news waits.
+  function scrubbed() { return new URLSearchParams(location.search).has("as_of"); }
   var busy = false, again = false;
   function refresh() {
+    if (scrubbed()) return;
     if (busy) { again = true; return; }
     busy = true;
     fetch(location.href, { credentials: "same-origin", headers: { "X-Veritask-Live": "1" } })
       .then(function (response) { return response.ok ? response.text() : null; })
-      .then(function (html) {
-        if (!html) return;
-        var fresh = new DOMParser().parseFromString(html, "text/html");
-        document.querySelectorAll("[data-live]").forEach(function (region) {
-          var replacement = fresh.getElementById(region.id);
-          if (!replacement) return;
-          // What the reader opened (a fold of the history, an event's evidence) stays open.
-          var opened = Array.prototype.map.call(
-            region.querySelectorAll("details[open][id]"), function (d) { return d.id; });
-          var imported = document.importNode(replacement, true);
-          opened.forEach(function (id) {
-            var again = imported.querySelector("#" + CSS.escape(id));
-            if (again) again.open = true;
-          });
-          region.replaceWith(imported);
-        });
-        document.dispatchEvent(new CustomEvent("veritask:refreshed"));
-      })
+      .then(function (html) { if (html && !scrubbed()) swapIn(html); })
       .catch(function () { /* the next change tries again */ })
       .finally(function () {
         busy = false;
@@ -407,6 +411,78 @@
       var svg = drawing();
       if (svg) resize(svg);
     });
+  }
+
+  // -- the run's time scrubber ------------------------------------------------------------------
+  // Without the script the scrubber is a form and links (?as_of=T renders the run as it was
+  // known at T). The script shows the slider, and the form, the slider, the step links and
+  // "back to live" fetch the page as of their instant and swap in its live regions, without
+  // a reload; the address follows (history.replaceState), so live updates stay paused while
+  // it names an instant and a reload shows the same instant.
+  var scrubber = document.getElementById("scrubber");
+  if (scrubber) scrub(scrubber);
+
+  function scrub(holder) {
+    var slider = holder.querySelector(".scrub-slider");
+    var range = document.getElementById("scrub-range");
+    var form = document.getElementById("scrub-form");
+    var field = document.getElementById("scrub-as-of");
+    var start = Date.parse(holder.dataset.start);
+    var wanted = 0, timer = null;
+
+    function address(asOf) {
+      var url = new URL(location.href);
+      url.hash = "";
+      if (asOf === null) url.searchParams.delete("as_of"); else url.searchParams.set("as_of", asOf);
+      return url;
+    }
+    // The latest asked instant wins: an older answer arriving late is dropped.
+    function go(asOf) {
+      var asked = ++wanted, url = address(asOf);
+      holder.setAttribute("aria-busy", "true");
+      fetch(url.href, { credentials: "same-origin", headers: { "X-Veritask-Live": "1" } })
+        .then(function (response) { return response.text().then(function (html) { return { ok: response.ok || response.status === 422, html: html }; }); })
+        .then(function (answer) {
+          if (asked !== wanted || !answer.ok) return;
+          // A refused time leaves the page live, with the problem named.
+          var refused = answer.html.indexOf('id="scrub-error"') !== -1;
+          history.replaceState(null, "", refused ? address(null).href : url.href);
+          swapIn(answer.html);
+        })
+        .catch(function () { /* the reader asks again */ })
+        .finally(function () { if (asked === wanted) holder.removeAttribute("aria-busy"); });
+    }
+    // The slider and the form follow the instant the page shows (after a step or live news).
+    function follow() {
+      var state = document.getElementById("scrub-state");
+      if (!state) return;
+      range.max = state.dataset.span;
+      if (document.activeElement !== range) range.value = state.dataset.offset;
+      range.setAttribute("aria-valuetext", state.dataset.moment);
+      if (document.activeElement !== field && !document.getElementById("scrub-error")) {
+        field.value = state.dataset.typed || field.value;
+      }
+    }
+    function instantOf(offset) { return new Date(start + Number(offset) * 1000).toISOString(); }
+
+    slider.hidden = false;
+    range.addEventListener("input", function () {
+      clearTimeout(timer);
+      timer = setTimeout(function () { go(instantOf(range.value)); }, 120);
+    });
+    range.addEventListener("change", function () { clearTimeout(timer); go(instantOf(range.value)); });
+    form.addEventListener("submit", function (event) {
+      event.preventDefault();
+      go(field.value.trim() ? field.value.trim() : null);
+    });
+    holder.addEventListener("click", function (event) {
+      var link = event.target.closest && event.target.closest("a[data-scrub-to]");
+      if (!link || event.ctrlKey || event.metaKey || event.shiftKey) return;
+      event.preventDefault();
+      go(link.dataset.scrubTo || null);
+    });
+    document.addEventListener("veritask:refreshed", follow);
+    follow();
   }
 
   // -- the editor's line numbers --------------------------------------------------------------
