@@ -9,7 +9,9 @@ For each database, in the same run:
   figure is the median round's ratio (target >= 0.9);
 - the bytes one no-op task costs the ledger (``bench.ledger_size``: the real scheduler and
   local executor, the last of ``--runs`` runs) without the chain's columns filled (no hash,
-  no head: what the ledger stored before 0016) and with them.
+  no head: what the ledger stored before 0016) and with them;
+- how fast migration 0016 hashes a ledger recorded before it (``--migrate-rows`` synthetic
+  events, 200,000 by default).
 
 Hashing is switched off here only, by replacing ``ledger.chain.link``: no setting turns it
 off in the product.
@@ -32,7 +34,7 @@ from typing import Final
 from sqlalchemy.engine import Engine
 
 from bench import ledger as ledger_bench
-from bench import ledger_size
+from bench import ledger_baseline, ledger_size
 from bench import scheduler as scheduler_bench
 from veritask.ledger import chain, dialects, migrate
 
@@ -128,6 +130,27 @@ def _sizes(database: str, args: argparse.Namespace) -> list[str]:
     ]
 
 
+def _migration(database: str, args: argparse.Namespace) -> list[str]:
+    """How fast 0016 hashes a ledger recorded before it (``--migrate-rows`` synthetic events)."""
+    if not args.migrate_rows:
+        return []
+    with scheduler_bench._databases(argparse.Namespace(only=database, dir=args.dir)) as found:
+        ((_, url),) = found
+        migrate.upgrade(url, "0015")
+        engine = dialects.create_engine(url)
+        try:
+            ledger_baseline.seed_events(engine, args.migrate_rows)
+        finally:
+            engine.dispose()
+        began = time.perf_counter()
+        migrate.upgrade(url)
+        took = time.perf_counter() - began
+    return [
+        f"migration 0016 hashed {args.migrate_rows:,} events in {took:.1f} s "
+        f"({args.migrate_rows / took:,.0f} events/s)"
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.chain", description=__doc__)
     parser.add_argument("--seconds", type=float, default=3.0, help="per round and path")
@@ -137,6 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--submit-threads", type=int, default=4)
     parser.add_argument("--only", choices=["sqlite", "postgres"])
     parser.add_argument("--dir", type=Path, default=None, help="where homes go ($TMPDIR)")
+    parser.add_argument(
+        "--migrate-rows", type=int, default=200_000, help="events 0016 hashes (0: skip)"
+    )
     args = parser.parse_args(argv)
     report: list[str] = []
     for database in ("sqlite", "postgres"):
@@ -154,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             finally:
                 engine.dispose()
         report += _sizes(database, args)
+        report += _migration(database, args)
     print("\n".join(report))
     return 0
 
