@@ -280,3 +280,18 @@ def test_concurrent_run_events_chain_one_after_another(
     found = verified(engine, [])
     assert found.chains.breaks == []
     assert len(chain_of(engine, run_id)) >= 30
+
+
+def test_a_checkpoint_removed_from_the_middle_is_named_by_the_next(
+    engine: Engine, signer: signing.Signer, story: tuple[str, str, list[int]]
+) -> None:
+    _, load, _ = story
+    Ledger(engine).apply(report(load, EventKind.HEARTBEAT, 9))
+    assert seals.seal(engine, signer, now=NOW) == 2
+    tamper(engine, "DELETE FROM chain_checkpoints WHERE id = 1")
+
+    found = verified(engine, [signer.public_key])
+
+    assert len(found.chains.problems) == 1
+    assert found.chains.problems[0].startswith("checkpoint 2 (seal, ")
+    assert "does not follow the checkpoint before it" in found.chains.problems[0]
