@@ -207,6 +207,7 @@ PRIVATE_FILES: Final = (
     "secret",
     "ledger-permit",
     "url",
+    "signing-key.pem",
     "veritask.db",
     "veritask.db-wal",
     "veritask.db-shm",
