@@ -103,8 +103,16 @@ def test_a_published_run_is_attested_and_its_signed_export_verifies_offline(
     auditor = tmp_path / "auditor"
     auditor.mkdir()
     checked = subprocess.run(
-        [sys.executable, "-m", "veritask.cli.main", "verify-export", str(bundle)]
-        + ["--public-key", str(key_file), "--json"],
+        [
+            sys.executable,
+            "-m",
+            "veritask.cli.main",
+            "verify-export",
+            str(bundle),
+            "--public-key",
+            str(key_file),
+            "--json",
+        ],
         capture_output=True,
         text=True,
         cwd=auditor,

@@ -108,9 +108,9 @@ def attest(connection: Connection, *, run_id: str, event_id: str, now: datetime)
     body = build(connection, run_id=run_id, event_id=event_id, now=now)
     number = 1 + int(
         connection.execute(
-            sa.select(sa.func.count()).select_from(schema.run_attestations).where(
-                _a.run_id == run_id
-            )
+            sa.select(sa.func.count())
+            .select_from(schema.run_attestations)
+            .where(_a.run_id == run_id)
         ).scalar_one()
     )
     body["number"] = number

@@ -55,7 +55,7 @@ def part_of(line: Mapping[str, object]) -> str:
 @dataclass
 class _Part:
     lines: int = 0
-    digest: hashlib._Hash = field(default_factory=hashlib.sha256)  # type: ignore[name-defined]
+    digest: hashlib._Hash = field(default_factory=hashlib.sha256)
 
 
 def _parts(texts: Iterable[tuple[str, str]]) -> dict[str, _Part]:
@@ -225,10 +225,7 @@ def _check_signature(
 def _check_parts(
     found: Check, manifest: JSONObject, parsed: list[JSONObject], raw: list[str]
 ) -> None:
-    listed = manifest.get("parts")
-    expected = {
-        str(item.get("name")): item for item in (listed or []) if isinstance(item, dict)
-    }
+    expected = {str(item.get("name")): item for item in _objects(manifest.get("parts"))}
     actual = _parts((part_of(line), text) for line, text in zip(parsed, raw, strict=False))
     found.parts = len(actual)
     first_line: dict[str, int] = {}
@@ -285,11 +282,9 @@ def _check_chains(found: Check, manifest: JSONObject, parsed: list[JSONObject]) 
             )
         heads[subject] = (count, stored if isinstance(stored, str) else expected)
     found.chains = len(heads)
-    listed = manifest.get("chains")
     sealed = {
         (str(item.get("subject_type")), str(item.get("subject_id"))): item
-        for item in (listed or [])
-        if isinstance(item, dict)
+        for item in _objects(manifest.get("chains"))
     }
     for subject in [*sealed, *(s for s in heads if s not in sealed)]:
         where = f"chain of {subject[0]} {subject[1]}"
@@ -304,6 +299,11 @@ def _check_chains(found: Check, manifest: JSONObject, parsed: list[JSONObject]) 
             )
         elif have[1] != wanted.get("head"):
             found.findings.append(Finding(where, "its head is not the manifest's"))
+
+
+def _objects(value: JSONValue | None) -> list[JSONObject]:
+    """The objects of a manifest's list (anything else in it is not a part or a chain)."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
 def _typed(row: JSONObject) -> dict[str, JSONValue | datetime]:
