@@ -29,7 +29,7 @@ publish:
   commit: {run: "true"}
 tasks:
   extract: {run: "true"}
-  load: {run: "true", after: [extract]}
+  load: {run: "false", after: [extract]}
 """
 
 
@@ -51,6 +51,14 @@ def test_a_published_run_is_attested_and_its_signed_export_verifies_offline(
     run_id = api.trigger("attested", parameters={"table": "orders"})
     scheduled = Scheduled(api.platform.engine, tmp_path / "scheduler")
     try:
+        scheduled.until(lambda: api.run(run_id)["execution_state"] == "FAILED")
+        # An operator vouches for the failed load: the run succeeds and publishes.
+        load = api.instance_ids(run_id)["load"]
+        overridden = api.http.post(
+            f"/api/v2/instances/{load}/override",
+            json={"state": "SUCCESS", "reason": "loaded by hand", "scope": "instance"},
+        )
+        assert overridden.status_code in (200, 202), overridden.text
         scheduled.until(lambda: api.run(run_id)["publication_state"] == "PUBLISHED")
     finally:
         scheduled.close()
@@ -72,13 +80,22 @@ def test_a_published_run_is_attested_and_its_signed_export_verifies_offline(
     tokens = _token_hashes(api, run_id)
     tasks = {task["task"]: task for task in body["tasks"]}
     assert set(tasks) == {"extract", "load", "publish.commit"}
-    for key, task in tasks.items():
-        assert task["state"] == "SUCCESS"
-        assert task["attempt"]["attempt_no"] == 1
-        assert task["attempt"]["engine"] == "local"
-        assert task["attempt"]["token_sha256"] == tokens[key]
+    for key in ("extract", "publish.commit"):
+        assert tasks[key]["state"] == "SUCCESS" and tasks[key]["override"] is None
+        assert tasks[key]["attempt"]["attempt_no"] == 1
+        assert tasks[key]["attempt"]["engine"] == "local"
+        assert tasks[key]["attempt"]["token_sha256"] == tokens[key]
+    [override] = body["overrides"]
+    assert (override["task"], override["to_state"], override["reason"]) == (
+        "load",
+        "SUCCESS",
+        "loaded by hand",
+    )
+    assert override["operator"] == "operator:admin" and override["scope"] == "instance"
+    # Its output is the operator's word, not an attempt's.
+    assert tasks["load"]["attempt"] is None and tasks["load"]["override"] == override["event_id"]
     assert [(c["check"], c["state"]) for c in body["checks"]] == [("rows", "SUCCESS")]
-    assert body["overrides"] == [] and body["upstream_runs"] == []
+    assert body["upstream_runs"] == []
     # One changed field and the signature no longer holds.
     forged = {**document, "attestation": {**body, "parameters": {"table": "other"}}}
     assert attestations.check(forged, public_key.public_key) is not None

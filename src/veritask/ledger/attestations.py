@@ -197,7 +197,8 @@ def build(connection: Connection, *, run_id: str, event_id: str, now: datetime) 
         )
         .where(r.id == run_id)
     ).one()
-    tasks, checks = _tasks(connection, run_id)
+    overrides = _overrides(connection, run_id)
+    tasks, checks = _tasks(connection, run_id, overrides)
     return {
         "format": FORMAT,
         "run_id": run_id,
@@ -216,13 +217,17 @@ def build(connection: Connection, *, run_id: str, event_id: str, now: datetime) 
         "tasks": tasks,
         "upstream_runs": _upstreams(connection, run_id),
         "checks": checks,
-        "overrides": _overrides(connection, run_id),
+        "overrides": overrides,
     }
 
 
-def _tasks(connection: Connection, run_id: str) -> tuple[list[JSONValue], list[JSONValue]]:
+def _tasks(
+    connection: Connection, run_id: str, overrides: list[JSONObject]
+) -> tuple[list[JSONValue], list[JSONValue]]:
     """Each instance with the attempt whose output it gave (its current attempt, if it
-    succeeded; none for one skipped or never run); the publication's checks apart."""
+    succeeded; none for one skipped or never run, nor for one whose state an operator set:
+    that one names the override instead); the publication's checks apart."""
+    set_by = {str(item["instance_id"]): item for item in overrides}  # the last one wins
     t, a = schema.task_instances.c, schema.attempts.c
     rows = connection.execute(
         sa.select(
@@ -245,7 +250,13 @@ def _tasks(connection: Connection, run_id: str) -> tuple[list[JSONValue], list[J
     tasks: list[JSONValue] = []
     checks: list[JSONValue] = []
     for row in rows:
-        produced = row.state == InstanceState.SUCCESS.value and row.attempt_no is not None
+        override = set_by.get(row.id)
+        overridden = override is not None and override["to_state"] == row.state
+        produced = (
+            row.state == InstanceState.SUCCESS.value
+            and row.attempt_no is not None
+            and not overridden
+        )
         attempt: JSONValue = (
             {
                 "attempt_no": row.attempt_no,
@@ -262,6 +273,7 @@ def _tasks(connection: Connection, run_id: str) -> tuple[list[JSONValue], list[J
             "instance_id": row.id,
             "state": row.state,
             "attempt": attempt,
+            "override": override["event_id"] if overridden and override else None,
         }
         if str(row.task_key).startswith(CHECK_PREFIX):
             entry["check"] = str(row.task_key).removeprefix(CHECK_PREFIX)
@@ -297,12 +309,19 @@ def _upstreams(connection: Connection, run_id: str) -> list[JSONValue]:
     return found
 
 
-def _overrides(connection: Connection, run_id: str) -> list[JSONValue]:
+def _overrides(connection: Connection, run_id: str) -> list[JSONObject]:
     """Every override of the run's instances: operator, reason, the state it set."""
     e, t = schema.events.c, schema.task_instances.c
     rows = connection.execute(
         sa.select(
-            e.event_id, e.instance_id, t.task_key, e.actor, e.reason, e.to_state, e.event_time
+            e.event_id,
+            e.instance_id,
+            t.task_key,
+            e.actor,
+            e.evidence,
+            e.reason,
+            e.to_state,
+            e.event_time,
         )
         .join(schema.task_instances, t.id == e.instance_id)
         .where(e.run_id == run_id, e.kind == _OVERRIDE_KIND)
@@ -313,10 +332,19 @@ def _overrides(connection: Connection, run_id: str) -> list[JSONValue]:
             "event_id": row.event_id,
             "instance_id": row.instance_id,
             "task": row.task_key,
-            "operator": row.actor,
-            "reason": row.reason,
-            "to_state": row.to_state,
+            "operator": _said(row.evidence, "operator") or row.actor,
+            "reason": _said(row.evidence, "reason") or row.reason,
+            "scope": _said(row.evidence, "scope"),
+            "to_state": _said(row.evidence, "to_state") or row.to_state,
+            "recorded_reason": row.reason,
             "at": _iso(row.event_time),
         }
         for row in rows
     ]
+
+
+def _said(evidence: object, key: str) -> str | None:
+    """A text the override's evidence holds (the operator's own words, not the sentence the
+    platform recorded around them)."""
+    value = evidence.get(key) if isinstance(evidence, dict) else None
+    return value if isinstance(value, str) else None
