@@ -11,13 +11,16 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from tests.acceptance.test_operations import veritask
 from tests.integration.conftest import Api
 from tests.pipelines.harness import Platform as Scheduled
+from tests.scheduling.publications import published_run, upstream
 from veritask.ledger import attestations, dialects, schema, signing
 
 PUBLISHING = """\
@@ -142,3 +145,14 @@ def test_a_published_run_is_attested_and_its_signed_export_verifies_offline(
     assert report["ok"] is True and report["attestations"] == 1
     assert report["events"] > 0 and report["chains"] >= 5
     assert list(auditor.iterdir()) == []
+
+
+def test_a_run_whose_attestation_cannot_be_signed_is_not_published(
+    api: Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api.apply(upstream("keyless"))
+    monkeypatch.setenv(signing.KEY_FILE_ENV, str(tmp_path / "absent.pem"))
+    with pytest.raises(attestations.Unattested, match="absent.pem"):
+        published_run(api.platform.ledger, "keyless", datetime(2026, 12, 5, tzinfo=UTC))
+    [run] = api.http.get("/api/v2/runs").json()["items"]
+    assert run["publication_state"] == "PENDING"  # nothing of that transaction was kept

@@ -24,7 +24,8 @@ from sqlalchemy.engine import Connection
 
 from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.core.states import InstanceState
-from veritask.ledger import schema, seals, signing
+from veritask.core.errors import VeritaskError
+from veritask.ledger import errors, schema, seals, signing
 
 FORMAT: Final = "veritask-attestation/1"
 #: The task keys of the publication's steps (scheduling/publication.py names them).
@@ -34,6 +35,10 @@ _RELEASED_KIND: Final = "dependencies_released"
 _OVERRIDE_KIND: Final = "override"
 
 _a = schema.run_attestations.c
+
+
+class Unattested(VeritaskError):
+    """A run could not be attested (the signing key cannot be read): it is not published."""
 
 
 def encoding(body: Mapping[str, object]) -> bytes:
@@ -104,7 +109,12 @@ def _is_hex(value: object) -> bool:
 def attest(connection: Connection, *, run_id: str, event_id: str, now: datetime) -> Attestation:
     """Build, sign (with the key of the connection's home) and store the run's attestation,
     in the caller's transaction: the one that records the ``PUBLISHED`` event ``event_id``."""
-    signer = seals.signer_for(connection)
+    try:
+        signer = seals.signer_for(connection)
+    except errors.LedgerError as exc:
+        # Not a LedgerError: the scheduler stops its tick for those (the database is
+        # unwell); a key it cannot read holds back this run's publication, not the others.
+        raise Unattested(f"run {run_id}: cannot sign its attestation: {exc}") from exc
     body = build(connection, run_id=run_id, event_id=event_id, now=now)
     number = 1 + int(
         connection.execute(
