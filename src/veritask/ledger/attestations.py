@@ -22,9 +22,9 @@ from typing import Final
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from veritask.core.errors import VeritaskError
 from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.core.states import InstanceState
-from veritask.core.errors import VeritaskError
 from veritask.ledger import errors, schema, seals, signing
 
 FORMAT: Final = "veritask-attestation/1"
