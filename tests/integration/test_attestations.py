@@ -152,7 +152,7 @@ def test_a_run_whose_attestation_cannot_be_signed_is_not_published(
 ) -> None:
     api.apply(upstream("keyless"))
     monkeypatch.setenv(signing.KEY_FILE_ENV, str(tmp_path / "absent.pem"))
-    with pytest.raises(attestations.Unattested, match="absent.pem"):
+    with pytest.raises(attestations.Unattested, match=r"absent\.pem"):
         published_run(api.platform.ledger, "keyless", datetime(2026, 12, 5, tzinfo=UTC))
     [run] = api.http.get("/api/v2/runs").json()["items"]
     assert run["publication_state"] == "PENDING"  # nothing of that transaction was kept
