@@ -146,6 +146,26 @@ def test_a_published_run_is_attested_and_its_signed_export_verifies_offline(
     assert report["events"] > 0 and report["chains"] >= 5
     assert list(auditor.iterdir()) == []
 
+    # A definition's export: its own events' chain too, and both runs.
+    whole = tmp_path / "definition.bundle.jsonl"
+    exported = veritask(
+        "export",
+        "--definition",
+        "attested",
+        "--signed",
+        "-o",
+        str(whole),
+        "--database-url",
+        database_url,
+        home=home,
+    )
+    assert exported.returncode == 0, exported.stderr
+    checked = veritask(
+        "verify-export", str(whole), "--public-key", str(key_file), "--json", home=auditor
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert json.loads(checked.stdout)["attestations"] == 1
+
 
 def test_a_run_whose_attestation_cannot_be_signed_is_not_published(
     api: Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
