@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 import uuid
+from datetime import UTC, datetime
 
 import httpx
 import pytest
 
 from tests.contract.test_audit import _story
 from tests.integration.conftest import completed, open_attempt, started
+from tests.scheduling.publications import published_run
 from tests.ui.conftest import Ui, api_intervals, csrf_of, drawn_intervals
 from veritask import ids
 from veritask.core import new_events
@@ -575,3 +577,18 @@ def test_a_big_runs_tasks_come_in_pages_and_its_graph_gives_way_to_a_note(
     assert 'id="run-graph-too-big"' in too_big and 'class="node"' not in too_big
     assert "This run has 450 tasks" in too_big
     assert viewer.http.get(f"/ui/runs/{run_id}", params={"page": 0}).status_code == 422
+
+
+def test_a_published_runs_page_shows_its_attestations_key_and_links_the_json(ui: Ui) -> None:
+    definitions.apply_definition(ui.platform, PUBLISHED, actor="test")
+    run_id = published_run(ui.platform.ledger, "published_graph", datetime(2026, 12, 5, tzinfo=UTC))
+    waiting = runs.trigger_run(ui.platform, "pipeline", actor="test").run_id
+    viewer = ui.signed_in(TokenRole.VIEWER)
+
+    page = viewer.http.get(f"/ui/runs/{run_id}").text
+    document = viewer.http.get(f"/ui/runs/{run_id}/attestation.json").json()
+    key_id = document["signature"]["key_id"]
+    assert f'<code class="id" title="{document["signature"]["public_key"]}">{key_id}</code>' in page
+    assert f'href="/ui/runs/{run_id}/attestation.json"' in page
+    assert document["attestation"]["run_id"] == run_id
+    assert "No attestation" in viewer.http.get(f"/ui/runs/{waiting}").text

@@ -91,6 +91,7 @@ for command in (
     operations.public_key_command,
     operations.doctor_command,
     operations.export_command,
+    operations.verify_export_command,
     operations.replay_command,
     operations.purge_command,
 ):

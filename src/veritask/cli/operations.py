@@ -220,11 +220,23 @@ def doctor_command(database_url: str | None, as_json: bool) -> None:
     default=None,
     help="Write to this file instead of stdout.",
 )
+@click.option(
+    "--signed",
+    is_flag=True,
+    help="Write a signed bundle: the export, the runs' attestations and a manifest signed "
+    "with this host's key; check it with `veritask verify-export`.",
+)
 @DATABASE_OPTION
 def export_command(
-    run_id: str | None, name: str | None, output: Path | None, database_url: str | None
+    run_id: str | None,
+    name: str | None,
+    output: Path | None,
+    signed: bool,
+    database_url: str | None,
 ) -> None:
-    """Write a run's (or a definition's) full history as JSON Lines: rows, then every event."""
+    """Write a run's (or a definition's) full history as JSON Lines: rows, then every event;
+    with --signed, followed by the runs' attestations and a signed manifest."""
+    from veritask.ledger import errors
     from veritask.services import operations
 
     if (run_id is None) == (name is None):
@@ -234,18 +246,76 @@ def export_command(
             lines = list(operations.export_run(platform, run_id))
         else:
             lines = list(operations.export_definition(platform, str(name)))
+        text = "".join(operations.as_json_lines(lines))
+        if signed:
+            try:
+                text = operations.export_signed(platform, lines)
+            except errors.LedgerError as exc:
+                raise CliError(EXIT_FAILED, str(exc)) from None
     if output is None:
-        _write(sys.stdout, lines)
+        _write(sys.stdout, text)
     else:
         with output.open("w", encoding="utf-8") as stream:
-            _write(stream, lines)
+            _write(stream, text)
 
 
-def _write(stream: TextIO, lines: list[JSONObject]) -> None:
-    from veritask.services import operations
-
-    stream.writelines(operations.as_json_lines(lines))
+def _write(stream: TextIO, text: str) -> None:
+    stream.write(text)
     stream.flush()
+
+
+@click.command("verify-export")
+@click.argument("bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--public-key",
+    "public_key",
+    required=True,
+    help="The exporter's Ed25519 public key: a PEM file (as `veritask public-key` prints "
+    "it) or its 64 hex digits.",
+)
+@JSON_OPTION
+def verify_export_command(bundle: Path, public_key: str, as_json: bool) -> None:
+    """Check a bundle of `veritask export --signed` offline (no database, no server): the
+    manifest's signature with the given key, every part's SHA-256, every event chain
+    recomputed, every attestation's signature. Names the first thing that does not match.
+    Exit 0 if the bundle holds, 1 if it does not, 2 if the file or the key cannot be read."""
+    from veritask.ledger import bundles
+
+    key = _public_key(public_key)
+    try:
+        text = bundle.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(EXIT_USAGE, f"{bundle}: cannot be read ({exc})") from None
+    found = bundles.check(text, key)
+    if as_json:
+        render.print_json({"bundle": str(bundle), **found.as_json()})
+    else:
+        for finding in found.findings:
+            render.out.print(str(finding))
+        verdict = "holds" if found.ok else "does NOT hold"
+        render.out.print(
+            f"{bundle}: {found.events} events in {found.chains} chains, {found.parts} parts, "
+            f"{found.attestations} attestations, key {found.key_id}: the bundle {verdict}"
+        )
+    raise SystemExit(0 if found.ok else EXIT_FAILED)
+
+
+def _public_key(given: str) -> str:
+    """``--public-key``: a PEM file's key, or 64 hex digits; as hex."""
+    from veritask.ledger import errors, signing
+
+    text = given.strip()
+    if len(text) == 64 and all(c in "0123456789abcdefABCDEF" for c in text):
+        return text.lower()
+    path = Path(given).expanduser()
+    if not path.is_file():
+        raise CliError(
+            EXIT_USAGE, f"--public-key: {given!r} is neither a PEM file nor 64 hex digits"
+        )
+    try:
+        return signing.load_public_key(path)
+    except errors.LedgerError as exc:
+        raise CliError(EXIT_USAGE, f"--public-key: {exc}") from None
 
 
 @click.command("replay")

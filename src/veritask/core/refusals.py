@@ -14,6 +14,12 @@ from veritask.core.phrases import Phrase, Slot
 
 NO_RUN = Phrase("refusal.no_run", "no run {run_id!r}")
 NO_INSTANCE = Phrase("refusal.no_instance", "no instance {instance_id!r}")
+NO_ATTESTATION = Phrase(
+    "refusal.no_attestation",
+    "run {run_id!r} has no attestation: its publication is {state}; a run carries one from "
+    "the moment it is made PUBLISHED (by a version that attests)",
+    state=Slot.STATE,
+)
 NO_RUN_OR_INSTANCE = Phrase("refusal.no_run_or_instance", "no run or instance {instance_id!r}")
 NO_DEFINITION = Phrase("refusal.no_definition", "no definition named {name!r}")
 NO_ALERT = Phrase("refusal.no_alert", "no alert {alert_id}", alert_id=Slot.NUMBER)

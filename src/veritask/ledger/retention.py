@@ -198,6 +198,9 @@ def delete_run_snapshots(connection: Connection, run_ids: Collection[str]) -> No
     connection.execute(schema.task_instances.delete().where(t.run_id.in_(run_ids)))
     u = schema.run_upstreams.c
     connection.execute(schema.run_upstreams.delete().where(u.run_id.in_(run_ids)))
+    connection.execute(
+        schema.run_attestations.delete().where(schema.run_attestations.c.run_id.in_(run_ids))
+    )
     connection.execute(schema.runs.delete().where(schema.runs.c.id.in_(run_ids)))
 
 

@@ -26,7 +26,7 @@ from veritask.core.states import (
     RunExecutionState,
     TriggerKind,
 )
-from veritask.ledger import chain, errors, runs, schema
+from veritask.ledger import attestations, chain, errors, runs, schema
 from veritask.ledger.ledger import Ledger
 from veritask.ledger.vocabulary import EventOutcome, SubjectType
 
@@ -486,8 +486,9 @@ def set_publication_state(
     evidence: JSONObject,
 ) -> int:
     """Move the run's publication state with compare-and-set; each change is an event, with
-    the steps (instance and attempt) that decided it as its evidence, never empty."""
-    return _move_run(
+    the steps (instance and attempt) that decided it as its evidence, never empty. A move to
+    PUBLISHED also signs and stores the run's attestation, in the same transaction."""
+    version = _move_run(
         connection,
         _PUBLICATION,
         run_id,
@@ -500,6 +501,9 @@ def set_publication_state(
         now=now,
         evidence=evidence,
     )
+    if state is PublicationState.PUBLISHED:
+        attestations.attest(connection, run_id=run_id, event_id=event_id, now=now)
+    return version
 
 
 def _move_run(

@@ -380,6 +380,21 @@ chain_checkpoints = sa.Table(
     sqlite_autoincrement=True,
 )
 
+#: Each PUBLISHED run's attestation (ledger/attestations.py, 0017): written once when the
+#: run is published (again, numbered, if a cleared run is published anew), never updated.
+#: No foreign key to ``runs``: the retention purge removes them with the run.
+run_attestations = sa.Table(
+    "run_attestations",
+    metadata,
+    _id("run_id", primary_key=True),
+    sa.Column("number", sa.Integer, primary_key=True, autoincrement=False),
+    _time("attested_at", nullable=False),
+    sa.Column("body", columns.json_column_type(), nullable=False),
+    sa.Column("digest", sa.String(HASH_LENGTH), nullable=False),
+    sa.Column("signature", sa.String(128), nullable=False),
+    sa.Column("public_key", sa.String(HASH_LENGTH), nullable=False),
+)
+
 rejected_events = sa.Table(
     "rejected_events",
     metadata,

@@ -19,7 +19,9 @@ from typing import Final
 from veritask.core import refusals
 from veritask.core.jsontypes import JSONObject, JSONValue
 from veritask.ledger import (
+    attestations,
     audit,
+    bundles,
     dialects,
     operations_log,
     queries,
@@ -176,6 +178,24 @@ def export_definition(platform: Platform, name: str) -> Iterator[JSONObject]:
     with dialects.read_transaction(platform.engine) as connection:
         row = reading.definition_named(connection, name)
     return audit.export_definition(platform.ledger, row.id)
+
+
+def export_signed(platform: Platform, lines: Iterable[JSONObject]) -> str:
+    """A signed bundle of an export (``export_run``'s or ``export_definition``'s lines):
+    the lines, every attestation of the exported runs, and the manifest signed with this
+    host's key (made if it has none); see ledger/bundles.py."""
+    exported = list(lines)
+    signer = signing.load_signer(platform.home)
+    if signer is None:  # pragma: no cover - load_signer makes one
+        raise NotFound("no signing key")
+    run_ids = [
+        str(row["id"])
+        for line in exported
+        if line.get("table") == "runs" and isinstance(row := line.get("row"), dict)
+    ]
+    with dialects.read_transaction(platform.engine) as connection:
+        attested = [item.as_json() for item in attestations.of_runs(connection, run_ids)]
+    return bundles.sign(exported, attested, signer, now=platform.now())
 
 
 def replay(platform: Platform, lines: Iterable[JSONObject], *, actor: str) -> list[str]:

@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, status
+from fastapi.responses import JSONResponse
 
 from veritask.api import convert, problems, schemas
 from veritask.api.security import Operator, PlatformDep, Viewer
 from veritask.core.events import OverrideScope
 from veritask.core.states import InstanceState
-from veritask.services import logs, overrides, run_instances, runs
+from veritask.services import attestations, logs, overrides, run_instances, runs
 from veritask.services.runs import SubjectType
 
 router = APIRouter(tags=["runs"])
@@ -60,6 +61,19 @@ def get_run_instances(
 )
 def get_run_summary(run_id: str, platform: PlatformDep, _: Viewer) -> schemas.Run:
     return convert.run_summary(runs.get_run_summary(platform, run_id))
+
+
+@router.get(
+    "/runs/{run_id}/attestation",
+    response_model=None,
+    responses=problems.documented(404),
+    summary="A PUBLISHED run's signed attestation: what was published and what it rests on",
+)
+def get_run_attestation(run_id: str, platform: PlatformDep, _: Viewer) -> JSONResponse:
+    """The body (definition version and content hash, parameters, each task's attempt with
+    its engine id and token hash, upstream runs, checks, overrides) and its Ed25519
+    signature with the key's id; 404 for a run never made PUBLISHED (docs/integrity.md)."""
+    return JSONResponse(attestations.of_run(platform, run_id).as_json())
 
 
 @router.get(

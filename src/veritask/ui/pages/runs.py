@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import Annotated, Final
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from veritask.services import activity, durations, explanations, reruns, runs, views
+from veritask.services import activity, attestations, durations, explanations, reruns, runs, views
 from veritask.services.tokens import TokenRole
 from veritask.ui import context, dag, gantt, graphs, scrubber
 from veritask.ui.pages.routing import UiRoute
@@ -99,7 +99,16 @@ def run_page(
         rows=rows,
         page=shown,
         live=f"/ui/live?run={run_id}&since={position}",
+        attestation=attestations.find(found.platform, run_id),
     )
+
+
+@router.get("/{run_id}/attestation.json")
+def run_attestation(request: Request, run_id: str) -> Response:
+    """The run's signed attestation as GET /api/v2/runs/{id}/attestation serves it, for a
+    signed-in reader (the run page links it)."""
+    found = context.page(request)
+    return JSONResponse(attestations.of_run(found.platform, run_id).as_json())
 
 
 def page_of(total: int, wanted: int) -> Page:
