@@ -13,7 +13,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -321,6 +321,10 @@ class Dispatcher:
         )
 
 
+def _thread_pool(workers: int) -> Executor:
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="submit")
+
+
 class Submissions:
     """Submits opened attempts on other threads, so that the loop never waits for an engine.
 
@@ -343,12 +347,17 @@ class Submissions:
         clock: Callable[[], datetime],
         workers: int,
         wake: Callable[[], None] = lambda: None,
+        pool: Callable[[int], Executor] | None = None,
     ) -> None:
+        """``pool`` makes what runs the submissions, given the number of threads: a thread
+        pool unless said otherwise (the simulator, ``tools/sim.py``, runs them in the loop's
+        own thread, so that a seed replays the same)."""
         self.dispatcher = dispatcher
+        self._make_pool = pool or _thread_pool
         self._clock = clock
         self._wake = wake
         self._workers = max(1, workers)
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: Executor | None = None
         # Found once: a protocol's isinstance check costs microseconds, and submit runs for
         # every attempt the loop opens.
         self._batching: dict[str, port.SubmittingMany] = {
@@ -400,10 +409,10 @@ class Submissions:
         pool.submit(self._submit_one, run, opened, key)
         return True
 
-    def _started_pool(self) -> ThreadPoolExecutor:
+    def _started_pool(self) -> Executor:
         """The submission threads (call it holding the lock)."""
         if self._pool is None:  # first use, or used again after close()
-            self._pool = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="submit")
+            self._pool = self._make_pool(self._workers)
         return self._pool
 
     def _submit_one(self, run: RunContext, opened: Opened, key: tuple[str, int]) -> None:

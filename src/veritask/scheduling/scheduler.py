@@ -23,6 +23,7 @@ import select
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Executor
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import NamedTuple
@@ -115,10 +116,12 @@ class Scheduler:
         submit_threads: int = 4,
         membership: sharing.Membership | None = None,
         wait_http_allow: wait_http.HttpAllow | None = None,
+        submit_pool: Callable[[int], Executor] | None = None,
     ) -> None:
         """``membership``: who shares the runs with this scheduler (PostgreSQL); without it,
         every run is this one's. ``wait_http_allow``: the loopback, link-local or metadata
-        hosts its ``http`` waits may reach (``VERITASK_WAIT_HTTP_ALLOW``, read at start)."""
+        hosts its ``http`` waits may reach (``VERITASK_WAIT_HTTP_ALLOW``, read at start).
+        ``submit_pool``: what runs the submissions (``Submissions``; threads by default)."""
         self.ledger = ledger
         self.settings = settings or Settings()
         self.outbox = outbox
@@ -149,6 +152,7 @@ class Scheduler:
             clock=ledger.clock,
             workers=submit_threads,
             wake=lambda: self._wake.set(),  # the wake of the loop running now
+            pool=submit_pool,
         )
         self.sweeper = sweeps.Sweeper(ledger, self.dispatcher, self.settings, self.submissions)
         self.membership = membership
