@@ -18,6 +18,8 @@ import argparse
 import collections
 import contextlib
 import dataclasses
+import hashlib
+import logging
 import shutil
 import sys
 import tempfile
@@ -161,6 +163,7 @@ class SimAttempt:
     seq: int = 0
     next_beat: datetime = T0
     silent_until: datetime | None = None
+    unknown_until: datetime | None = None
     cancelled: bool = False
     ignores_cancel: bool = False
     vanished: bool = False
@@ -207,9 +210,12 @@ class SimEngine:
         )
         if world.fault("ignore_cancel", 0.1):
             attempt.ignores_cancel = True  # it finishes (successfully) after a stop request
-        if world.fault("go_silent", 0.1):
+        if world.fault("go_silent", 0.15):
             attempt.silent_until = start + STEP * world.rng.randint(3, 10)
             attempt.end_at = max(attempt.end_at, attempt.silent_until)
+            if world.fault("unknown_while_silent", 0.5):
+                # The engine cannot say what became of it meanwhile (its host unreachable).
+                attempt.unknown_until = attempt.silent_until + STEP * world.rng.randint(0, 4)
         self.attempts[attempt.external_id] = attempt
         self.by_key[key] = attempt
         self._check_twins(spec.instance_id)
@@ -224,7 +230,8 @@ class SimEngine:
         attempt = self.attempts.get(external_id)
         if attempt is None or attempt.vanished:
             return port.Observation(external_id, EngineState.NOT_FOUND, world.source)
-        if attempt.running and world.fault("answer_unknown", 0.1):
+        unknown = attempt.unknown_until is not None and world.clock() < attempt.unknown_until
+        if attempt.running and (unknown or world.fault("answer_unknown", 0.05)):
             return port.Observation(external_id, EngineState.UNKNOWN, world.source)
         details: dict[str, port.DetailValue] = {"sim": True}
         if not attempt.running:
@@ -349,6 +356,18 @@ def _started(attempt: SimAttempt) -> wire.StartedEvidence:
 # -- the world -------------------------------------------------------------------------------
 
 
+class Errors(logging.Handler):
+    """The errors the platform logs: each is a bug it swallowed to go on (a failed tick, a
+    run that could not be advanced), so each is a violation."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 class World:
     """One seed's simulation: the database, the engine, the scheduler, the users."""
 
@@ -375,6 +394,7 @@ class World:
         #: Idempotency key -> the run each trigger with it answered.
         self.keyed: dict[str, set[str]] = collections.defaultdict(set)
         self.runs: list[str] = []
+        self.errors = Errors()
         #: The row version of each instance when its fold was last checked.
         self.folded: dict[str, int] = {}
         sa.event.listen(self.engine, "commit", self._on_commit)
@@ -541,7 +561,8 @@ def check(world: World, *, at_rest: bool) -> None:
     at rest), the evidence of every terminal state in the whole history, and what must have
     ended.
     """
-    problems = _fold_problems(world)
+    problems = [f"the scheduler logged an error: {m}" for m in world.errors.messages]
+    problems += _fold_problems(world)
     problems += world.sim.twins
     problems += _pool_problems(world)
     problems += _keys_problems(world)
@@ -632,8 +653,20 @@ def _evidence_problems(world: World) -> list[str]:
             .order_by(e.position)
         ).all()
     lost_since: dict[str, datetime] = {}
+    newest: dict[str, int] = {}
+    fenced: set[tuple[str, int]] = set()
     for ev in events:
         instance = ev.instance_id
+        if ev.kind == "attempt_opened":
+            newest[instance] = max(newest.get(instance, 0), ev.attempt_no)
+        if ev.kind == "fenced":
+            fenced.add((instance, ev.attempt_no))
+        if ev.kind in _WORKER_KINDS and ev.from_state != ev.to_state:
+            if (instance, ev.attempt_no) in fenced or ev.attempt_no < newest.get(instance, 0):
+                found.append(
+                    f"instance {instance}: a report ({ev.kind}) of attempt {ev.attempt_no}, "
+                    "fenced or superseded, moved it"
+                )
         if ev.to_state == "SUCCESS" and ev.from_state != "SUCCESS" and ev.kind != "override":
             attempt = world.sim.by_key.get((instance, ev.attempt_no))
             if attempt is None or attempt.state is not EngineState.SUCCEEDED:
@@ -650,6 +683,9 @@ def _evidence_problems(world: World) -> list[str]:
         elif ev.from_state == "LOST" and ev.to_state != "LOST":
             lost_since.pop(instance, None)
     return found
+
+
+_WORKER_KINDS = frozenset(wire.WORKER_EVENT_KINDS)
 
 
 def _rest_problems(world: World) -> list[str]:
@@ -720,6 +756,8 @@ class Outcome:
     findings: collections.Counter[str]
     violation: str | None = None
     step: int | None = None
+    #: A hash of the whole recorded history: the same seed gives the same one.
+    digest: str = ""
 
 
 @contextlib.contextmanager
@@ -750,6 +788,12 @@ def run_seed(
     home.mkdir(parents=True)
     world = World(seed, home, migrated)
     outcome = Outcome(seed, world.faults, world.findings)
+    # The faults make the platform warn (a refused submission, a lost lease): expected here.
+    # Its errors are violations (``Errors``).
+    platform_log = logging.getLogger("veritask")
+    level = platform_log.level
+    platform_log.setLevel(logging.ERROR)
+    platform_log.addHandler(world.errors)
     try:
         with deterministic_ids(world.clock):
             definition = DEFINITION.format(
@@ -775,10 +819,26 @@ def run_seed(
             except Violation as exc:
                 outcome.violation = str(exc)
                 outcome.step = step
+        outcome.digest = history_digest(world.engine)
     finally:
+        platform_log.removeHandler(world.errors)
+        platform_log.setLevel(level)
         world.close()
         shutil.rmtree(home, ignore_errors=True)
     return outcome
+
+
+def history_digest(engine: Engine) -> str:
+    """A hash of every recorded event (ids, kinds, states, times) in order."""
+    e = schema.events.c
+    with dialects.read_transaction(engine) as connection:
+        rows = connection.execute(
+            sa.select(
+                e.event_id, e.instance_id, e.kind, e.attempt_no, e.from_state, e.to_state,
+                e.event_time, e.outcome,
+            ).order_by(e.position)
+        ).all()
+    return hashlib.sha256(repr([tuple(row) for row in rows]).encode()).hexdigest()[:16]
 
 
 def scratch_directory() -> Path:
@@ -825,6 +885,8 @@ def main(argv: list[str] | None = None) -> int:
     for outcome in failed:
         print(f"seed {outcome.seed} failed at step {outcome.step}: {outcome.violation}")
         print(f"  replay: make sim SEED={outcome.seed}{steps}")
+    if len(outcomes) == 1:
+        print(f"history digest: {outcomes[0].digest}")
     print(f"violations: {len(failed)}")
     return 1 if failed else 0
 
