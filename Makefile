@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint typecheck unit fuzz bench soak docs screenshots clean
+.PHONY: up test lint typecheck unit fuzz bench soak sim docs screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,14 @@ soak: $(STAMP)
 		VERITASK_FREEZE_ITERATIONS=$(FREEZE_ITERATIONS) \
 		$(BIN)/pytest tests/scheduling/test_faults.py tests/execution/celery/test_celery_executor.py \
 		tests/execution/celery/test_celery_faults.py -k "killing or frozen" --timeout=0 -v
+
+# The deterministic simulator (tools/sim.py, docs/reliability.md): SEEDS seeds from FIRST, or
+# the one seed SEED (a failure prints the command that replays it); STEPS of faults per seed.
+SEEDS ?= 200
+FIRST ?= 0
+sim: $(STAMP)
+	$(BIN)/python -m tools.sim $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --first $(FIRST)) \
+		$(if $(STEPS),--steps $(STEPS))
 
 # The web UI's pages in English and Chinese (docs/screenshots/*.png), from a real `up` and
 # Chromium (/usr/bin/chromium: apt-get install chromium fonts-wqy-microhei).
