@@ -661,12 +661,13 @@ def _evidence_problems(world: World) -> list[str]:
             newest[instance] = max(newest.get(instance, 0), ev.attempt_no)
         if ev.kind == "fenced":
             fenced.add((instance, ev.attempt_no))
-        if ev.kind in _WORKER_KINDS and ev.from_state != ev.to_state:
-            if (instance, ev.attempt_no) in fenced or ev.attempt_no < newest.get(instance, 0):
-                found.append(
-                    f"instance {instance}: a report ({ev.kind}) of attempt {ev.attempt_no}, "
-                    "fenced or superseded, moved it"
-                )
+        if ev.kind in _WORKER_KINDS and (
+            (instance, ev.attempt_no) in fenced or ev.attempt_no < newest.get(instance, 0)
+        ):
+            found.append(
+                f"instance {instance}: a report ({ev.kind}) of attempt {ev.attempt_no}, "
+                "fenced or superseded, was applied (not recorded stale)"
+            )
         if ev.to_state == "SUCCESS" and ev.from_state != "SUCCESS" and ev.kind != "override":
             attempt = world.sim.by_key.get((instance, ev.attempt_no))
             if attempt is None or attempt.state is not EngineState.SUCCEEDED:

@@ -391,14 +391,14 @@ class Sweeper:
         current = snapshot.current
         if current is None or current.state is not AttemptState.ABANDONED:
             return True
-        facts = snapshot.facts.attempt(current.attempt_no)
-        if facts is not None and facts.completions:
-            # Its own worker reported its end (recorded stale, on its record): nothing of it
-            # runs, whatever the engine can say. An attempt whose acknowledgement was lost
-            # has no external id to ask the engine about, and would wait for ever.
-            return True
         observation = self._describe(current.executor, current.external_id, context, snapshot, now)
         if observation is not None and observation.engine_state not in _STILL_RUNNING:
+            return True
+        facts = snapshot.facts.attempt(current.attempt_no)
+        if observation is None and facts is not None and facts.completions:
+            # The engine cannot be asked (an attempt whose acknowledgement was lost has no
+            # external id), but its own worker reported its end, recorded stale on its
+            # record: nothing of it runs. Without this, attempt N+1 waited for ever.
             return True
         policy = self._effective(self.ledger.policy_of(snapshot.instance_id) or TaskPolicy())
         fenced_at = current.ended_observed_at or current.ended_at
