@@ -39,7 +39,7 @@ from sqlalchemy.engine import Engine
 from veritask import ids
 from veritask.core.events import OverrideScope
 from veritask.core.fold import fold
-from veritask.core.states import EngineState, InstanceState, RunExecutionState, TriggerKind
+from veritask.core.states import EngineState, InstanceState, TriggerKind
 from veritask.execution import port, transports, wire
 from veritask.execution.errors import ExecutorError
 from veritask.ledger import audit, dialects, migrate, pools, schema
@@ -99,7 +99,7 @@ class SimSource(StrEnum):
     SIM = "sim"
 
 
-class Crash(BaseException):  # noqa: N818 - a crash, not an error the code may handle
+class Crash(BaseException):
     """The scheduler process dies here (no ``except Exception`` of the code catches it)."""
 
 
@@ -272,7 +272,7 @@ class SimEngine:
                 self._end(attempt, now, succeeded=False, category="cancelled", signal=15)
                 continue
             if now >= attempt.end_at:
-                succeeded = attempt.succeeds or attempt.ignores_cancel and attempt.cancelled
+                succeeded = attempt.succeeds or (attempt.ignores_cancel and attempt.cancelled)
                 attempt.succeeds = succeeded
                 self._end(attempt, now, succeeded=succeeded)
                 continue
@@ -395,6 +395,7 @@ class World:
         self.keyed: dict[str, set[str]] = collections.defaultdict(set)
         self.runs: list[str] = []
         self.errors = Errors()
+        self.steps = 0
         #: The row version of each instance when its fold was last checked.
         self.folded: dict[str, int] = {}
         sa.event.listen(self.engine, "commit", self._on_commit)
@@ -509,13 +510,12 @@ class World:
     def _instances(self, run_id: str) -> list[str]:
         t = schema.task_instances.c
         with dialects.read_transaction(self.engine) as connection:
-            return sorted(
-                connection.execute(sa.select(t.id).where(t.run_id == run_id)).scalars()
-            )
+            return sorted(connection.execute(sa.select(t.id).where(t.run_id == run_id)).scalars())
 
     # the loop
 
     def step(self) -> None:
+        self.steps += 1
         self.clock.now += STEP
         if not self.quiet:
             self.user_acts()
@@ -540,7 +540,7 @@ class World:
                 sa.select(sa.func.count())
                 .select_from(schema.task_instances.join(schema.runs, t.run_id == r.id))
                 .where(r.execution_state == "CANCELLING")
-                .where(t.state.not_in(_TERMINAL + [InstanceState.CANCEL_FAILED.value]))
+                .where(t.state.not_in([*_TERMINAL, InstanceState.CANCEL_FAILED.value]))
             ).scalar_one()
         return left == 0 and cancelling == 0 and not self.sim.wire
 
@@ -646,9 +646,7 @@ def _evidence_problems(world: World) -> list[str]:
     e = schema.events.c
     with dialects.read_transaction(world.engine) as connection:
         events = connection.execute(
-            sa.select(
-                e.instance_id, e.attempt_no, e.kind, e.from_state, e.to_state, e.event_time
-            )
+            sa.select(e.instance_id, e.attempt_no, e.kind, e.from_state, e.to_state, e.event_time)
             .where(e.instance_id.is_not(None), e.outcome == "applied")
             .order_by(e.position)
         ).all()
@@ -805,13 +803,12 @@ def run_seed(
             triggers.apply_definition(world.platform.ledger, definition, actor="user:sim")
             service_pools.set_pool(world.platform, POOL, slots=POOL_SLOTS, actor="user:sim")
             world.start_scheduler()
-            step = 0
             try:
-                for step in range(steps):
+                for _ in range(steps):
                     world.step()
                     check(world, at_rest=False)
                 world.quiet = True
-                for step in range(steps, steps + quiet):
+                for _ in range(quiet):
                     world.step()
                     check(world, at_rest=False)
                     if world.settled():
@@ -819,7 +816,7 @@ def run_seed(
                 check(world, at_rest=True)
             except Violation as exc:
                 outcome.violation = str(exc)
-                outcome.step = step
+                outcome.step = world.steps
         outcome.digest = history_digest(world.engine)
     finally:
         platform_log.removeHandler(world.errors)
@@ -835,8 +832,14 @@ def history_digest(engine: Engine) -> str:
     with dialects.read_transaction(engine) as connection:
         rows = connection.execute(
             sa.select(
-                e.event_id, e.instance_id, e.kind, e.attempt_no, e.from_state, e.to_state,
-                e.event_time, e.outcome,
+                e.event_id,
+                e.instance_id,
+                e.kind,
+                e.attempt_no,
+                e.from_state,
+                e.to_state,
+                e.event_time,
+                e.outcome,
             ).order_by(e.position)
         ).all()
     return hashlib.sha256(repr([tuple(row) for row in rows]).encode()).hexdigest()[:16]
@@ -867,7 +870,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error("--seeds must be 1 or more")
-    seeds = [args.seed] if args.seed is not None else list(range(args.first, args.first + args.seeds))
+    seeds = (
+        [args.seed] if args.seed is not None else list(range(args.first, args.first + args.seeds))
+    )
     started = time.monotonic()
     outcomes = run_seeds(seeds, steps=args.steps)
     took = time.monotonic() - started

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-
 from tools import sim
+
 from veritask.core.states import AttemptState
 from veritask.ledger import dialects, pools, schema
 from veritask.ledger.ledger import Ledger
@@ -35,9 +35,7 @@ def scratch() -> Iterator[tuple[Path, Path]]:
 
 def test_200_short_seeds_hold_every_invariant(scratch: tuple[Path, Path]) -> None:
     directory, migrated = scratch
-    outcomes = [
-        sim.run_seed(seed, directory, migrated, steps=CI_STEPS) for seed in range(CI_SEEDS)
-    ]
+    outcomes = [sim.run_seed(seed, directory, migrated, steps=CI_STEPS) for seed in range(CI_SEEDS)]
 
     failed = [
         f"seed {o.seed} at step {o.step}: {o.violation} "
