@@ -42,9 +42,10 @@ from veritask.core.fold import fold
 from veritask.core.states import EngineState, InstanceState, TriggerKind
 from veritask.execution import port, transports, wire
 from veritask.execution.errors import ExecutorError
-from veritask.ledger import audit, dialects, migrate, pools, schema
+from veritask.ledger import audit, dialects, migrate, pools, scheduler_lease, schema
 from veritask.ledger.ledger import Ledger
-from veritask.scheduling import triggers
+from veritask.scheduling import scheduler as scheduler_module
+from veritask.scheduling import sharing, triggers
 from veritask.scheduling.scheduler import Scheduler
 from veritask.scheduling.settings import Settings
 from veritask.scheduling.tokens import AttemptTokens
@@ -329,7 +330,13 @@ class SimEngine:
         due = sorted(item for item in self.wire if item[0] <= now)
         self.wire = [item for item in self.wire if item[0] > now]
         for _, _, event in due:
-            transports.post(self.world.outbox, event)
+            # Where the attempt's spec says: the outbox of the scheduler that submitted it.
+            callback = self._spec_of(event).callback
+            assert isinstance(callback, port.OutboxCallback)
+            transports.post(callback.directory, event)
+
+    def _spec_of(self, event: wire.WorkerEvent) -> port.AttemptSpec:
+        return self.by_key[(event["instance_id"], event["attempt_no"])].spec
 
     def _check_twins(self, instance_id: str) -> None:
         running = [
@@ -379,13 +386,15 @@ class World:
         self.ids = Ids(self.clock)
         self.source = SimSource.SIM
         self.home = directory
-        self.outbox = directory / "outbox"
         database = directory / "veritask.db"
         shutil.copyfile(template, database)
         self.engine: Engine = dialects.create_engine(f"sqlite:///{database}")
         self.platform = Platform(Ledger(self.engine, clock=self.clock), directory)
         self.sim = SimEngine(self)
-        self.scheduler: Scheduler | None = None
+        #: One scheduler, or two sharing the runs (by seed); None while one is down.
+        count = self.rng.choice([1, 2])
+        self.schedulers: dict[str, Scheduler | None] = {f"sim-{n}": None for n in "ab"[:count]}
+        self.down_until: dict[str, int] = dict.fromkeys(self.schedulers, 0)
         self.crash_armed = False
         self.crash_at: str | None = None
         self.committed = False
@@ -409,28 +418,44 @@ class World:
 
     # the scheduler, its crashes and restarts
 
-    def start_scheduler(self) -> Scheduler:
+    def start_scheduler(self, me: str) -> Scheduler:
+        """Start (or restart) the scheduler ``me``: its row in ``schedulers``, its outbox (a
+        restart keeps the one it had, as a host's does), its recovery."""
+        ledger = Ledger(self.engine, clock=self.clock)
+        with self.engine.begin() as connection:
+            scheduler_lease.forget_scheduler(connection, me)
+            scheduler_lease.register_scheduler(
+                connection, scheduler_id=me, host="sim", pid=1, now=self.clock()
+            )
+        sharing_with = None
+        if len(self.schedulers) > 1:
+            # Read who is alive at every tick (``read_every`` 0): no wall-clock timer.
+            sharing_with = sharing.Membership(ledger, me, read_every=0.0)
         scheduler = Scheduler(
-            Ledger(self.engine, clock=self.clock),
+            ledger,
             executors={"sim": self.sim, "wait": self.sim},
             tokens=AttemptTokens(SECRET),
-            outbox=self.outbox,
+            outbox=self.home / f"outbox-{me}",
             settings=SETTINGS,
             submit_pool=inline_pool,
+            membership=sharing_with,
         )
-        self.scheduler = scheduler
-        self._guarded(scheduler.recover)
+        self.schedulers[me] = scheduler
+        self._guarded(me, scheduler.recover)
         return scheduler
 
-    def crash(self) -> None:
-        """The process dies: nothing of it is closed or flushed; its successor starts over."""
-        if self.scheduler is not None:
+    def crash(self, me: str) -> None:
+        """The process dies: nothing of it is closed or flushed; its successor starts over
+        after a while (its heartbeat stops: the other one takes its runs once it is stale)."""
+        scheduler = self.schedulers.get(me)
+        if scheduler is not None:
             # What the kernel frees when a process dies: its inotify watch and wake pipe.
-            self.scheduler._outbox_watch.close()
-            self.scheduler._wake.close()
-        self.scheduler = None
+            scheduler._outbox_watch.close()
+            scheduler._wake.close()
+        self.schedulers[me] = None
+        self.down_until[me] = self.steps + self.rng.randint(0, 25)
 
-    def _guarded(self, action: Callable[[], object]) -> None:
+    def _guarded(self, me: str, action: Callable[[], object]) -> None:
         """Run a scheduler action with crashes armed; a crash kills the scheduler."""
         if not self.quiet and self.rng.random() < 0.03:
             # Armed: it fires at that point of this action, if the action gets there.
@@ -441,7 +466,7 @@ class World:
             action()
         except Crash as crash:
             self.faults[f"crash_{crash}"] += 1
-            self.crash()
+            self.crash(me)
         finally:
             self.crash_armed = False
             self.crash_at = None
@@ -520,12 +545,16 @@ class World:
         if not self.quiet:
             self.user_acts()
         self.sim.step(self.clock.now)
-        if self.scheduler is None:
-            self.faults["restart"] += 1
-            self.start_scheduler()
-        scheduler = self.scheduler
-        if scheduler is not None:
-            self._guarded(scheduler.tick)
+        for me in sorted(self.schedulers):
+            if self.schedulers[me] is None and (self.quiet or self.steps >= self.down_until[me]):
+                self.faults["restart"] += 1
+                self.start_scheduler(me)
+            scheduler = self.schedulers[me]
+            if scheduler is None:
+                continue
+            with self.engine.begin() as connection:  # its lease thread's heartbeat
+                scheduler_lease.beat(connection, me, self.clock())
+            self._guarded(me, scheduler.tick)
 
     def settled(self) -> bool:
         """No run to move any more (a CANCELLING run whose stops are all unconfirmed waits
@@ -545,7 +574,8 @@ class World:
         return left == 0 and cancelling == 0 and not self.sim.wire
 
     def close(self) -> None:
-        self.crash()
+        for me in sorted(self.schedulers):
+            self.crash(me)
         self.engine.dispose()
 
 
@@ -760,15 +790,21 @@ class Outcome:
 
 
 @contextlib.contextmanager
-def deterministic_ids(clock: Clock) -> Iterator[None]:
-    """Every id the platform makes comes from the simulated clock and a counter meanwhile."""
+def deterministic(clock: Clock) -> Iterator[None]:
+    """Meanwhile every id the platform makes comes from the simulated clock and a counter,
+    and no wall-clock grace decides which scheduler records a report."""
     made = Ids(clock)
     original = ids.time_ordered_id
+    grace = scheduler_module._FOREIGN_GRACE_SECONDS
     ids.time_ordered_id = made
+    # A report of another scheduler's run is recorded at once, not after a second of wall
+    # time: that is allowed (the owner may be dead) and does not depend on how fast we run.
+    scheduler_module._FOREIGN_GRACE_SECONDS = 0.0
     try:
         yield
     finally:
         ids.time_ordered_id = original
+        scheduler_module._FOREIGN_GRACE_SECONDS = grace
 
 
 def template(directory: Path) -> Path:
@@ -794,7 +830,7 @@ def run_seed(
     platform_log.setLevel(logging.ERROR)
     platform_log.addHandler(world.errors)
     try:
-        with deterministic_ids(world.clock):
+        with deterministic(world.clock):
             definition = DEFINITION.format(
                 window=int(EVIDENCE_WINDOW.total_seconds()),
                 on_unknown=world.rng.choice(["retry", "fail"]),
@@ -802,7 +838,10 @@ def run_seed(
             )
             triggers.apply_definition(world.platform.ledger, definition, actor="user:sim")
             service_pools.set_pool(world.platform, POOL, slots=POOL_SLOTS, actor="user:sim")
-            world.start_scheduler()
+            if len(world.schedulers) > 1:
+                world.faults["two_schedulers"] += 1
+            for me in sorted(world.schedulers):
+                world.start_scheduler(me)
             try:
                 for _ in range(steps):
                     world.step()
