@@ -703,10 +703,8 @@ def _evidence_problems(world: World) -> list[str]:
                     f"instance {instance}: SUCCESS ({ev.kind}) without the engine's success "
                     f"of attempt {ev.attempt_no}"
                 )
-        if ev.from_state == "LOST" and ev.to_state == "FAILED" and ev.kind == "fenced":
-            since = lost_since.get(instance)
-            if since is None or _aware(ev.event_time) - since < EVIDENCE_WINDOW:
-                found.append(f"instance {instance}: LOST -> FAILED before its evidence window")
+        if ev.from_state == "LOST" and ev.to_state in ("FAILED", "UP_FOR_RETRY"):
+            found += _lost_decided(world, ev, lost_since.get(instance))
         if ev.to_state == "LOST" and ev.from_state != "LOST":
             lost_since[instance] = _aware(ev.event_time)
         elif ev.from_state == "LOST" and ev.to_state != "LOST":
@@ -715,6 +713,24 @@ def _evidence_problems(world: World) -> list[str]:
 
 
 _WORKER_KINDS = frozenset(wire.WORKER_EVENT_KINDS)
+
+
+def _lost_decided(world: World, ev: Any, lost_since: datetime | None) -> list[str]:
+    """A LOST attempt failed (or is retried) on evidence only: its own report, the engine's
+    record of its end, an override, or ``on_unknown`` once its evidence window passed."""
+    where = f"instance {ev.instance_id}: LOST -> {ev.to_state} ({ev.kind})"
+    if ev.kind in ("completed", "override"):
+        return []
+    if ev.kind == "fenced":
+        late_enough = (
+            lost_since is not None and _aware(ev.event_time) - lost_since >= EVIDENCE_WINDOW
+        )
+        return [] if late_enough else [f"{where} before its evidence window"]
+    attempt = world.sim.by_key.get((ev.instance_id, ev.attempt_no))
+    ended = attempt is not None and not attempt.running and not attempt.vanished
+    if ev.kind == "engine_observed" and ended:
+        return []
+    return [f"{where} without the engine's record of its end"]
 
 
 def _rest_problems(world: World) -> list[str]:
