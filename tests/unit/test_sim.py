@@ -21,7 +21,7 @@ from veritask.ledger import dialects, pools, schema
 from veritask.ledger.ledger import Ledger
 
 CI_SEEDS = 200
-CI_STEPS = 12
+CI_STEPS = 10
 
 
 @pytest.fixture(scope="module")
