@@ -185,6 +185,8 @@ class SimEngine:
         #: Reports on their way: (when it arrives, order, report).
         self.wire: list[tuple[datetime, int, wire.WorkerEvent]] = []
         self.sent = 0
+        #: The ids of the reports sent under a wrong token.
+        self.forged: set[str] = set()
         #: Twin attempts seen: (instance, attempt numbers).
         self.twins: list[str] = []
 
@@ -275,6 +277,8 @@ class SimEngine:
                 attempt.succeeds = succeeded
                 self._end(attempt, now, succeeded=succeeded)
                 continue
+            if world.fault("forged_report", 0.01):
+                self._forge(attempt)
             silent = attempt.silent_until is not None and now < attempt.silent_until
             if not silent and now >= attempt.next_beat:
                 attempt.next_beat = now + attempt.spec.heartbeat_interval
@@ -321,6 +325,29 @@ class SimEngine:
         self._send(world.clock() + delay, event)
         if world.fault("duplicate_report", 0.05):
             self._send(world.clock() + delay + STEP * world.rng.randint(1, 5), event)
+
+    def _forge(self, attempt: SimAttempt) -> None:
+        """A success report of a running attempt under a token that is not the attempt's (an
+        impostor, or a corrupted file): it must never be applied."""
+        evidence: wire.CompletedEvidence = {
+            "exit_code": 0,
+            "signal": None,
+            "error_category": "none",
+            "commit_marker": None,
+            "log_path": "",
+            "output": None,
+        }
+        event = wire.make_event(
+            kind="completed",
+            instance_id=attempt.spec.instance_id,
+            attempt_no=attempt.spec.attempt_no,
+            attempt_token="forged-" + attempt.spec.attempt_token[:8],
+            seq=10_000 + attempt.seq,
+            evidence=evidence,
+            event_time=self.world.clock(),
+        )
+        self.forged.add(event["event_id"])
+        self._send(self.world.clock(), event)
 
     def _send(self, at: datetime, event: wire.WorkerEvent) -> None:
         self.sent += 1
@@ -680,6 +707,19 @@ def _evidence_problems(world: World) -> list[str]:
             .where(e.instance_id.is_not(None), e.outcome == "applied")
             .order_by(e.position)
         ).all()
+    forged_ids = sorted(world.sim.forged)
+    with dialects.read_transaction(world.engine) as connection:
+        forged = connection.execute(
+            sa.select(e.event_id, e.outcome).where(e.event_id.in_(forged_ids))
+        ).all()
+    # Refused reports go to their own table: a forged one in the history was recorded.
+    found += [f"a report under a wrong token was recorded {outcome}" for _, outcome in forged]
+    with dialects.read_transaction(world.engine) as connection:
+        refused = connection.execute(
+            sa.select(sa.func.count()).where(schema.rejected_events.c.event_id.in_(forged_ids))
+        ).scalar_one()
+    if refused < len(forged_ids) and not world.sim.wire:
+        found.append(f"{len(forged_ids) - refused} reports under a wrong token were not refused")
     lost_since: dict[str, datetime] = {}
     newest: dict[str, int] = {}
     fenced: set[tuple[str, int]] = set()

@@ -66,6 +66,7 @@ def test_200_short_seeds_hold_every_invariant(scratch: tuple[Path, Path]) -> Non
         "user_clear",
         "user_override",
         "two_schedulers",
+        "forged_report",
     }
 
 
