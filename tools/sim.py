@@ -37,13 +37,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from veritask import ids
-from veritask.core.events import OverrideScope
+from veritask.core.events import ErrorCategory, OverrideScope
 from veritask.core.fold import fold
 from veritask.core.states import EngineState, InstanceState, TriggerKind
 from veritask.execution import port, transports, wire
 from veritask.execution.errors import ExecutorError
 from veritask.ledger import audit, dialects, migrate, pools, scheduler_lease, schema
 from veritask.ledger.ledger import Ledger
+from veritask.ledger.vocabulary import AlertCategory
 from veritask.scheduling import scheduler as scheduler_module
 from veritask.scheduling import sharing, triggers
 from veritask.scheduling.scheduler import Scheduler
@@ -167,6 +168,8 @@ class SimAttempt:
     ignores_cancel: bool = False
     vanished: bool = False
     ended_at: datetime | None = None
+    exit_code: int | None = None
+    category: ErrorCategory | None = None
 
     @property
     def running(self) -> bool:
@@ -241,7 +244,8 @@ class SimEngine:
             external_id,
             attempt.state,
             world.source,
-            exit_code=None if attempt.running else (0 if attempt.succeeds else 1),
+            exit_code=attempt.exit_code,
+            error_category=attempt.category,
             details=details,
         )
 
@@ -297,10 +301,13 @@ class SimEngine:
         attempt.state = EngineState.SUCCEEDED if succeeded else EngineState.FAILED
         attempt.succeeds = succeeded
         attempt.ended_at = now
+        # What ``describe`` says from now on: the same as the worker's report.
+        attempt.exit_code = 0 if succeeded else (None if signal else 1)
+        attempt.category = ErrorCategory("none" if succeeded else (category or "task_error"))
         evidence: wire.CompletedEvidence = {
-            "exit_code": 0 if succeeded else (None if signal else 1),
+            "exit_code": attempt.exit_code,
             "signal": signal,
-            "error_category": "none" if succeeded else (category or "task_error"),
+            "error_category": attempt.category.value,
             "commit_marker": None,
             "log_path": "",
             "output": None,
@@ -630,6 +637,7 @@ def check(world: World, *, at_rest: bool) -> None:
             problems.append("the event chains do not verify")
         problems += _evidence_problems(world)
         problems += _rest_problems(world)
+        problems += _platform_alerts(world)
     if problems:
         raise Violation(problems[0])
 
@@ -753,6 +761,17 @@ def _evidence_problems(world: World) -> list[str]:
 
 
 _WORKER_KINDS = frozenset(wire.WORKER_EVENT_KINDS)
+
+
+def _platform_alerts(world: World) -> list[str]:
+    """The platform alerts (conflicting evidence, a run that could not be advanced): the
+    simulated engine never contradicts itself, so each is a bug."""
+    al = schema.alerts.c
+    with dialects.read_transaction(world.engine) as connection:
+        messages = connection.execute(
+            sa.select(al.message).where(al.category == AlertCategory.PLATFORM.value)
+        ).scalars()
+        return [f"platform alert: {message}" for message in messages]
 
 
 def _lost_decided(world: World, ev: Any, lost_since: datetime | None) -> list[str]:
