@@ -729,6 +729,7 @@ def _evidence_problems(world: World) -> list[str]:
     if refused < len(forged_ids) and not world.sim.wire:
         found.append(f"{len(forged_ids) - refused} reports under a wrong token were not refused")
     lost_since: dict[str, datetime] = {}
+    absent_since: dict[str, datetime] = {}
     newest: dict[str, int] = {}
     fenced: set[tuple[str, int]] = set()
     for ev in events:
@@ -751,8 +752,14 @@ def _evidence_problems(world: World) -> list[str]:
                     f"instance {instance}: SUCCESS ({ev.kind}) without the engine's success "
                     f"of attempt {ev.attempt_no}"
                 )
+        if ev.kind == "attempt_opened":
+            absent_since.pop(instance, None)
+        if ev.kind == "engine_observed" and ev.from_state == ev.to_state == "RUNNING":
+            # The engine's answer on a RUNNING attempt (not found): its window counts from it.
+            absent_since.setdefault(instance, _aware(ev.event_time))
         if ev.from_state == "LOST" and ev.to_state in ("FAILED", "UP_FOR_RETRY"):
-            found += _lost_decided(world, ev, lost_since.get(instance))
+            starts = [t for t in (lost_since.get(instance), absent_since.get(instance)) if t]
+            found += _lost_decided(world, ev, min(starts) if starts else None)
         if ev.to_state == "LOST" and ev.from_state != "LOST":
             lost_since[instance] = _aware(ev.event_time)
         elif ev.from_state == "LOST" and ev.to_state != "LOST":
@@ -816,11 +823,28 @@ def _rest_problems(world: World) -> list[str]:
             # docs/reliability.md, "What it found"); counted, not failed.
             world.findings["run stuck CANCELLING on a never-submitted attempt"] += 1
             continue
+        if _ghosts(world) and all(row.state == InstanceState.CREATED.value for row in rows):
+            # The same case, worse: those unconfirmed stops hold their pool slots for ever,
+            # and the runs after them wait for the pool (docs/reliability.md).
+            world.findings["run waits for ever for pool slots such stops hold"] += 1
+            continue
         states = sorted(f"{row.state}" for row in rows)
         found.append(f"run {run_id}: still {rows[0].execution_state} at the end ({states})")
     if world.sim.wire:
         found.append("reports still on their way at the end")
     return found
+
+
+def _ghosts(world: World) -> int:
+    """Attempts CANCEL_FAILED that the engine never held (the known case)."""
+    a = schema.attempts.c
+    with dialects.read_transaction(world.engine) as connection:
+        rows = connection.execute(
+            sa.select(a.instance_id, a.attempt_no).where(
+                a.state == InstanceState.CANCEL_FAILED.value
+            )
+        ).all()
+    return sum(1 for row in rows if (row.instance_id, row.attempt_no) not in world.sim.by_key)
 
 
 def _never_held_cancel(world: World, row: Any) -> bool:
