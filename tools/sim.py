@@ -823,6 +823,11 @@ def _rest_problems(world: World) -> list[str]:
             # docs/reliability.md, "What it found"); counted, not failed.
             world.findings["run stuck CANCELLING on a never-submitted attempt"] += 1
             continue
+        if all(_unaskable_fenced(world, row) for row in rows):
+            # Known: a fenced attempt the engine was never asked about (no external id) and
+            # that never reported its end holds its successor back for ever.
+            world.findings["successor waits for ever for an unaskable fenced attempt"] += 1
+            continue
         if _ghosts(world) and all(row.state == InstanceState.CREATED.value for row in rows):
             # The same case, worse: those unconfirmed stops hold their pool slots for ever,
             # and the runs after them wait for the pool (docs/reliability.md).
@@ -833,6 +838,20 @@ def _rest_problems(world: World) -> list[str]:
     if world.sim.wire:
         found.append("reports still on their way at the end")
     return found
+
+
+def _unaskable_fenced(world: World, row: Any) -> bool:
+    """The row's instance waits to retry an attempt fenced with no external id."""
+    if row.state != InstanceState.UP_FOR_RETRY.value:
+        return False
+    a = schema.attempts.c
+    with dialects.read_transaction(world.engine) as connection:
+        found = connection.execute(
+            sa.select(a.state, a.external_id).where(
+                a.instance_id == row.instance_id, a.attempt_no == row.epoch
+            )
+        ).first()
+    return found is not None and found.state == "ABANDONED" and found.external_id is None
 
 
 def _ghosts(world: World) -> int:
