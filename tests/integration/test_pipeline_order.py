@@ -101,7 +101,7 @@ def test_the_api_the_cli_the_run_page_and_the_timeline_list_instances_in_pipelin
 
     page = served.signed_in(TokenRole.VIEWER).http.get(f"/ui/runs/{run_id}")
     assert page.status_code == 200
-    assert re.findall(r'<tr data-instance="([^"]+)">', page.text) == ORDER
+    assert re.findall(r'<tr data-instance="([^"]+)"[ >]', page.text) == ORDER
     # The timeline draws one row per instance, top to bottom in the same order.
     labels = re.findall(r'<text class="row-label" [^>]*>([^<]+)</text>', page.text)
     assert labels == ORDER

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
@@ -168,22 +168,6 @@ def of_runs(connection: Connection, run_ids: list[str]) -> list[Attestation]:
         )
         found.extend(_from_row(row) for row in rows)
     return found
-
-
-def every(connection: Connection) -> list[Attestation]:
-    """Every stored attestation, by run and number (``verify`` checks each signature)."""
-    rows = connection.execute(sa.select(schema.run_attestations).order_by(_a.run_id, _a.number))
-    return [_from_row(row) for row in rows]
-
-
-def broken(item: Attestation, trusted: Collection[str]) -> str | None:
-    """Why a stored attestation does not hold: its signature does not verify, or its key is
-    none of ``trusted`` (hex public keys); None when it holds."""
-    where = f"attestation {item.number} of run {item.run_id}"
-    if item.public_key not in trusted:
-        return f"{where}: signed by key {item.key_id}, which is not a trusted key"
-    problem = check(item.as_json(), item.public_key)
-    return None if problem is None else f"{where}: {problem}"
 
 
 def _from_row(row: sa.Row) -> Attestation:  # type: ignore[type-arg]

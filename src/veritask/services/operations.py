@@ -162,11 +162,6 @@ def _verify(platform: Platform, *, repair: bool, trusted: set[str]) -> tuple[aud
     )
     disagreeing = run_checks.disagreements_with_instances(platform)
     report.violations.extend(disagreeing)
-    with dialects.read_transaction(platform.engine) as connection:
-        stored = attestations.every(connection)
-    report.violations.extend(
-        problem for item in stored if (problem := attestations.broken(item, trusted)) is not None
-    )
     return report, len(disagreeing)
 
 
