@@ -385,6 +385,12 @@ def written_alerts() -> Iterator[tuple[str, str]]:
         alert_messages.STOP_UNCONFIRMED.format(attempt_no=n, seconds=seconds),
         f"the engine did not confirm the stop of attempt {n} within {seconds:g} s",
     )
+    stray = "container:veritask-box-1a2b3c-a3"
+    yield (
+        alert_messages.STRAY_STOPPED.format(external_id=stray, attempt_no=n),
+        f"the engine ran {stray} for attempt {n} of an instance this platform does not hold "
+        "(its run is this platform's): it was asked to stop",
+    )
     for seen in (EngineState.RUNNING.value, alert_messages.UNREACHABLE.format()):
         yield (
             alert_messages.FENCED_STILL_RUNNING.format(

@@ -14,7 +14,6 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from veritask.core.events import Event, EventKind
 from veritask.core.explanation import Recorded, Refusal, RunRecorded
 from veritask.ledger import schema, statements
 from veritask.ledger.vocabulary import SubjectType
@@ -79,18 +78,7 @@ def instance_records(
         record = found.get(row.instance_id)
         if record is None:
             continue
-        event = Event(
-            event_id=row.event_id,
-            instance_id=row.instance_id,
-            attempt_no=int(row.attempt_no or 0),
-            kind=EventKind(row.kind),
-            actor=row.actor,
-            event_time=row.event_time,
-            evidence=row.evidence,
-            seq=row.seq,
-            observed_at=row.observed_at,
-        )
-        record.recorded.append(Recorded(event, row.outcome))
+        record.recorded.append(Recorded(statements.event_from_row(row), row.outcome))
     refused_of = _x.instance_id == instance_id if instance_id is not None else _x.run_id == run_id
     for refusal in connection.execute(
         sa.select(
