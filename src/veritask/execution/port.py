@@ -491,6 +491,25 @@ class LogReading(Protocol):
         ...
 
 
+class _ClosingLogReading(LogReading, Protocol):
+    def close(self) -> None: ...
+
+
+class LogReaderPerRead:
+    """Reads each log with an executor built for the read and closed after it: the API
+    server reads a log now and then, and keeps no connection to the engine open."""
+
+    def __init__(self, build: Callable[[], _ClosingLogReading]) -> None:
+        self.build = build
+
+    def read_log(self, *, instance_id: str, attempt_no: int) -> bytes | None:
+        executor = self.build()
+        try:
+            return executor.read_log(instance_id=instance_id, attempt_no=attempt_no)
+        finally:
+            executor.close()
+
+
 def _always(environ: Mapping[str, str]) -> bool:
     return True
 

@@ -60,24 +60,13 @@ def _build(environ: Mapping[str, str]) -> port.Executor:
     return _executor(environ)
 
 
-class _LogReader:
-    """Reads a driver's log with an executor of its own, closed after each read."""
-
-    def __init__(self, environ: Mapping[str, str]) -> None:
-        self.environ = dict(environ)
-
-    def read_log(self, *, instance_id: str, attempt_no: int) -> bytes | None:
-        executor = _executor(self.environ)
-        try:
-            return executor.read_log(instance_id=instance_id, attempt_no=attempt_no)
-        finally:
-            executor.close()
-
-
 def _logs(environ: Mapping[str, str]) -> port.LogReading | None:
     from veritask.execution.spark import client
 
-    return _LogReader(environ) if client.configured(environ) else None
+    if not client.configured(environ):
+        return None
+    kept = dict(environ)
+    return port.LogReaderPerRead(lambda: _executor(kept))
 
 
 ENGINE = port.Engine(
